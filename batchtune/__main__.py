@@ -1,0 +1,3 @@
+from batchtune.cli import main
+
+main()
