@@ -1,0 +1,118 @@
+"""The contracts between the measuring drivers (probe.py, profile.py) and the backends.
+
+A training backend turns a RunSpec into a stream of StepRecords; a generation backend answers timed
+generation requests. Backends are plain classes that satisfy these protocols; they share helper
+functions, not base classes. Heavy engines (torch, vllm, trl) are imported inside the backend modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from batchtune.recipe import Recipe
+from batchtune.records import StepRecord
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One training configuration of the sweep: P prompts x G responses at a given LR."""
+
+    label: str  # e.g. "P16xG8", "P16xG8-fixedlr"
+    prompts: int
+    group_size: int
+    lr: float  # actor LR after the scaling rule (peak, before warmup)
+    lr_rule: str
+    critic_lr: float | None = None  # PPO critic LR after its own scaling rule
+    fixed_lr: bool = False  # a fixed-LR control
+
+    @property
+    def batch_responses(self) -> int:
+        return self.prompts * self.group_size
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    candidate: Candidate
+    seed: int
+    recipe: Recipe
+    run_dir: Path  # a folder the backend may use for its own files (logs, checkpoints)
+    base_lr: float
+    reference_batch: int  # total responses base_lr belongs to
+
+
+class RunFailed(Exception):
+    """Raised by a backend when a run cannot go on; ``status`` is a records.RUN_STATUSES value."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class OutOfMemory(RunFailed):
+    def __init__(self, message: str):
+        super().__init__("oom", message)
+
+
+class TrainingBackend(Protocol):
+    name: str
+
+    def train(self, spec: RunSpec) -> Iterator[StepRecord]:
+        """Yield one StepRecord per optimiser step until the sample budget is spent.
+
+        The caller may stop early by closing the generator (target reached, outside the band).
+        Raise RunFailed (or OutOfMemory) when the run cannot continue.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    concurrency: int  # responses decoded at once = prompts x group_size
+    group_size: int  # responses per prompt (vLLM: SamplingParams(n=G))
+    prompt_tokens: int
+    max_new_tokens: int
+    mode: str  # fixed: EOS ignored, every response max_new_tokens long | eos: real stopping
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class GenResult:
+    responses: int
+    output_tokens: int
+    elapsed_s: float
+    peak_mem_bytes: int = 0
+    preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the roofline needs to know about the model being profiled."""
+
+    name: str
+    n_params: float
+    n_active_params: float
+    bytes_per_param: float
+    n_layers: int
+    n_kv_heads: int
+    head_dim: int
+
+
+class GenerationBackend(Protocol):
+    name: str
+
+    def model_info(self) -> ModelInfo: ...
+
+    def generate(self, request: GenRequest) -> GenResult:
+        """Run one timed generation batch; raise OutOfMemory if it does not fit."""
+        ...
+
+    def train_step_s(self, batch_responses: int, seq_tokens: int) -> float:
+        """Seconds for one optimiser step (forward, backward, step) on this batch; OutOfMemory if not."""
+        ...
+
+    def close(self) -> None: ...

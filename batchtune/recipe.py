@@ -1,0 +1,398 @@
+"""Recipes: one schema, the only defaults, TOML loading and ``--set key=value`` overrides.
+
+A recipe is a TOML file whose tables mirror the frozen dataclasses below. Every default lives here
+and nowhere else. Unknown keys and wrong types are collected and reported together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from batchtune.errors import RecipeError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "batchtune"
+    results_dir: str = "bt-results"  # relative paths resolve against the working directory
+    workers: int = 1  # local processes running candidates in parallel
+    executor: str = "local"  # local | ray
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    # "tiny-llama" builds a small Llama from the fields below (no download); anything else is a
+    # local model directory or a hub name loaded with transformers' from_pretrained.
+    name: str = "tiny-llama"
+    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 4
+    max_position_embeddings: int = 256
+    pretrain_steps: int = 200  # supervised warm start of the tiny model so RL has signal
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    # built-in verifiable tasks: arithmetic | copy | sort | reverse; or "jsonl" with prompts_file
+    name: str = "arithmetic"
+    difficulty: int = 2  # task-specific size (digits, list length)
+    prompts_file: str = ""  # JSONL with {"prompt": ..., optional "answer": ...} per line
+    reward: str = ""  # "module:function" called as f(prompt, response, answer) -> float
+    train_size: int = 4096
+    eval_size: int = 128
+    eval_every_samples: int = 0  # held-out evaluation interval in responses; 0 = every step
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    name: str = "grpo"  # grpo | ppo
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0  # KL to the frozen reference model; 0 disables it
+    mini_batches: int = 1  # optimiser steps per rollout batch; 1 keeps policy age batch-independent
+    gamma: float = 1.0  # PPO discount
+    lam: float = 0.95  # PPO GAE lambda
+    critic_lr: float = 0.0  # PPO critic base LR; 0 = same as the actor's base LR
+    critic_lr_rule: str = ""  # PPO critic scaling rule; "" = the actor's rule
+    value_clip: float = 0.2
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    name: str = "adamw"  # adamw | adam | sgd
+    lr: float = 1e-3  # base LR at the reference batch
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0  # on the global norm; the pre-clip norm is what gets logged
+    warmup_samples: int = 0  # linear warmup measured in samples, the same at every batch
+
+
+@dataclass(frozen=True)
+class LRScalingConfig:
+    rule: str = "sqrt"  # sqrt | linear | none | table
+    reference_batch: int = 0  # total responses the base LR belongs to; 0 = smallest candidate
+    table: dict[str, float] = field(default_factory=dict)  # {"N": lr} for rule = "table"
+    adam_sde: bool = False  # also move betas and eps (Malladi et al. 2022)
+
+
+@dataclass(frozen=True)
+class CandidatesConfig:
+    prompts: list[int] = field(default_factory=lambda: [4, 8, 16, 32])  # P per step
+    group_size: int = 8  # G responses per prompt
+    # a sweep of G at fixed total responses P*G, testing whether N is the right unit
+    group_sweep_total: int = 0  # 0 disables it
+    group_sweep_sizes: list[int] = field(default_factory=list)
+    fixed_lr_prompts: list[int] = field(default_factory=list)  # extra fixed-LR controls
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    metric: str = "eval_reward"  # a key of the step records' metrics
+    value: float = 0.5
+    higher_is_better: bool = True
+    tolerance: float = 0.1  # R(B)/R(B0) <= 1 + tolerance counts as invariant
+    ema_alpha: float = 0.5  # smoothing before the monotone envelope
+    confidence: float = 0.9
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    max_samples: int = 8192  # per run, in responses
+    stop_at_target: bool = True
+    stop_outside_band: bool = True  # stop a candidate clearly outside the reference's band
+    band_factor: float = 1.5  # "clearly": past band_factor * (1 + tol) * reference R (upper CI)
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    diverge_factor: float = 10.0  # loss above this multiple of its first value counts as diverged
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    backend: str = "transformers"  # transformers | vllm | simulated
+    max_new_tokens: int = 32
+    prompt_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    concurrency: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    repeats: int = 3
+    warmup: int = 1
+    modes: list[str] = field(default_factory=lambda: ["fixed", "eos"])
+    knee_threshold: float = 0.1  # gain per doubling below which throughput stops paying
+    gpu_memory_utilization: float = 0.5  # vLLM's share of GPU memory (colocated trainers differ)
+    max_num_seqs: int = 0  # vLLM cap; 0 = the largest concurrency in the sweep
+    train_batches: list[int] = field(default_factory=lambda: [8, 16, 32, 64])  # responses
+    other_s_per_step: float = 0.0  # reward, reference log-probs, weight sync not measured
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    device: str = "auto"  # auto | cpu | cuda
+    name: str = "auto"  # a known GPU (H200, H100-SXM, ...) for the roofline; auto = detect
+    peak_flops: float = 0.0  # overrides; 0 = from the known table
+    hbm_bytes_per_s: float = 0.0
+    num_gpus: int = 1
+    threads: int = 0  # torch CPU threads per worker; 0 = torch's default
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    training: str = "torch"  # torch | nqm | command | trl
+    # command backend: argv template with {prompts} {group_size} {batch_responses} {lr} {seed}
+    # {output_dir} {max_samples} {max_steps} placeholders; never a shell string
+    command: list[str] = field(default_factory=list)
+    command_log: str = ""  # the log the command writes, relative to {output_dir}
+    command_log_format: str = "jsonl"  # jsonl | csv | verl | trl | tensorboard | wandb
+    timeout_s: float = 0.0  # per run; 0 = none
+
+
+@dataclass(frozen=True)
+class NQMConfig:
+    """Noisy quadratic model (Zhang et al. 2019): a simulation, used for tests and demos."""
+
+    dim: int = 1000
+    curvature_power: float = 1.0  # h_i = 1 / i**p
+    noise_scale: float = 1.0  # per-sample gradient covariance = noise_scale * diag(h)
+    init_scale: float = 1.0
+    gen_t0_s: float = 0.02  # simulated decode step time at concurrency 0
+    gen_t1_s: float = 0.0005  # simulated extra time per concurrent sequence
+    train_t0_s: float = 0.05
+    train_t1_s: float = 0.001
+
+
+@dataclass(frozen=True)
+class Recipe:
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    lr_scaling: LRScalingConfig = field(default_factory=LRScalingConfig)
+    candidates: CandidatesConfig = field(default_factory=CandidatesConfig)
+    target: TargetConfig = field(default_factory=TargetConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    nqm: NQMConfig = field(default_factory=NQMConfig)
+    source: str = ""  # the file it came from; set by the loader
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("source")
+        return data
+
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "run.executor": ("local", "ray"),
+    "model.dtype": ("auto", "float32", "bfloat16", "float16"),
+    "algorithm.name": ("grpo", "ppo"),
+    "algorithm.critic_lr_rule": ("", "sqrt", "linear", "none", "table"),
+    "optimizer.name": ("adamw", "adam", "sgd"),
+    "lr_scaling.rule": ("sqrt", "linear", "none", "table"),
+    "generation.backend": ("transformers", "vllm", "simulated"),
+    "hardware.device": ("auto", "cpu", "cuda"),
+    "backend.training": ("torch", "nqm", "command", "trl"),
+    "backend.command_log_format": ("jsonl", "csv", "verl", "trl", "tensorboard", "wandb"),
+}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "a table"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def _convert(value: Any, tp: Any, path: str, errors: list[str]) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected a table, got {value!r}")
+            return None
+        return _build(tp, value, path, errors)
+    if origin is list:
+        if not isinstance(value, list):
+            errors.append(f"{path}: expected {_type_name(tp)}, got {value!r}")
+            return None
+        (item_tp,) = typing.get_args(tp)
+        return [_convert(v, item_tp, f"{path}[{i}]", errors) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected a table, got {value!r}")
+            return None
+        _, val_tp = typing.get_args(tp)
+        return {str(k): _convert(v, val_tp, f"{path}.{k}", errors) for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        errors.append(f"{path}: unsupported type")  # the schema has no unions
+        return None
+    if tp is bool:
+        if not isinstance(value, bool):
+            errors.append(f"{path}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors.append(f"{path}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            errors.append(f"{path}: expected a number, got {value!r}")
+            return value
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            errors.append(f"{path}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def _build(cls: Any, data: dict[str, Any], prefix: str, errors: list[str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.name != "source"}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if key not in names:
+            known = ", ".join(sorted(names))
+            errors.append(f"{path}: unknown key (known here: {known})")
+            continue
+        converted = _convert(value, hints[key], path, errors)
+        choices = CHOICES.get(path)
+        if choices is not None and converted not in choices:
+            errors.append(f"{path}: {converted!r} is not one of {', '.join(map(repr, choices))}")
+        kwargs[key] = converted
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # only reachable through a schema bug
+        errors.append(f"{prefix or 'recipe'}: {exc}")
+        return None
+
+
+def _validate(recipe: Recipe) -> list[str]:
+    errors: list[str] = []
+    c = recipe.candidates
+    if not c.prompts or any(p <= 0 for p in c.prompts):
+        errors.append("candidates.prompts: needs at least one positive number of prompts")
+    if c.group_size <= 0:
+        errors.append("candidates.group_size: must be positive")
+    if recipe.algorithm.name == "grpo" and c.group_size < 2:
+        errors.append("candidates.group_size: GRPO needs at least 2 responses per prompt")
+    if c.group_sweep_total and any(c.group_sweep_total % g for g in c.group_sweep_sizes):
+        errors.append("candidates.group_sweep_sizes: each must divide group_sweep_total")
+    if recipe.optimizer.lr <= 0:
+        errors.append("optimizer.lr: must be positive")
+    if recipe.target.tolerance <= 0:
+        errors.append("target.tolerance: must be positive (about 0.1)")
+    if not 0 < recipe.target.confidence < 1:
+        errors.append("target.confidence: must lie between 0 and 1")
+    if not recipe.budget.seeds:
+        errors.append("budget.seeds: needs at least one seed")
+    if recipe.budget.max_samples <= 0:
+        errors.append("budget.max_samples: must be positive")
+    if recipe.run.workers < 1:
+        errors.append("run.workers: must be at least 1")
+    g = recipe.generation
+    if not g.concurrency or any(x <= 0 for x in g.concurrency):
+        errors.append("generation.concurrency: needs positive concurrencies")
+    if any(m not in ("fixed", "eos") for m in g.modes):
+        errors.append("generation.modes: each must be 'fixed' or 'eos'")
+    if not 0 < g.gpu_memory_utilization <= 1:
+        errors.append("generation.gpu_memory_utilization: must lie in (0, 1]")
+    if recipe.lr_scaling.rule == "table" and not recipe.lr_scaling.table:
+        errors.append("lr_scaling.table: rule 'table' needs {\"N\" = lr, ...} entries")
+    if recipe.backend.training == "command" and not recipe.backend.command:
+        errors.append("backend.command: the command backend needs an argv list")
+    return errors
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise RecipeError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optimizer.lr=3e-4")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise RecipeError(f"--set {item!r}: empty key")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word is a string
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for item in overrides:
+        parts, value = _parse_override(item)
+        node = data
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise RecipeError(f"--set {item!r}: {part} is not a table")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def recipe_from_dict(data: dict[str, Any], source: str = "") -> Recipe:
+    errors: list[str] = []
+    recipe = _build(Recipe, data, "", errors)
+    if not errors:
+        errors = _validate(recipe)
+    if errors:
+        where = f" in {source}" if source else ""
+        raise RecipeError(f"{len(errors)} problem(s){where}: " + "; ".join(errors))
+    return dataclasses.replace(recipe, source=source)
+
+
+def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
+    """Load a TOML recipe (or the defaults when ``path`` is None) and apply ``--set`` overrides."""
+    data: dict[str, Any] = {}
+    source = ""
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise RecipeError(f"recipe {p} not found; `batchtune recipes` lists the shipped ones")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise RecipeError(f"{p} is not valid TOML: {exc}") from None
+        source = str(p)
+    data = apply_overrides(data, overrides or [])
+    return recipe_from_dict(data, source)
+
+
+def recipe_to_toml(recipe: Recipe) -> str:
+    """The full recipe with every default spelled out, as TOML (for `batchtune recipe show`)."""
+    lines: list[str] = []
+    for section, values in recipe.to_dict().items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f'"{k}" = {_toml_value(v)}' for k, v in value.items()) + "}"
+    return repr(value)

@@ -1,0 +1,332 @@
+"""The records batchtune writes and reads, and the results store that holds them.
+
+Layout of a results directory (documented in docs/formats.md)::
+
+    manifest.json              the recipe the probe ran with (checked on resume)
+    runs/<run_id>/steps.jsonl  one StepRecord per line, appended as training goes
+    runs/<run_id>/run.json     the RunRecord, written atomically when the run ends
+    throughput.jsonl           ThroughputPoint lines (generation and training timings)
+    plots/                     PNG figures
+
+A run is finished exactly when its run.json exists. A run without one is redone from scratch on
+resume; its stale steps file is kept beside it (renamed), so nothing is lost. Writers of one run hold
+an exclusive lock on ``runs/<run_id>/.lock``, so two processes on one directory never write the same
+run; appends to throughput.jsonl are single ``write`` calls under a lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from batchtune.errors import InputError
+
+RUN_STATUSES = (
+    "reached_target",  # stopped because the target was reached
+    "budget_exhausted",  # ran its whole sample budget without reaching the target (censored)
+    "stopped_outside_band",  # stopped early: clearly slower than the reference (censored)
+    "completed",  # an imported run: no stop reason known
+    "diverged",  # NaN or exploding loss
+    "oom",  # out of memory at this batch
+    "failed",  # the backend raised; message says why
+    "timeout",  # an external command ran past its timeout
+)
+FAILED_STATUSES = ("diverged", "oom", "failed", "timeout")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One optimiser step of one run. Cumulative counters are totals since the run began."""
+
+    run_id: str
+    step: int
+    samples: int  # responses consumed so far (RL) or tokens (pre-training)
+    tokens: int  # generated (RL) or trained (pre-training) tokens so far
+    lr: float  # actor LR used at this step, after warmup
+    prompts: int  # P of the run
+    group_size: int  # G of the run
+    seed: int
+    metrics: dict[str, float] = field(default_factory=dict)  # reward, eval_reward, loss, kl, ...
+    grad_norm: float | None = None  # actor, before clipping
+    critic_grad_norm: float | None = None  # PPO critic, before clipping
+    gen_s: float = 0.0  # seconds generating this step's rollouts
+    train_s: float = 0.0  # seconds in forward/backward/optimiser step
+    other_s: float = 0.0  # reward, reference log-probs, evaluation
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One training run of one candidate at one seed, written when it ends."""
+
+    run_id: str
+    candidate: str  # label shared by the seeds of one candidate, e.g. "P16xG8" or "P16xG8-fixedlr"
+    prompts: int
+    group_size: int
+    seed: int
+    lr: float  # the (peak) actor LR this run used
+    lr_rule: str  # sqrt | linear | none | table | given (imported or explicit)
+    base_lr: float
+    reference_batch: int  # total responses that base_lr belongs to
+    status: str
+    reason: str = ""
+    steps: int = 0
+    samples: int = 0
+    tokens: int = 0
+    wall_s: float = 0.0
+    gen_s: float = 0.0
+    train_s: float = 0.0
+    other_s: float = 0.0
+    critic_lr: float | None = None
+    backend: str = ""
+    source: str = "probe"  # probe | a file it was imported from
+    finished_at: float = 0.0  # unix time
+
+    @property
+    def batch_responses(self) -> int:
+        return self.prompts * self.group_size
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    """One measured point of generation or training throughput."""
+
+    kind: str  # generation | training
+    backend: str
+    mode: str  # generation: fixed (EOS ignored) | eos; training: train
+    concurrency: int  # generation: responses in flight; training: batch in responses
+    status: str = "ok"  # ok | oom | failed
+    responses_per_s: float = 0.0
+    output_tokens_per_s: float = 0.0
+    step_latency_s: float = 0.0  # generation: time for the whole batch; training: step time
+    step_latency_spread_s: float = 0.0  # (max - min) / 2 over repeats
+    peak_mem_bytes: int = 0
+    preemptions: int = 0
+    repeats: int = 0
+    prompt_tokens: int = 0
+    max_new_tokens: int = 0
+    mean_output_tokens: float = 0.0
+    model: str = ""
+    hardware: str = ""
+    message: str = ""
+    profile_id: str = ""
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as strings so every line stays standard JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _restore(value: Any) -> Any:
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _restore(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore(v) for v in value]
+    return value
+
+
+def to_json(record: Any) -> str:
+    return json.dumps(_clean(dataclasses.asdict(record)), sort_keys=True)
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    data = _restore(data)
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.name not in data
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise InputError(f"{where}: record lacks {', '.join(missing)}")
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so readers see the old or the new file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read JSON lines; a torn last line (a crash mid-write) is skipped, any other bad line is an error."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    rows: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise InputError(f"{path}:{i + 1} is not valid JSON") from None
+    return rows
+
+
+@contextlib.contextmanager
+def _locked(path: Path, blocking: bool = True) -> Iterator[bool]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        flags = fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, flags)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+class RunWriter:
+    """Appends the steps of one claimed run and seals it with its RunRecord."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self._fh = open(run_dir / "steps.jsonl", "a")
+
+    def append(self, step: StepRecord) -> None:
+        self._fh.write(to_json(step) + "\n")
+        self._fh.flush()
+
+    def finish(self, record: RunRecord) -> None:
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        if not record.finished_at:
+            record = dataclasses.replace(record, finished_at=time.time())
+        atomic_write_text(self.run_dir / "run.json", to_json(record) + "\n")
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+
+class ResultsStore:
+    """A results directory: append-only, atomic, resumable (see the module docstring)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.runs_dir = self.root / "runs"
+        self.plots_dir = self.root / "plots"
+
+    # ---- manifest -------------------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        if not self.manifest_path.exists():
+            return None
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except json.JSONDecodeError:
+            raise InputError(f"{self.manifest_path} is corrupt; move it away to start over") from None
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        atomic_write_text(self.manifest_path, json.dumps(_clean(manifest), indent=2) + "\n")
+
+    # ---- runs ----------------------------------------------------------------------------
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / run_id
+
+    def is_finished(self, run_id: str) -> bool:
+        return (self.run_dir(run_id) / "run.json").exists()
+
+    @contextlib.contextmanager
+    def claim(self, run_id: str) -> Iterator[RunWriter | None]:
+        """Claim a run for writing. Yields None if it is finished or another process holds it.
+
+        A stale steps file left by a crashed attempt is renamed aside, never deleted.
+        """
+        run_dir = self.run_dir(run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with _locked(run_dir / ".lock", blocking=False) as got:
+            if not got or self.is_finished(run_id):
+                yield None
+                return
+            steps = run_dir / "steps.jsonl"
+            if steps.exists() and steps.stat().st_size:
+                steps.rename(run_dir / f"steps.stale-{time.strftime('%Y%m%dT%H%M%S')}.jsonl")
+            writer = RunWriter(run_dir)
+            try:
+                yield writer
+            finally:
+                writer.close()
+
+    def runs(self) -> list[RunRecord]:
+        if not self.runs_dir.exists():
+            return []
+        out = []
+        for path in sorted(self.runs_dir.glob("*/run.json")):
+            try:
+                data = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                raise InputError(f"{path} is corrupt; delete that run's folder to redo it") from None
+            out.append(from_dict(RunRecord, data, str(path)))
+        return out
+
+    def steps(self, run_id: str) -> list[StepRecord]:
+        path = self.run_dir(run_id) / "steps.jsonl"
+        return [from_dict(StepRecord, row, f"{path}") for row in read_jsonl(path)]
+
+    def add_finished_run(self, record: RunRecord, steps: list[StepRecord]) -> bool:
+        """Store a whole run at once (imports). Returns False if it was already there."""
+        with self.claim(record.run_id) as writer:
+            if writer is None:
+                return False
+            for step in steps:
+                writer.append(step)
+            writer.finish(record)
+            return True
+
+    # ---- throughput ----------------------------------------------------------------------
+    @property
+    def throughput_path(self) -> Path:
+        return self.root / "throughput.jsonl"
+
+    def append_throughput(self, points: list[ThroughputPoint]) -> None:
+        if not points:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        text = "".join(to_json(p) + "\n" for p in points)
+        with _locked(self.root / ".throughput.lock"), open(self.throughput_path, "a") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def throughput(self) -> list[ThroughputPoint]:
+        path = self.throughput_path
+        return [from_dict(ThroughputPoint, row, str(path)) for row in read_jsonl(path)]
+
+    def exists(self) -> bool:
+        return self.manifest_path.exists() or self.runs_dir.exists() or self.throughput_path.exists()
