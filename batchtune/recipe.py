@@ -43,6 +43,8 @@ class ModelConfig:
     num_kv_heads: int = 4
     max_position_embeddings: int = 256
     pretrain_steps: int = 200  # supervised warm start of the tiny model so RL has signal
+    pretrain_lr: float = 3e-3  # AdamW LR of that warm start (fixed seed, cached, shared by all runs)
+    pretrain_batch: int = 64  # examples per warm-start step
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class AlgorithmConfig:
     critic_lr: float = 0.0  # PPO critic base LR; 0 = same as the actor's base LR
     critic_lr_rule: str = ""  # PPO critic scaling rule; "" = the actor's rule
     value_clip: float = 0.2
+    # responses per forward/backward pass (gradient accumulation; changes memory, not the maths);
+    # 0 = a whole mini-batch at once
+    micro_batch_responses: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,13 @@ class GenerationConfig:
     max_num_seqs: int = 0  # vLLM cap; 0 = the largest concurrency in the sweep
     train_batches: list[int] = field(default_factory=lambda: [8, 16, 32, 64])  # responses
     other_s_per_step: float = 0.0  # reward, reference log-probs, weight sync not measured
+    # eos mode: each response's length is drawn as min(Geometric(eos_stop_prob), max_new_tokens) and
+    # the engine stops it there (a long tail, as RL responses have); 0 = the model's own EOS, which a
+    # random-weights model almost never emits. fixed mode ignores EOS whatever this says.
+    eos_stop_prob: float = 0.02
+    random_weights: bool = False  # build the model from its config.json alone (vLLM load_format="dummy")
+    enforce_eager: bool = False  # vLLM: no CUDA graphs (faster start, slower decode)
+    seed: int = 0  # prompts, lengths and sampling of the profile
 
 
 @dataclass(frozen=True)
@@ -146,6 +158,7 @@ class HardwareConfig:
     hbm_bytes_per_s: float = 0.0
     num_gpus: int = 1
     threads: int = 0  # torch CPU threads per worker; 0 = torch's default
+    memory_bytes: float = 0.0  # device memory override for the roofline; 0 = from the known table
 
 
 @dataclass(frozen=True)
@@ -313,6 +326,10 @@ def _validate(recipe: Recipe) -> list[str]:
         errors.append("generation.modes: each must be 'fixed' or 'eos'")
     if not 0 < g.gpu_memory_utilization <= 1:
         errors.append("generation.gpu_memory_utilization: must lie in (0, 1]")
+    if not 0 <= g.eos_stop_prob < 1:
+        errors.append("generation.eos_stop_prob: must lie in [0, 1) (0 = the model's own EOS)")
+    if g.prompt_tokens < 1 or g.max_new_tokens < 1:
+        errors.append("generation.prompt_tokens and max_new_tokens: must be at least 1")
     if recipe.lr_scaling.rule == "table" and not recipe.lr_scaling.table:
         errors.append("lr_scaling.table: rule 'table' needs {\"N\" = lr, ...} entries")
     if recipe.backend.training == "command" and not recipe.backend.command:
@@ -363,9 +380,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     data: dict[str, Any] = {}
     source = ""
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise RecipeError(f"recipe {p} not found; `batchtune recipes` lists the shipped ones")
+        p = resolve_recipe_path(str(path))
         try:
             data = tomllib.loads(p.read_text())
         except tomllib.TOMLDecodeError as exc:
@@ -396,3 +411,33 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f'"{k}" = {_toml_value(v)}' for k, v in value.items()) + "}"
     return repr(value)
+
+
+DEFAULT_RECIPE = "tiny-grpo"
+
+
+def shipped_recipes() -> dict[str, Path]:
+    """Recipes that ship with batchtune (the repository's recipes/ folder), by name."""
+    from importlib import resources
+
+    try:
+        root = resources.files("batchtune.recipes")
+    except ModuleNotFoundError:  # pragma: no cover - a broken install
+        return {}
+    return {
+        Path(str(entry)).stem: Path(str(entry)) for entry in root.iterdir() if str(entry).endswith(".toml")
+    }
+
+
+def resolve_recipe_path(arg: str | None) -> Path:
+    """A path, or the name of a shipped recipe (``tiny-grpo``); None means the default recipe."""
+    name = arg or DEFAULT_RECIPE
+    path = Path(name)
+    if path.is_file():
+        return path
+    shipped = shipped_recipes()
+    key = path.stem if path.suffix == ".toml" else name
+    if key in shipped and (arg is None or path.parent == Path(".") or path.parent.name == "recipes"):
+        return shipped[key]
+    known = ", ".join(sorted(shipped)) or "none found"
+    raise RecipeError(f"recipe {name!r} not found: give a TOML file or a shipped name ({known})")

@@ -1,0 +1,323 @@
+"""The `batchtune` command line. Each command parses, calls one function, renders; errors become one
+line on stderr and a non-zero exit here, and only here. Heavy modules are imported inside commands so
+that `batchtune --help` starts without torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from batchtune import __version__
+from batchtune.errors import BatchtuneError
+
+app = typer.Typer(
+    name="batchtune",
+    help=(
+        "Find the batch size, learning rate and generation concurrency that reach your target "
+        "quality soonest: time-to-target = samples-to-target / end-to-end throughput.\n\n"
+        "Start with `batchtune tune` (the built-in tiny GRPO default, a few minutes on CPU), or "
+        "`batchtune recommend --measurements FILE` on numbers you already have."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+recipes_app = typer.Typer(help="List, show, copy and validate recipes.", no_args_is_help=True)
+app.add_typer(recipes_app, name="recipes")
+
+def _console(stderr: bool = False) -> Console:
+    """Wide tables stay readable in logs and CI, where there is no terminal to measure."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=150)
+
+
+console = _console()
+err_console = Console(stderr=True, width=400)
+
+RecipeArg = Annotated[
+    str | None,
+    typer.Argument(help="Recipe TOML file or shipped recipe name (default: tiny-grpo).", show_default=False),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override a recipe value, e.g. --set optimizer.lr=3e-4 (repeatable)."),
+]
+ResultsOpt = Annotated[
+    str | None,
+    typer.Option("--results", "-r", help="Results directory (default: the recipe's run.results_dir)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead.")]
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn expected failures into one line on stderr and an exit code; nothing else prints a trace."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BatchtuneError as exc:
+            err_console.print(f"[red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted: rerun the same command to resume; finished runs are kept")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _recipe(recipe: str | None, overrides: list[str] | None, results: str | None):
+    from batchtune.probe import replace_results_dir
+    from batchtune.recipe import load_recipe
+
+    return replace_results_dir(load_recipe(recipe, overrides or []), results)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        console.print(f"batchtune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    pass
+
+
+@app.command()
+@handle_errors
+def probe(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: ResultsOpt = None,
+    workers: Annotated[int | None, typer.Option(help="Parallel local processes (run.workers).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Short LR-scaled training runs at each candidate batch; find the critical training batch.
+
+    Runs the reference (smallest) batch first, then the rest, stopping each run at the target, at its
+    sample budget, or as soon as it is clearly slower than the reference. Interrupted? Rerun the same
+    command: finished runs are kept and not redone.
+    """
+    overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
+    cfg = _recipe(recipe, overrides, results)
+    from batchtune.probe import run_probe
+    from batchtune.progress import probe_progress
+    from batchtune.report import render_efficiency
+
+    with probe_progress(console, enabled=not json_out) as progress:
+        result = run_probe(cfg, progress=progress)
+    if json_out:
+        from batchtune.serialize import efficiency_to_dict
+
+        _print_json(
+            {
+                "results_dir": str(cfg.run.results_dir),
+                "runs_done": result.runs_done,
+                "runs_reused": result.runs_skipped,
+                "wall_s": result.wall_s,
+                "plot": str(result.plot_path) if result.plot_path else None,
+                **efficiency_to_dict(result.efficiency),
+            }
+        )
+        return
+    console.print(
+        f"{result.runs_done} run(s) done, {result.runs_skipped} reused from {cfg.run.results_dir} "
+        f"in {result.wall_s:.0f} s"
+    )
+    render_efficiency(console, result.efficiency)
+    if result.plot_path:
+        console.print(f"Learning curves: {result.plot_path}")
+
+
+@app.command("profile-gen")
+@handle_errors
+def profile_gen(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: ResultsOpt = None,
+    hardware: Annotated[
+        str | None, typer.Option(help="Known GPU for the roofline (H200, H100-SXM, ...); default: detect.")
+    ] = None,
+    roofline_only: Annotated[
+        bool, typer.Option("--roofline-only", help="Predict from the roofline alone; run no engine.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure generation throughput against concurrency and training time per step on this machine.
+
+    Sweeps responses in flight over the recipe's grid (fixed-length and EOS modes), finds the critical
+    generation batch (the knee: one more doubling buys less than the threshold), compares each point
+    with the roofline bound, and times optimiser steps against batch. Out-of-memory points are recorded
+    as the ceiling.
+    """
+    overrides = list(set_ or []) + ([f"hardware.name={hardware}"] if hardware else [])
+    cfg = _recipe(recipe, overrides, results)
+    from batchtune.profile_cli import run_profile_command
+
+    run_profile_command(cfg, console, json_out=json_out, roofline_only=roofline_only)
+
+
+@app.command()
+@handle_errors
+def recommend(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: ResultsOpt = None,
+    measurements: Annotated[
+        Path | None,
+        typer.Option("--measurements", "-m", help="A measurements TOML file instead of a results dir."),
+    ] = None,
+    throughput: Annotated[
+        str, typer.Option(help="Where Θ comes from: auto | profile | probe (auto: profile if any).")
+    ] = "auto",
+    emit: Annotated[
+        str | None, typer.Option(help="Print the winner as trainer config: verl | trl | openrlhf.")
+    ] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs the trainer runs on (for --emit divisibility checks).")] = 8,
+    json_out: JsonOpt = False,
+) -> None:
+    """Rank every candidate by predicted time-to-target and print the winner, the reasons, and the config.
+
+    Reads a results directory (probe runs, imported logs, a generation profile) or a measurements file
+    (`--measurements`, see docs/formats.md). T(B) = R(B) / Θ(B), normalised to the reference batch.
+    """
+    from batchtune.workflow import recommend_from_args
+
+    rec, emitted, emitted_values = recommend_from_args(
+        recipe, set_ or [], results, measurements, throughput, emit, gpus
+    )
+    _show_recommendation(rec, emitted, emitted_values, json_out)
+
+
+def _show_recommendation(rec: Any, emitted: str | None, emitted_values: Any, json_out: bool) -> None:
+    if json_out:
+        data = rec.to_dict()
+        if emitted is not None:
+            data["emitted"] = {"text": emitted, "values": emitted_values}
+        _print_json(data)
+        return
+    from batchtune.report import render_probe_cost, render_recommendation
+
+    render_recommendation(console, rec, emitted)
+    if rec.efficiency.total_samples:
+        render_probe_cost(console, rec.efficiency, rec)
+
+
+@app.command()
+@handle_errors
+def tune(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: ResultsOpt = None,
+    emit: Annotated[str | None, typer.Option(help="Also print trainer config: verl|trl|openrlhf.")] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs for --emit divisibility checks.")] = 8,
+    json_out: JsonOpt = False,
+) -> None:
+    """Probe, profile and recommend in a row (the whole measurement on one recipe).
+
+    With no recipe it runs the built-in default: a tiny Llama on a built-in task, on CPU, in minutes.
+    """
+    cfg = _recipe(recipe, list(set_ or []), results)
+    from batchtune.probe import run_probe
+    from batchtune.profile_cli import run_profile_command
+    from batchtune.progress import probe_progress
+    from batchtune.report import render_efficiency
+    from batchtune.workflow import recommend_for_recipe
+
+    if not json_out:
+        console.rule("1/3 probe: sample efficiency")
+    with probe_progress(console, enabled=not json_out) as progress:
+        result = run_probe(cfg, progress=progress)
+    if not json_out:
+        render_efficiency(console, result.efficiency)
+        if result.plot_path:
+            console.print(f"Learning curves: {result.plot_path}")
+        console.rule("2/3 profile-gen: system efficiency")
+    run_profile_command(cfg, console, json_out=json_out, quiet_json=True)
+    if not json_out:
+        console.rule("3/3 recommend: time-to-target")
+    rec, emitted, values = recommend_for_recipe(cfg, "auto", emit, gpus)
+    _show_recommendation(rec, emitted, values, json_out)
+
+
+@recipes_app.command("list")
+@handle_errors
+def recipes_list() -> None:
+    """The recipes that ship with batchtune, with the first line of each header."""
+    from rich.table import Table
+
+    from batchtune.recipe import shipped_recipes
+
+    table = Table(title="Shipped recipes (use the name or a path)")
+    table.add_column("name")
+    table.add_column("what it is for")
+    for name, path in sorted(shipped_recipes().items()):
+        first = next(
+            (ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), ""
+        )
+        table.add_row(name, first)
+    console.print(table)
+
+
+@recipes_app.command("show")
+@handle_errors
+def recipes_show(recipe: RecipeArg = None, set_: SetOpt = None) -> None:
+    """Print a recipe with every default filled in (after --set overrides)."""
+    from batchtune.recipe import load_recipe, recipe_to_toml
+
+    sys.stdout.write(recipe_to_toml(load_recipe(recipe, set_ or [])))
+
+
+@recipes_app.command("validate")
+@handle_errors
+def recipes_validate(recipe: Annotated[str, typer.Argument(help="Recipe file or name.")]) -> None:
+    """Check a recipe: unknown keys, wrong types and bad values are reported together."""
+    from batchtune.recipe import load_recipe
+
+    cfg = load_recipe(recipe)
+    console.print(f"[green]ok[/] {cfg.source}")
+
+
+@recipes_app.command("cp")
+@handle_errors
+def recipes_cp(
+    name: Annotated[str, typer.Argument(help="Shipped recipe name.")],
+    dest: Annotated[Path, typer.Argument(help="Where to write the copy.")],
+) -> None:
+    """Copy a shipped recipe to edit it."""
+    from batchtune.errors import InputError
+    from batchtune.recipe import resolve_recipe_path
+
+    src = resolve_recipe_path(name)
+    if dest.is_dir():
+        dest = dest / src.name
+    if dest.exists():
+        raise InputError(f"{dest} exists; choose another name")
+    dest.write_text(src.read_text())
+    console.print(f"wrote {dest}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

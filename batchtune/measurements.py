@@ -1,0 +1,215 @@
+"""Measurements files: what a user measured elsewhere, written down for `batchtune recommend`.
+
+A TOML file with a ``[study]`` table and one ``[[candidate]]`` table per candidate (see
+docs/formats.md and recipes/hunyuan-grpo-measurements.toml). Per candidate: P, G, the LR or its rule,
+samples-to-target (a number, optionally with a CI, or curves per seed), and throughput (responses/s,
+per-step seconds, or a ratio to the reference's throughput).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from batchtune.analysis.curves import estimate_from_value, estimate_over_seeds, samples_to_target
+from batchtune.analysis.efficiency import CandidateEfficiency
+from batchtune.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+_NUM = (int, float)
+STUDY_KEYS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "metric": (str,),
+    "target": _NUM,
+    "higher_is_better": (bool,),
+    "tolerance": _NUM,
+    "confidence": _NUM,
+    "ema_alpha": _NUM,
+    "reference": (str,),
+    "unit": (str,),
+    "source": (str,),
+    "algorithm": (str,),
+}
+CANDIDATE_KEYS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "prompts": (int,),
+    "group_size": (int,),
+    "lr": _NUM,
+    "lr_rule": (str,),
+    "critic_lr": _NUM,
+    "samples_to_target": _NUM,
+    "samples_ci": (list,),
+    "curve": (list,),
+    "responses_per_s": _NUM,
+    "throughput_ratio": _NUM,
+    "gen_s_per_step": _NUM,
+    "train_s_per_step": _NUM,
+    "other_s_per_step": _NUM,
+    "note": (str,),
+}
+CURVE_KEYS: dict[str, tuple[type, ...]] = {"seed": (int,), "samples": (list,), "metric": (list,)}
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    metric: str
+    target: float
+    higher_is_better: bool
+    tolerance: float
+    confidence: float
+    reference: str
+    unit: str
+    source: str
+
+
+@dataclass(frozen=True)
+class MeasuredCandidate:
+    efficiency: CandidateEfficiency
+    responses_per_s: float | None  # absolute end-to-end throughput, when known
+    throughput_ratio: float | None  # relative to the reference, when only that is known
+    critic_lr: float | None
+    note: str
+
+
+@dataclass(frozen=True)
+class Measurements:
+    study: Study
+    candidates: tuple[MeasuredCandidate, ...]
+    path: str
+
+
+def _check(table: dict[str, Any], schema: dict[str, tuple[type, ...]], where: str, errors: list[str]) -> None:
+    for key, value in table.items():
+        if key not in schema:
+            errors.append(f"{where}.{key}: unknown key (known: {', '.join(sorted(schema))})")
+        elif isinstance(value, bool) and bool not in schema[key]:
+            errors.append(f"{where}.{key}: expected a number, got {value!r}")
+        elif not isinstance(value, schema[key]):
+            errors.append(f"{where}.{key}: wrong type {type(value).__name__}")
+
+
+def load_measurements(path: str | Path) -> Measurements:
+    """Parse and validate a measurements file; every problem is reported at once."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"measurements file {p} not found")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{p} is not valid TOML: {exc}") from None
+    errors: list[str] = []
+    for key in data:
+        if key not in ("study", "candidate"):
+            errors.append(f"{key}: unknown table (expected [study] and [[candidate]])")
+    study_raw = data.get("study", {})
+    _check(study_raw, STUDY_KEYS, "study", errors)
+    cands_raw = data.get("candidate", [])
+    if not isinstance(cands_raw, list) or len(cands_raw) < 2:
+        errors.append("candidate: needs at least two [[candidate]] tables")
+        cands_raw = []
+    for i, c in enumerate(cands_raw):
+        where = f"candidate[{i}]"
+        _check(c, CANDIDATE_KEYS, where, errors)
+        for key in ("prompts", "group_size"):
+            if key not in c:
+                errors.append(f"{where}.{key}: required")
+        has_r = "samples_to_target" in c or "curve" in c
+        if not has_r:
+            errors.append(f"{where}: give samples_to_target or curve")
+        if not any(k in c for k in ("responses_per_s", "throughput_ratio", "gen_s_per_step")):
+            errors.append(f"{where}: give responses_per_s, throughput_ratio or gen_s_per_step")
+        for j, curve in enumerate(c.get("curve", []) if isinstance(c.get("curve"), list) else []):
+            if not isinstance(curve, dict):
+                errors.append(f"{where}.curve[{j}]: expected a table")
+                continue
+            _check(curve, CURVE_KEYS, f"{where}.curve[{j}]", errors)
+            s, m = curve.get("samples", []), curve.get("metric", [])
+            if len(s) != len(m) or not s:
+                errors.append(f"{where}.curve[{j}]: samples and metric need the same non-zero length")
+        if any(c.get(k, 1) <= 0 for k in ("prompts", "group_size", "samples_to_target", "responses_per_s")):
+            errors.append(f"{where}: prompts, group_size, samples_to_target, responses_per_s must be > 0")
+    if any("curve" in c for c in cands_raw) and "target" not in study_raw:
+        errors.append("study.target: required when a candidate gives curves")
+    if errors:
+        raise InputError(f"{len(errors)} problem(s) in {p}: " + "; ".join(errors))
+
+    study = Study(
+        name=study_raw.get("name", p.stem),
+        metric=study_raw.get("metric", "metric"),
+        target=float(study_raw.get("target", math.nan)),
+        higher_is_better=study_raw.get("higher_is_better", True),
+        tolerance=float(study_raw.get("tolerance", 0.1)),
+        confidence=float(study_raw.get("confidence", 0.9)),
+        reference=study_raw.get("reference", ""),
+        unit=study_raw.get("unit", "responses"),
+        source=study_raw.get("source", ""),
+    )
+    out = [_candidate(c, study, float(study_raw.get("ema_alpha", 0.5)), p) for c in cands_raw]
+    labels = [m.efficiency.label for m in out]
+    if len(set(labels)) != len(labels):
+        raise InputError(f"{p}: candidate names repeat ({', '.join(labels)}); give each a distinct name")
+    if study.reference and study.reference not in labels:
+        raise InputError(f"{p}: study.reference {study.reference!r} names no candidate ({', '.join(labels)})")
+    return Measurements(study=study, candidates=tuple(out), path=str(p))
+
+
+def _candidate(c: dict[str, Any], study: Study, ema_alpha: float, path: Path) -> MeasuredCandidate:
+    rule = c.get("lr_rule", "given")
+    fixed = rule == "none"
+    name = c.get("name") or f"P{c['prompts']}xG{c['group_size']}" + ("-fixedlr" if fixed else "")
+    if "curve" in c:
+        crossings = [
+            samples_to_target(
+                np.asarray(cv["samples"], float),
+                np.asarray(cv["metric"], float),
+                study.target,
+                higher_is_better=study.higher_is_better,
+                ema_alpha=ema_alpha,
+            )
+            for cv in c["curve"]
+        ]
+        estimate = estimate_over_seeds(crossings, confidence=study.confidence)
+    else:
+        ci = c.get("samples_ci")
+        if ci is not None and (len(ci) != 2 or not ci[0] <= c["samples_to_target"] <= ci[1]):
+            raise InputError(f"{path}: {name}.samples_ci must be [low, high] around samples_to_target")
+        estimate = estimate_from_value(float(c["samples_to_target"]), tuple(ci) if ci else None)
+    keys = ("gen_s_per_step", "train_s_per_step", "other_s_per_step")
+    gen, train, other = (float(c.get(k, 0.0)) for k in keys)
+    rps = c.get("responses_per_s")
+    if rps is None and gen + train + other > 0:
+        rps = c["prompts"] * c["group_size"] / (gen + train + other)
+    eff = CandidateEfficiency(
+        label=name,
+        prompts=c["prompts"],
+        group_size=c["group_size"],
+        lr=float(c.get("lr", math.nan)),
+        lr_rule=rule,
+        family="fixed_lr" if fixed else "main",
+        estimate=estimate,
+        verdict=None,
+        n_runs=max(1, len(c.get("curve", []))),
+        failures=(),
+        gen_s_per_step=gen,
+        train_s_per_step=train,
+        other_s_per_step=other,
+        samples_consumed=0,
+        wall_s=0.0,
+    )
+    return MeasuredCandidate(
+        efficiency=eff,
+        responses_per_s=float(rps) if rps is not None else None,
+        throughput_ratio=float(c["throughput_ratio"]) if "throughput_ratio" in c else None,
+        critic_lr=float(c["critic_lr"]) if "critic_lr" in c else None,
+        note=c.get("note", ""),
+    )

@@ -1,0 +1,93 @@
+"""The candidates a probe runs: P x G at LRs from the recipe's scaling rule (METHOD.md §3.1, §3.2).
+
+Three families: the main sweep of prompts P at fixed group size G; an optional sweep of G at fixed
+total responses P*G (does the task follow N, the total responses?); optional fixed-LR controls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchtune.backends.spec import Candidate
+from batchtune.errors import RecipeError
+from batchtune.lr import scaled_lr
+from batchtune.recipe import Recipe
+
+
+@dataclass(frozen=True)
+class Plan:
+    candidates: tuple[Candidate, ...]
+    reference: str  # label of the reference candidate (the smallest batch of the main sweep)
+    reference_batch: int  # total responses the base LR belongs to
+    main: tuple[str, ...]  # labels of the main sweep, ascending in batch
+    group_sweep: tuple[str, ...]
+    fixed_lr: tuple[str, ...]
+
+    def by_label(self) -> dict[str, Candidate]:
+        return {c.label: c for c in self.candidates}
+
+
+def label(prompts: int, group_size: int, fixed_lr: bool = False) -> str:
+    return f"P{prompts}xG{group_size}" + ("-fixedlr" if fixed_lr else "")
+
+
+def _table(recipe: Recipe) -> dict[int, float]:
+    table: dict[int, float] = {}
+    for key, value in recipe.lr_scaling.table.items():
+        try:
+            table[int(key)] = float(value)
+        except ValueError:
+            raise RecipeError(f"lr_scaling.table: key {key!r} is not a batch in responses") from None
+    return table
+
+
+def plan_candidates(recipe: Recipe) -> Plan:
+    c = recipe.candidates
+    g = c.group_size
+    prompts = sorted(set(c.prompts))
+    n_ref = recipe.lr_scaling.reference_batch or prompts[0] * g
+    rule = recipe.lr_scaling.rule
+    table = _table(recipe)
+    base = recipe.optimizer.lr
+    critic_base = recipe.algorithm.critic_lr or base
+    critic_rule = recipe.algorithm.critic_lr_rule or rule
+    is_ppo = recipe.algorithm.name == "ppo"
+
+    def make(p: int, gs: int, fixed: bool = False) -> Candidate:
+        n = p * gs
+        lr = base if fixed else scaled_lr(base, n, n_ref, rule, table)
+        critic = None
+        if is_ppo:
+            critic = critic_base if fixed else scaled_lr(critic_base, n, n_ref, critic_rule, table)
+        return Candidate(
+            label=label(p, gs, fixed),
+            prompts=p,
+            group_size=gs,
+            lr=lr,
+            lr_rule="none" if fixed else rule,
+            critic_lr=critic,
+            fixed_lr=fixed,
+        )
+
+    main = [make(p, g) for p in prompts]
+    sweep: list[Candidate] = []
+    if c.group_sweep_total:
+        for gs in sorted(set(c.group_sweep_sizes)):
+            sweep.append(make(c.group_sweep_total // gs, gs))
+    fixed = [make(p, g, fixed=True) for p in sorted(set(c.fixed_lr_prompts))]
+
+    seen: dict[str, Candidate] = {}
+    for cand in [*main, *sweep, *fixed]:
+        seen.setdefault(cand.label, cand)
+    return Plan(
+        candidates=tuple(seen.values()),
+        reference=main[0].label,
+        reference_batch=n_ref,
+        main=tuple(x.label for x in main),
+        group_sweep=tuple(x.label for x in sweep),
+        fixed_lr=tuple(x.label for x in fixed),
+    )
+
+
+def run_id(candidate: Candidate, seed: int) -> str:
+    return f"{candidate.label}-s{seed}"

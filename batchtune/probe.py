@@ -1,0 +1,383 @@
+"""`batchtune probe`: short LR-scaled training runs at several batches, resumable (METHOD.md §3, §7).
+
+Order of work: the reference candidate first (all seeds), so every other run can stop as soon as it is
+clearly outside the reference's tolerance band; then the rest, in local processes or on Ray. Each run
+streams StepRecords into the results store; a run is finished when its run.json exists, so a probe
+killed at any moment (even kill -9) and rerun redoes only unfinished runs, with the same answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from batchtune import backends
+from batchtune.analysis.curves import samples_to_target
+from batchtune.analysis.efficiency import RunData, SampleEfficiency, analyse_runs
+from batchtune.backends.spec import Candidate, RunFailed, RunSpec
+from batchtune.errors import AnalysisError, InputError
+from batchtune.plan import Plan, plan_candidates, run_id
+from batchtune.recipe import Recipe, recipe_from_dict
+from batchtune.records import ResultsStore, RunRecord
+
+# Recipe sections whose change makes earlier runs incomparable with new ones.
+_RUN_DEFINING = ("model", "task", "algorithm", "optimizer", "lr_scaling", "nqm", "target")
+_RUN_DEFINING_KEYS = {
+    "backend": ("training", "command"),
+    "generation": ("max_new_tokens", "temperature", "top_p"),
+    "budget": ("max_samples",),
+}
+
+ProgressFn = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class StopPolicy:
+    metric: str
+    target: float
+    higher_is_better: bool
+    ema_alpha: float
+    max_samples: int
+    stop_at_target: bool
+    band_samples: float  # stop when past this many samples without reaching the target; inf = never
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    plan: Plan
+    efficiency: SampleEfficiency
+    runs_done: int  # runs executed by this invocation
+    runs_skipped: int  # finished earlier and reused
+    wall_s: float
+    plot_path: Path | None
+
+
+def _defining(recipe: Recipe) -> dict[str, Any]:
+    data = recipe.to_dict()
+    out: dict[str, Any] = {k: data[k] for k in _RUN_DEFINING}
+    for section, keys in _RUN_DEFINING_KEYS.items():
+        out[section] = {k: data[section][k] for k in keys}
+    return out
+
+
+def check_manifest(store: ResultsStore, recipe: Recipe) -> None:
+    """Write the manifest, or refuse to mix runs of a different recipe into an existing directory."""
+    manifest = store.read_manifest()
+    if manifest is None:
+        store.write_manifest({"recipe": recipe.to_dict(), "source": recipe.source, "created": time.time()})
+        return
+    try:
+        old = recipe_from_dict(manifest["recipe"])
+    except Exception:  # an older or hand-edited manifest: compare what we can
+        old = None
+    if old is not None and _defining(old) != _defining(recipe):
+        diffs = [
+            f"{sec}.{key}"
+            for sec, values in _defining(recipe).items()
+            for key, value in values.items()
+            if _defining(old)[sec].get(key) != value
+        ]
+        raise InputError(
+            f"{store.root} holds a probe of a different recipe (changed: {', '.join(diffs[:6])}); "
+            "use another --results directory, or delete it to start over"
+        )
+
+
+def _stop_policy(recipe: Recipe, band_samples: float) -> StopPolicy:
+    t = recipe.target
+    return StopPolicy(
+        metric=t.metric,
+        target=t.value,
+        higher_is_better=t.higher_is_better,
+        ema_alpha=t.ema_alpha,
+        max_samples=recipe.budget.max_samples,
+        stop_at_target=recipe.budget.stop_at_target,
+        band_samples=band_samples if recipe.budget.stop_outside_band else math.inf,
+    )
+
+
+def execute_run(
+    recipe: Recipe,
+    results_dir: str,
+    candidate: Candidate,
+    seed: int,
+    base_lr: float,
+    reference_batch: int,
+    policy: StopPolicy,
+    events: Any = None,
+) -> RunRecord | None:
+    """Run one candidate at one seed into the store. Returns None if it was finished or taken.
+
+    Runs in the caller's process or in a worker; ``events`` is a queue-like object with ``put`` (or
+    a callable) that receives progress dicts.
+    """
+    store = ResultsStore(results_dir)
+    rid = run_id(candidate, seed)
+
+    def emit(kind: str, **info: Any) -> None:
+        if events is None:
+            return
+        payload = {"kind": kind, "run_id": rid, **info}
+        if callable(events):
+            events(kind, payload)
+        else:
+            events.put(payload)
+
+    with store.claim(rid) as writer:
+        if writer is None:
+            return None
+        spec = RunSpec(
+            run_id=rid,
+            candidate=candidate,
+            seed=seed,
+            recipe=recipe,
+            run_dir=store.run_dir(rid),
+            base_lr=base_lr,
+            reference_batch=reference_batch,
+        )
+        backend = backends.load("training", recipe.backend.training)()
+        emit("start", label=candidate.label, seed=seed)
+        t0 = time.perf_counter()
+        samples_seen: list[float] = []
+        values: list[float] = []
+        last = None
+        totals = {"gen_s": 0.0, "train_s": 0.0, "other_s": 0.0}
+        status, reason = "budget_exhausted", f"spent the budget of {policy.max_samples} samples"
+        stream = backend.train(spec)
+        try:
+            for step in stream:
+                writer.append(step)
+                last = step
+                for key in totals:
+                    totals[key] += getattr(step, key)
+                emit("step", samples=step.samples, max_samples=policy.max_samples)
+                value = step.metrics.get(policy.metric)
+                bad = [k for k, v in step.metrics.items() if not math.isfinite(v)]
+                if step.grad_norm is not None and not math.isfinite(step.grad_norm):
+                    bad.append("grad_norm")
+                if bad:
+                    status, reason = "diverged", f"{', '.join(bad)} not finite at step {step.step}"
+                    break
+                if value is not None:
+                    samples_seen.append(step.samples)
+                    values.append(value)
+                    if policy.stop_at_target:
+                        crossing = samples_to_target(
+                            samples_seen,
+                            values,
+                            policy.target,
+                            higher_is_better=policy.higher_is_better,
+                            ema_alpha=policy.ema_alpha,
+                        )
+                        if not crossing.censored:
+                            status = "reached_target"
+                            reason = f"reached the target at {crossing.samples_to_target:.0f} samples"
+                            break
+                if step.samples >= policy.band_samples:
+                    status = "stopped_outside_band"
+                    reason = (
+                        f"no target after {step.samples} samples, past the reference band "
+                        f"({policy.band_samples:.0f})"
+                    )
+                    break
+                if step.samples >= policy.max_samples:
+                    break
+        except RunFailed as exc:
+            status, reason = exc.status, exc.message
+        except MemoryError:
+            status, reason = "oom", "host out of memory"
+        except Exception as exc:  # a backend bug or a user's reward function: data, not a crash
+            status, reason = "failed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        finally:
+            stream.close()
+        record = RunRecord(
+            run_id=rid,
+            candidate=candidate.label,
+            prompts=candidate.prompts,
+            group_size=candidate.group_size,
+            seed=seed,
+            lr=candidate.lr,
+            lr_rule=candidate.lr_rule,
+            base_lr=base_lr,
+            reference_batch=reference_batch,
+            status=status,
+            reason=reason,
+            steps=last.step if last else 0,
+            samples=last.samples if last else 0,
+            tokens=last.tokens if last else 0,
+            wall_s=time.perf_counter() - t0,
+            critic_lr=candidate.critic_lr,
+            backend=recipe.backend.training,
+            **totals,
+        )
+        writer.finish(record)
+        emit("end", status=status, reason=reason)
+        return record
+
+
+def load_run_data(store: ResultsStore) -> list[RunData]:
+    return [RunData(rec, tuple(store.steps(rec.run_id))) for rec in store.runs()]
+
+
+def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None) -> SampleEfficiency:
+    runs = load_run_data(store)
+    if not runs:
+        raise InputError(f"{store.root} has no finished runs; run `batchtune probe` first")
+    families = None
+    if plan is not None:
+        families = {lab: "main" for lab in plan.main}
+        families.update({lab: "group_sweep" for lab in plan.group_sweep})
+        families.update({lab: "fixed_lr" for lab in plan.fixed_lr})
+    t = recipe.target
+    return analyse_runs(
+        runs,
+        metric=t.metric,
+        target=t.value,
+        higher_is_better=t.higher_is_better,
+        tolerance=t.tolerance,
+        ema_alpha=t.ema_alpha,
+        confidence=t.confidence,
+        reference=plan.reference if plan else None,
+        families=families,
+    )
+
+
+def _band_samples(store: ResultsStore, recipe: Recipe, plan: Plan) -> float:
+    """Samples past which a candidate is clearly outside the band: band_factor*(1+tol)*R_ref (upper CI)."""
+    try:
+        eff = analyse_store(store, recipe, plan)
+        est = eff.get(plan.reference).estimate
+    except (AnalysisError, KeyError):
+        return math.inf
+    if est is None or not math.isfinite(est.ci_high):
+        return math.inf
+    return recipe.budget.band_factor * (1 + recipe.target.tolerance) * est.ci_high
+
+
+def _run_many(
+    recipe: Recipe,
+    store: ResultsStore,
+    plan: Plan,
+    jobs: list[tuple[Candidate, int]],
+    policy: StopPolicy,
+    progress: ProgressFn | None,
+) -> int:
+    args = [
+        (recipe, str(store.root), cand, seed, recipe.optimizer.lr, plan.reference_batch, policy)
+        for cand, seed in jobs
+    ]
+    if not args:
+        return 0
+    workers = min(recipe.run.workers, len(args))
+    if recipe.run.executor == "ray":
+        return _run_ray(args, progress)
+    if workers == 1:
+        done = 0
+        for a in args:
+            done += execute_run(*a, events=progress) is not None
+        return done
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # fork after torch threads exist is unsafe
+    with ctx.Manager() as manager:
+        queue = manager.Queue()
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            pending: set[Future] = {pool.submit(execute_run, *a, events=queue) for a in args}
+            done = 0
+            while pending:
+                finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                _drain(queue, progress)
+                for fut in finished:
+                    done += fut.result() is not None
+            _drain(queue, progress)
+        return done
+
+
+def _drain(queue: Any, progress: ProgressFn | None) -> None:
+    while not queue.empty():
+        event = queue.get()
+        if progress is not None:
+            progress(event["kind"], event)
+
+
+def _run_ray(args: list[tuple], progress: ProgressFn | None) -> int:
+    """Each run a Ray task with one GPU when CUDA is asked for (optional extra `[ray]`)."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError("run.executor = 'ray' needs Ray: pip install 'batchtune[ray]'") from None
+    ray.init(ignore_reinit_error=True)
+    recipe: Recipe = args[0][0]
+    gpus = 1 if recipe.hardware.device == "cuda" else 0
+    remote = ray.remote(num_cpus=1, num_gpus=gpus)(execute_run)
+    refs = [remote.remote(*a) for a in args]
+    done = 0
+    for ref in refs:
+        rec = ray.get(ref)
+        done += rec is not None
+        if progress is not None and rec is not None:
+            progress("end", {"run_id": rec.run_id, "status": rec.status, "reason": rec.reason})
+    return done
+
+
+def run_probe(
+    recipe: Recipe, results_dir: str | Path | None = None, progress: ProgressFn | None = None
+) -> ProbeResult:
+    """Run (or resume) the probe of ``recipe`` into ``results_dir`` and analyse it."""
+    t0 = time.perf_counter()
+    store = ResultsStore(results_dir or recipe.run.results_dir)
+    check_manifest(store, recipe)
+    plan = plan_candidates(recipe)
+    seeds = recipe.budget.seeds
+    by_label = plan.by_label()
+    jobs = [(c, s) for c in plan.candidates for s in seeds]
+    todo = [(c, s) for c, s in jobs if not store.is_finished(run_id(c, s))]
+    if progress is not None:
+        progress("plan", {"total": len(jobs), "todo": len(todo), "max_samples": recipe.budget.max_samples})
+    ref_jobs = [(c, s) for c, s in todo if c.label == plan.reference]
+    rest = [(c, s) for c, s in todo if c.label != plan.reference]
+    done = _run_many(recipe, store, plan, ref_jobs, _stop_policy(recipe, math.inf), progress)
+    band = _band_samples(store, recipe, plan)
+    done += _run_many(recipe, store, plan, rest, _stop_policy(recipe, band), progress)
+    efficiency = analyse_store(store, recipe, plan)
+    plot_path = None
+    try:
+        plot_path = plot_probe(store, recipe, efficiency)
+    except ImportError:
+        plot_path = None
+    assert set(by_label)  # the plan is never empty (recipe validation)
+    return ProbeResult(
+        plan=plan,
+        efficiency=efficiency,
+        runs_done=done,
+        runs_skipped=len(jobs) - len(todo),
+        wall_s=time.perf_counter() - t0,
+        plot_path=plot_path,
+    )
+
+
+def plot_probe(store: ResultsStore, recipe: Recipe, efficiency: SampleEfficiency) -> Path:
+    from batchtune.plots import plot_learning_curves
+
+    curves: dict[str, list[tuple[list[float], list[float]]]] = {}
+    for run in load_run_data(store):
+        s, v = run.curve(efficiency.metric)
+        curves.setdefault(run.record.candidate, []).append((s.tolist(), v.tolist()))
+    order = [c.label for c in efficiency.candidates if c.label in curves]
+    curves = {lab: curves[lab] for lab in order}
+    store.plots_dir.mkdir(parents=True, exist_ok=True)
+    return plot_learning_curves(
+        curves, efficiency.target, efficiency.metric, store.plots_dir / "learning_curves.png"
+    )
+
+
+def replace_results_dir(recipe: Recipe, results_dir: str | None) -> Recipe:
+    if not results_dir:
+        return recipe
+    return dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, results_dir=results_dir))

@@ -1,0 +1,269 @@
+"""`batchtune recommend`: time-to-target T(B) = R(B) / Θ(B) for every candidate (METHOD.md §1, §5).
+
+R(B) comes from probe runs, imported logs or a measurements file; Θ(B) from a generation/training
+profile of this hardware, from the timings the probe recorded, or from the measurements file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
+from batchtune.analysis.ranking import Ranking, rank_time_to_target
+from batchtune.analysis.throughput import (
+    Knee,
+    find_knee,
+    fit_gen_throughput,
+    fit_train_time,
+    generation_time_s,
+)
+from batchtune.errors import AnalysisError
+from batchtune.measurements import Measurements
+from batchtune.records import ThroughputPoint
+from batchtune.serialize import efficiency_to_dict, num
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Predicted end-to-end throughput of one candidate: N / (t_gen + t_train + t_other)."""
+
+    responses_per_s: float
+    gen_s: float | None = None
+    train_s: float | None = None
+    other_s: float | None = None
+    generation_concurrency: int | None = None
+
+
+@dataclass(frozen=True)
+class ThroughputModel:
+    source: str  # profile | probe timings | measurements file
+    absolute: bool  # False when only ratios to the reference are known
+    per_candidate: dict[str, Throughput]
+    knee: Knee | None = None  # the critical generation batch, when a profile exists
+    mode: str = ""  # generation mode the prediction used (eos or fixed)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    efficiency: SampleEfficiency
+    throughput: ThroughputModel
+    ranking: Ranking
+    winner: CandidateEfficiency
+    winner_throughput: Throughput
+    confirm: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return recommendation_to_dict(self)
+
+
+def throughput_from_profile(
+    points: Sequence[ThroughputPoint], cands: Sequence[CandidateEfficiency], other_s: float, threshold: float
+) -> ThroughputModel | None:
+    """Predict Θ(N) from measured generation and training curves (METHOD §5 step 2).
+
+    Generation uses the EOS sweep when there is one (real RL lengths are long-tailed), else the
+    fixed-length one, at the largest concurrency that fitted in memory: min(N, c_max).
+    """
+    ok = [p for p in points if p.status == "ok"]
+    train = [p for p in ok if p.kind == "training"]
+    notes: list[str] = []
+    for mode in ("eos", "fixed"):
+        gen = [p for p in ok if p.kind == "generation" and p.mode == mode]
+        gen.sort(key=lambda p: p.concurrency)
+        if len({p.concurrency for p in gen}) >= 2 and train:
+            break
+    else:
+        return None
+    conc = np.array([p.concurrency for p in gen], float)
+    rps = np.array([p.responses_per_s for p in gen], float)
+    ooms = [p.concurrency for p in points if p.kind == "generation" and p.status == "oom"]
+    ceiling = min(ooms, default=None)
+    gen_fit = fit_gen_throughput(conc, rps)
+    knee = find_knee(conc, rps, threshold=threshold, ceiling=ceiling)
+    train_fit = fit_train_time(
+        np.array([p.concurrency for p in train], float), np.array([p.step_latency_s for p in train], float)
+    )
+    c_max = float(conc.max())
+    per: dict[str, Throughput] = {}
+    for c in cands:
+        n = c.batch_responses
+        gen_s = generation_time_s(n, gen_fit, c_max)
+        train_s = float(np.asarray(train_fit.predict(n)).reshape(-1)[0])
+        total = gen_s + train_s + other_s
+        per[c.label] = Throughput(n / total, gen_s, train_s, other_s, int(min(n, c_max)))
+    if max(c.batch_responses for c in cands) > c_max:
+        notes.append(
+            f"batches above {int(c_max)} responses are generated in waves of {int(c_max)} "
+            "(the largest measured concurrency)"
+        )
+    return ThroughputModel("profile", True, per, knee, mode, tuple(notes))
+
+
+def throughput_from_probe(cands: Sequence[CandidateEfficiency], other_s: float) -> ThroughputModel:
+    """Θ(N) = N / (median gen_s + median train_s + other_s) per step, as the probe measured them.
+
+    Evaluation time on the held-out set is not part of training, so the probe's own other_s is left
+    out; ``other_s`` (reward, reference log-probs, weight sync) comes from the recipe.
+    """
+    per: dict[str, Throughput] = {}
+    for c in cands:
+        step = c.gen_s_per_step + c.train_s_per_step + other_s
+        if step <= 0:
+            continue
+        per[c.label] = Throughput(c.batch_responses / step, c.gen_s_per_step, c.train_s_per_step, other_s)
+    if not per:
+        raise AnalysisError("no timings to predict throughput from: run `batchtune profile-gen` first")
+    return ThroughputModel("probe timings", True, per)
+
+
+def throughput_from_measurements(m: Measurements) -> ThroughputModel:
+    by = {mc.efficiency.label: mc for mc in m.candidates}
+    ref = by[m.study.reference] if m.study.reference else None
+    ref_rps = ref.responses_per_s if ref else None
+    per: dict[str, Throughput] = {}
+    absolute = True
+    for label, mc in by.items():
+        if mc.responses_per_s is not None:
+            rps = mc.responses_per_s
+        elif mc.throughput_ratio is not None and ref_rps is not None:
+            rps = mc.throughput_ratio * ref_rps
+        elif mc.throughput_ratio is not None:
+            rps, absolute = mc.throughput_ratio, False
+        else:
+            raise AnalysisError(f"{m.path}: no throughput for {label}")
+        e = mc.efficiency
+        per[label] = Throughput(rps, e.gen_s_per_step or None, e.train_s_per_step or None, e.other_s_per_step)
+    return ThroughputModel("measurements file", absolute, per)
+
+
+def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Recommendation:
+    """Rank every candidate with an estimate and a throughput by predicted time-to-target."""
+    have = throughput.per_candidate
+    ranked = [c for c in efficiency.candidates if c.estimate is not None and c.label in have]
+    if efficiency.reference not in {c.label for c in ranked}:
+        raise AnalysisError(f"the reference {efficiency.reference} has no throughput; cannot normalise")
+    if len(ranked) < 2:
+        raise AnalysisError("fewer than two candidates have both samples-to-target and throughput")
+    ranking = rank_time_to_target(
+        [c.label for c in ranked],
+        [c.batch_responses for c in ranked],
+        [c.estimate.samples_to_target for c in ranked],
+        [c.estimate.ci_low for c in ranked],
+        [c.estimate.ci_high for c in ranked],
+        [throughput.per_candidate[c.label].responses_per_s for c in ranked],
+        reference=efficiency.reference,
+    )
+    winner = efficiency.get(ranking.winner)
+    wt = throughput.per_candidate[winner.label]
+    notes = list(efficiency.notes) + list(throughput.notes)
+    if winner.family == "fixed_lr":
+        notes.append("the winner is a fixed-LR control: check the LR scaling rule")
+    if not math.isfinite(winner.estimate.samples_to_target):
+        notes.append("no candidate reached the target: the ranking is by censoring bounds only")
+    return Recommendation(
+        efficiency=efficiency,
+        throughput=throughput,
+        ranking=ranking,
+        winner=winner,
+        winner_throughput=wt,
+        confirm=_confirm_text(efficiency, winner, wt, throughput.absolute),
+        notes=tuple(notes),
+    )
+
+
+def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput, absolute: bool) -> str:
+    est = w.estimate
+    cmp = ">=" if eff.higher_is_better else "<="
+    lr = f", lr {w.lr:.3g}" if math.isfinite(w.lr) else ""
+    text = f"Confirm with one full run at {w.prompts} prompts x {w.group_size} responses{lr}: "
+    text += "it should reach "
+    goal = f"{eff.metric} {cmp} {eff.target:g}" if math.isfinite(eff.target) else "the target"
+    text += f"{goal} after about {est.samples_to_target:,.0f} responses"
+    text += f" ({est.samples_to_target / w.batch_responses:,.0f} steps"
+    if est.ci_high > est.ci_low:
+        text += f"; {est.confidence:.0%} CI {est.ci_low:,.0f}-{est.ci_high:,.0f}"
+    text += ")"
+    if absolute and math.isfinite(est.samples_to_target):
+        hours = est.samples_to_target / wt.responses_per_s / 3600
+        text += f", about {hours:.2f} h at the predicted throughput"
+    text += ". If it needs clearly more, the probe was too short or too noisy: add seeds and probe again."
+    return text
+
+
+def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
+    eff, thr, w, wt = rec.efficiency, rec.throughput, rec.winner, rec.winner_throughput
+    by_rank = {c.name: c for c in rec.ranking.candidates}
+    wr = by_rank[w.label]
+    data = efficiency_to_dict(eff)
+    for c in data["candidates"]:
+        r = by_rank.get(c["name"])
+        t = thr.per_candidate.get(c["name"])
+        c.update(
+            {
+                "responses_per_s": num(t.responses_per_s) if t else None,
+                "gen_s_per_step": num(t.gen_s) if t else None,
+                "train_s_per_step": num(t.train_s) if t else None,
+                "other_s_per_step": num(t.other_s) if t else None,
+                "rank": r.rank if r else None,
+                "time_to_target_s": num(r.time_to_target_s) if r and thr.absolute else None,
+                "time_ratio": num(r.time_ratio) if r else None,
+                "time_ratio_ci": [num(r.time_ratio_ci[0]), num(r.time_ratio_ci[1])] if r else None,
+                "throughput_ratio": num(r.throughput_ratio) if r else None,
+            }
+        )
+    knee = thr.knee
+    data.update(
+        {
+            "recommended": {
+                "name": w.label,
+                "prompts": w.prompts,
+                "group_size": w.group_size,
+                "batch_responses": w.batch_responses,
+                "lr": num(w.lr),
+                "lr_rule": w.lr_rule,
+                "generation_concurrency": wt.generation_concurrency,
+                "time_to_target_s": num(wr.time_to_target_s) if thr.absolute else None,
+                "time_to_target_h": num(wr.time_to_target_s / 3600) if thr.absolute else None,
+                "time_ratio": num(wr.time_ratio),
+                "time_ratio_ci": [num(wr.time_ratio_ci[0]), num(wr.time_ratio_ci[1])],
+                "samples_to_target": num(w.estimate.samples_to_target),
+                "responses_per_s": num(wt.responses_per_s),
+                "reason": rec.ranking.reason,
+                "confirm": rec.confirm,
+            },
+            "throughput_source": thr.source,
+            "throughput_absolute": thr.absolute,
+            "critical_generation_batch": None
+            if knee is None
+            else {
+                "concurrency": num(knee.concurrency),
+                "threshold": knee.threshold,
+                "saturated": knee.saturated,
+                "from_fit": num(knee.from_fit),
+                "reason": knee.reason,
+                "mode": thr.mode,
+            },
+            "notes": list(rec.notes),
+        }
+    )
+    return {"recommended": data.pop("recommended"), **data}
+
+
+def assess_measurements(m: Measurements) -> SampleEfficiency:
+    s = m.study
+    return assess(
+        [mc.efficiency for mc in m.candidates],
+        metric=s.metric,
+        target=s.target,
+        higher_is_better=s.higher_is_better,
+        tolerance=s.tolerance,
+        confidence=s.confidence,
+        reference=s.reference or None,
+    )

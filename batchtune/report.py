@@ -1,0 +1,198 @@
+"""Rich tables and text for the terminal, built from the same result objects the JSON comes from."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from batchtune.analysis.efficiency import SampleEfficiency
+from batchtune.recommend import Recommendation
+
+STATUS_STYLE = {
+    "reference": "bold cyan",
+    "invariant": "green",
+    "deviates": "red",
+    "inconclusive": "yellow",
+    "failed": "magenta",
+}
+
+
+def fmt_n(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isnan(x):
+        return "-"
+    if math.isinf(x):
+        return "never" if x > 0 else "-inf"
+    if abs(x) >= 1e3:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def fmt_ci(lo: float, hi: float) -> str:
+    if lo == hi:
+        return ""
+    return f"[{fmt_n(lo)}, {fmt_n(hi)}]"
+
+
+def fmt_time(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "never"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
+
+
+def efficiency_table(eff: SampleEfficiency) -> Table:
+    cmp = ">=" if eff.higher_is_better else "<="
+    goal = f"{eff.metric} {cmp} {eff.target:g}" if math.isfinite(eff.target) else "the target"
+    table = Table(title=f"Sample efficiency: responses until {goal}")
+    for col in ("candidate", "P x G", "N", "LR", "seeds", "R (median)", "CI", "R/R0", "status"):
+        table.add_column(col, justify="right" if col not in ("candidate", "status") else "left")
+    for c in eff.candidates:
+        est = c.estimate
+        ratio = c.verdict.ratio if c.verdict else None
+        status = c.status
+        seeds = f"{c.n_runs}" + (f" ({est.n_censored} cens.)" if est and est.n_censored else "")
+        if c.failures:
+            seeds += f" ({len(c.failures)} failed)"
+        table.add_row(
+            c.label,
+            f"{c.prompts} x {c.group_size}",
+            str(c.batch_responses),
+            fmt_n(c.lr),
+            seeds,
+            fmt_n(est.samples_to_target) if est else "-",
+            fmt_ci(est.ci_low, est.ci_high) if est else "",
+            (fmt_n(ratio.ratio) + " " + fmt_ci(ratio.ci_low, ratio.ci_high)) if ratio else "1",
+            f"[{STATUS_STYLE.get(status, '')}]{status}[/]",
+        )
+    return table
+
+
+def efficiency_summary(eff: SampleEfficiency) -> list[str]:
+    lines = []
+    crit = eff.critical
+    if crit is not None:
+        head = "Critical training batch: "
+        if crit.batch is None:
+            head += "none (even the second batch deviates)"
+        else:
+            head += f"{fmt_n(crit.batch)} responses"
+            if crit.upper is not None:
+                head += f" (between {fmt_n(crit.lower)} invariant and {fmt_n(crit.upper)} deviating)"
+            else:
+                head += " or more (no probed batch deviated)"
+        if crit.interpolated is not None and math.isfinite(crit.interpolated):
+            head += f"; McCandlish interpolation {fmt_n(crit.interpolated)}"
+        lines.append(head)
+        lines.append(f"  {crit.reason}")
+    if eff.grad_slope is not None:
+        g = eff.grad_slope
+        lines.append(
+            f"Gradient norm vs batch at matched samples: slope {g.slope:.2f} "
+            f"[{g.slope_ci[0]:.2f}, {g.slope_ci[1]:.2f}] (-0.5 = noise-dominated). {g.reason}"
+        )
+    if eff.noise_scale is not None:
+        lines.append(
+            f"Gradient noise scale B_simple ~ {fmt_n(eff.noise_scale.b_simple)} responses "
+            "(a prior: it underestimates the critical batch of Adam-trained LMs)"
+        )
+    for c in eff.candidates:
+        for f in c.failures:
+            lines.append(f"[magenta]{c.label}[/] {f}")
+    lines.extend(f"[yellow]note:[/] {n}" for n in eff.notes)
+    return lines
+
+
+def render_efficiency(console: Console, eff: SampleEfficiency) -> None:
+    console.print(efficiency_table(eff))
+    for line in efficiency_summary(eff):
+        console.print(line)
+
+
+def recommendation_table(rec: Recommendation) -> Table:
+    thr = rec.throughput
+    unit = "resp/s" if thr.absolute else "x ref"
+    table = Table(title=f"Predicted time-to-target (throughput from {thr.source})")
+    cols = ["rank", "candidate", "N", "R", "R/R0", f"Θ {unit}", "Θ/Θ0", "T/T0", "T/T0 CI"]
+    if thr.absolute:
+        cols.insert(7, "T")
+    cols.append("s/step gen+train+other")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "candidate" else "right")
+    for r in rec.ranking.candidates:
+        t = thr.per_candidate[r.name]
+        comps = "-"
+        if t.gen_s is not None and t.train_s is not None:
+            comps = f"{t.gen_s:.3g} + {t.train_s:.3g} + {t.other_s or 0:.3g}"
+        style = "bold green" if r.name == rec.ranking.winner else ("cyan" if r.is_reference else "")
+        row = [
+            str(r.rank),
+            f"[{style}]{r.name}[/]" if style else r.name,
+            str(int(r.batch_responses)),
+            fmt_n(r.samples_to_target),
+            fmt_n(r.sample_ratio),
+            fmt_n(r.responses_per_s),
+            fmt_n(r.throughput_ratio),
+            f"{r.time_ratio:.2f}" if math.isfinite(r.time_ratio) else "never",
+            fmt_ci(*r.time_ratio_ci) or "-",
+        ]
+        if thr.absolute:
+            row.insert(7, fmt_time(r.time_to_target_s))
+        row.append(comps)
+        table.add_row(*row)
+    return table
+
+
+def render_recommendation(console: Console, rec: Recommendation, emitted: str | None = None) -> None:
+    render_efficiency(console, rec.efficiency)
+    console.print()
+    console.print(recommendation_table(rec))
+    knee = rec.throughput.knee
+    if knee is not None:
+        console.print(
+            f"Critical generation batch ({rec.throughput.mode} lengths): {fmt_n(knee.concurrency)} "
+            f"responses in flight. {knee.reason}"
+        )
+    w = rec.winner
+    wt = rec.winner_throughput
+    body = [
+        f"[bold]{w.label}[/]: {w.prompts} prompts x {w.group_size} responses = {w.batch_responses} per step"
+        + (f", lr {w.lr:.3g} ({w.lr_rule})" if math.isfinite(w.lr) else ""),
+    ]
+    if wt.generation_concurrency:
+        body.append(f"generation concurrency: {wt.generation_concurrency} responses in flight")
+    body.append(rec.ranking.reason)
+    body.append(rec.confirm)
+    console.print(Panel("\n".join(body), title="Recommendation", border_style="green"))
+    for n in rec.notes:
+        if n not in rec.efficiency.notes:
+            console.print(f"[yellow]note:[/] {n}")
+    if emitted:
+        console.print(Panel(emitted, title="Trainer config", border_style="cyan"))
+
+
+def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendation | None) -> None:
+    text = f"Probe cost: {eff.total_samples:,} samples, {fmt_time(eff.total_wall_s)} of run time"
+    if rec is not None and math.isfinite(rec.winner.estimate.samples_to_target):
+        r = rec.winner.estimate.samples_to_target
+        text += f"; one full run at {rec.winner.label}: ~{r:,.0f} samples"
+        if rec.throughput.absolute:
+            text += f", ~{fmt_time(r / rec.winner_throughput.responses_per_s)}"
+    console.print(text)
+
+
+def kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
+    table = Table(title=title, show_header=False)
+    table.add_column("key")
+    table.add_column("value")
+    for k, v in rows:
+        table.add_row(k, str(v))
+    return table

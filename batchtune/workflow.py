@@ -1,0 +1,96 @@
+"""Wiring for `recommend` and `tune`: where R(B) and Θ(B) come from, and the optional trainer config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from batchtune.errors import InputError
+from batchtune.recipe import Recipe, load_recipe, recipe_from_dict
+from batchtune.recommend import (
+    Recommendation,
+    ThroughputModel,
+    assess_measurements,
+    recommend,
+    throughput_from_measurements,
+    throughput_from_probe,
+    throughput_from_profile,
+)
+from batchtune.records import ResultsStore
+
+
+def _recipe_for_results(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
+    """The recipe named, else the one stored with the results, else the default recipe."""
+    from batchtune.probe import replace_results_dir
+
+    if recipe is None and results is not None:
+        manifest = ResultsStore(results).read_manifest()
+        if manifest and "recipe" in manifest:
+            from batchtune.recipe import apply_overrides
+
+            data = apply_overrides(manifest["recipe"], overrides)
+            return replace_results_dir(recipe_from_dict(data, f"{results}/manifest.json"), results)
+    return replace_results_dir(load_recipe(recipe, overrides), results)
+
+
+def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> ThroughputModel:
+    if source not in ("auto", "profile", "probe"):
+        raise InputError(f"--throughput {source!r}: choose auto, profile or probe")
+    other = cfg.generation.other_s_per_step
+    if source in ("auto", "profile"):
+        model = throughput_from_profile(
+            store.throughput(), eff.candidates, other, cfg.generation.knee_threshold
+        )
+        if model is not None:
+            return model
+        if source == "profile":
+            raise InputError(
+                f"{store.root} has no generation and training profile; run `batchtune profile-gen` first"
+            )
+    return throughput_from_probe(eff.candidates, other)
+
+
+def recommend_for_recipe(
+    cfg: Recipe, throughput: str, emit: str | None, gpus: int
+) -> tuple[Recommendation, str | None, Any]:
+    from batchtune.plan import plan_candidates
+    from batchtune.probe import analyse_store
+
+    store = ResultsStore(cfg.run.results_dir)
+    if not store.exists():
+        raise InputError(f"no results in {store.root}: run `batchtune probe` first, or pass --results")
+    plan = plan_candidates(cfg)
+    labels = {r.candidate for r in store.runs()}
+    eff = analyse_store(store, cfg, plan if labels <= set(plan.by_label()) else None)
+    rec = recommend(eff, throughput_for(cfg, store, eff, throughput))
+    return (rec, *_emit(rec, emit, gpus, cfg))
+
+
+def recommend_from_args(
+    recipe: str | None,
+    overrides: list[str],
+    results: str | None,
+    measurements: Path | None,
+    throughput: str,
+    emit: str | None,
+    gpus: int,
+) -> tuple[Recommendation, str | None, Any]:
+    if measurements is not None:
+        if results is not None:
+            raise InputError("give either --measurements or --results, not both")
+        from batchtune.measurements import load_measurements
+
+        m = load_measurements(measurements)
+        rec = recommend(assess_measurements(m), throughput_from_measurements(m))
+        return (rec, *_emit(rec, emit, gpus, None))
+    cfg = _recipe_for_results(recipe, overrides, results)
+    return recommend_for_recipe(cfg, throughput, emit, gpus)
+
+
+def _emit(rec: Recommendation, trainer: str | None, gpus: int, cfg: Recipe | None) -> tuple[str | None, Any]:
+    if trainer is None:
+        return None, None
+    from batchtune.integrations.emit import emit_for_recommendation
+
+    out = emit_for_recommendation(rec, trainer, gpus, cfg)
+    return out.text, out.values
