@@ -136,7 +136,8 @@ def load_measurements(path: str | Path) -> Measurements:
             s, m = curve.get("samples", []), curve.get("metric", [])
             if len(s) != len(m) or not s:
                 errors.append(f"{where}.curve[{j}]: samples and metric need the same non-zero length")
-        if any(c.get(k, 1) <= 0 for k in ("prompts", "group_size", "samples_to_target", "responses_per_s")):
+        positive = ("prompts", "group_size", "samples_to_target", "responses_per_s")
+        if any(isinstance(c.get(k, 1), (int, float)) and c.get(k, 1) <= 0 for k in positive):
             errors.append(f"{where}: prompts, group_size, samples_to_target, responses_per_s must be > 0")
     if any("curve" in c for c in cands_raw) and "target" not in study_raw:
         errors.append("study.target: required when a candidate gives curves")

@@ -1,0 +1,54 @@
+"""The published GRPO study (METHOD.md §1), shipped as recipes/hunyuan-grpo-measurements.toml."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.measurements import load_measurements
+from batchtune.recipe import shipped_recipes
+from batchtune.recommend import assess_measurements, recommend, throughput_from_measurements
+
+PUBLISHED = {"P1024xG8": 0.71, "P2048xG8": 1.23, "P4096xG8": 1.18, "P256xG8-fixedlr": 1.42}
+
+
+def _rec():
+    m = load_measurements(shipped_recipes()["hunyuan-grpo-measurements"])
+    return recommend(assess_measurements(m), throughput_from_measurements(m))
+
+
+def test_reproduces_published_ratios_and_winner():
+    rec = _rec()
+    assert rec.ranking.winner == "P1024xG8"
+    ratios = {c.name: c.time_ratio for c in rec.ranking.candidates}
+    for name, published in PUBLISHED.items():
+        assert round(ratios[name], 2) == published, name
+    # absolute hours from the reference's 11.90 h
+    times = {c.name: c.time_to_target_s / 3600 for c in rec.ranking.candidates}
+    assert times["P128xG8"] == pytest.approx(11.90, abs=0.01)
+    assert times["P1024xG8"] == pytest.approx(8.42, abs=0.01)
+
+
+def test_critical_training_batch_is_1024_prompts():
+    eff = _rec().efficiency
+    assert eff.critical.batch == 1024 * 8
+    assert eff.critical.upper == 2048 * 8
+    status = {c.label: c.status for c in eff.candidates}
+    assert status["P1024xG8"] == "invariant"
+    assert status["P2048xG8"] == status["P4096xG8"] == "deviates"
+
+
+def test_cli_json():
+    path = shipped_recipes()["hunyuan-grpo-measurements"]
+    result = CliRunner().invoke(app, ["recommend", "--measurements", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    rec = data["recommended"]
+    assert (rec["prompts"], rec["group_size"]) == (1024, 8)
+    assert rec["time_to_target_h"] == pytest.approx(8.42, abs=0.01)
+    assert round(rec["time_ratio"], 2) == 0.71
+    assert "lr" in rec
+    assert {c["name"] for c in data["candidates"]} >= set(PUBLISHED)

@@ -1,0 +1,77 @@
+"""Measurements files: validation, curves per seed, bad input gives one clear line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.errors import InputError
+from batchtune.measurements import load_measurements
+from batchtune.recommend import assess_measurements, recommend, throughput_from_measurements
+
+
+def _curve_block(samples_to_target: float, seed: int, rng) -> str:
+    s = np.linspace(0, 3 * samples_to_target, 30)
+    m = np.clip(s / samples_to_target * 0.5 + rng.normal(0, 0.01, s.size), 0, None)
+    return (
+        f"[[candidate.curve]]\nseed = {seed}\nsamples = {list(map(float, s))}\n"
+        f"metric = {list(map(float, m))}\n"
+    )
+
+
+def test_curves_per_seed(tmp_path):
+    rng = np.random.default_rng(0)
+    text = '[study]\nmetric = "reward"\ntarget = 0.5\n'
+    for p, r, rps in [(8, 1000, 10.0), (32, 1050, 30.0), (128, 3000, 60.0)]:
+        text += f'[[candidate]]\nprompts = {p}\ngroup_size = 8\nlr_rule = "sqrt"\nresponses_per_s = {rps}\n'
+        for seed in range(3):
+            text += _curve_block(r * rng.uniform(0.95, 1.05), seed, rng)
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    m = load_measurements(path)
+    eff = assess_measurements(m)
+    est = {c.label: c.estimate for c in eff.candidates}
+    assert est["P8xG8"].n_seeds == 3
+    assert est["P8xG8"].samples_to_target == pytest.approx(1000, rel=0.1)
+    rec = recommend(eff, throughput_from_measurements(m))
+    assert rec.ranking.winner == "P32xG8"  # ~same samples at 3x the throughput
+
+
+BAD = {
+    "unknown key": (
+        "[study]\nfoo = 1\n[[candidate]]\nprompts=1\ngroup_size=2\nsamples_to_target=5\n"
+        "responses_per_s=1\n[[candidate]]\nprompts=2\ngroup_size=2\nsamples_to_target=5\n"
+        "responses_per_s=1\n",
+        "study.foo: unknown key",
+    ),
+    "one candidate": (
+        "[[candidate]]\nprompts=1\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n",
+        "at least two",
+    ),
+    "no throughput": (
+        "[[candidate]]\nprompts=1\ngroup_size=2\nsamples_to_target=5\n"
+        "[[candidate]]\nprompts=2\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n",
+        "give responses_per_s",
+    ),
+    "wrong type": (
+        '[[candidate]]\nprompts="1"\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n'
+        "[[candidate]]\nprompts=2\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n",
+        "prompts: wrong type",
+    ),
+    "not toml": ("[[candidate\n", "not valid TOML"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_files_give_one_line_and_nonzero_exit(tmp_path, case):
+    text, fragment = BAD[case]
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=fragment):
+        load_measurements(path)
+    result = CliRunner().invoke(app, ["recommend", "--measurements", str(path)])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert result.output.strip().startswith("error:")

@@ -1,0 +1,125 @@
+"""The results store: atomic, append-only, resumable, safe with two processes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+
+import pytest
+
+from batchtune.errors import InputError
+from batchtune.records import ResultsStore, RunRecord, StepRecord, ThroughputPoint, read_jsonl
+
+
+def _step(i: int, run_id: str = "P4xG8-s0") -> StepRecord:
+    return StepRecord(
+        run_id,
+        i,
+        samples=32 * i,
+        tokens=320 * i,
+        lr=1e-3,
+        prompts=4,
+        group_size=8,
+        seed=0,
+        metrics={"reward": 0.1 * i, "nanny": float("nan")},
+        grad_norm=1.0 / (i + 1),
+    )
+
+
+def _record(run_id: str = "P4xG8-s0", status: str = "reached_target") -> RunRecord:
+    return RunRecord(run_id, "P4xG8", 4, 8, 0, 1e-3, "sqrt", 1e-3, 32, status, steps=3, samples=96)
+
+
+def test_round_trip_and_nan(tmp_path):
+    store = ResultsStore(tmp_path)
+    with store.claim("P4xG8-s0") as w:
+        for i in range(3):
+            w.append(_step(i))
+        w.finish(_record())
+    steps = store.steps("P4xG8-s0")
+    assert [s.step for s in steps] == [0, 1, 2]
+    assert steps[2].metrics["reward"] == pytest.approx(0.2)
+    assert steps[0].metrics["nanny"] != steps[0].metrics["nanny"]  # NaN survives as NaN
+    for line in (tmp_path / "runs/P4xG8-s0/steps.jsonl").read_text().splitlines():
+        json.loads(line)  # standard JSON, no bare NaN
+    (rec,) = store.runs()
+    assert rec.batch_responses == 32 and rec.finished_at > 0
+
+
+def test_finished_run_is_never_reclaimed(tmp_path):
+    store = ResultsStore(tmp_path)
+    assert store.add_finished_run(_record(), [_step(0)])
+    assert not store.add_finished_run(_record(), [_step(0), _step(1)])
+    assert len(store.steps("P4xG8-s0")) == 1
+
+
+def test_unfinished_run_is_redone_and_stale_steps_kept(tmp_path):
+    store = ResultsStore(tmp_path)
+    with store.claim("P4xG8-s0") as w:
+        w.append(_step(0))
+        w.append(_step(1))
+        # crash: no finish()
+    assert not store.is_finished("P4xG8-s0")
+    with store.claim("P4xG8-s0") as w:
+        assert w is not None
+        w.append(_step(0))
+        w.finish(_record())
+    assert len(store.steps("P4xG8-s0")) == 1
+    stale = list((tmp_path / "runs/P4xG8-s0").glob("steps.stale-*.jsonl"))
+    assert len(stale) == 1 and len(stale[0].read_text().splitlines()) == 2
+
+
+def test_torn_last_line_is_ignored_but_corruption_is_an_error(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2')
+    assert read_jsonl(path) == [{"a": 1}]
+    path.write_text('{"a": 1}\n{"a": \n{"a": 3}\n')
+    with pytest.raises(InputError, match="x.jsonl:2"):
+        read_jsonl(path)
+
+
+def _hold_and_report(root, ready, release, out):
+    store = ResultsStore(root)
+    with store.claim("P4xG8-s0") as w:
+        out.put(w is not None)
+        ready.set()
+        release.wait(10)
+
+
+def test_two_processes_never_write_one_run(tmp_path):
+    ctx = mp.get_context("spawn")
+    ready, release, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_hold_and_report, args=(str(tmp_path), ready, release, out))
+    proc.start()
+    assert ready.wait(30)
+    assert out.get(timeout=10) is True
+    with ResultsStore(tmp_path).claim("P4xG8-s0") as w:
+        assert w is None  # held by the other process
+    release.set()
+    proc.join(30)
+    with ResultsStore(tmp_path).claim("P4xG8-s0") as w:
+        assert w is not None
+
+
+def _append_points(root, k):
+    store = ResultsStore(root)
+    for i in range(50):
+        store.append_throughput([ThroughputPoint("generation", "x", "fixed", i, profile_id=str(k))])
+
+
+def test_concurrent_throughput_appends_stay_whole(tmp_path):
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_append_points, args=(str(tmp_path), k)) for k in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    points = ResultsStore(tmp_path).throughput()
+    assert len(points) == 150
+
+
+def test_missing_field_is_a_clear_error(tmp_path):
+    (tmp_path / "runs/x").mkdir(parents=True)
+    (tmp_path / "runs/x/run.json").write_text('{"run_id": "x"}')
+    with pytest.raises(InputError, match="record lacks"):
+        ResultsStore(tmp_path).runs()
