@@ -82,7 +82,7 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
     if crit is not None:
         head = "Critical training batch: "
         if crit.batch is None:
-            head += "none (even the second batch deviates)"
+            head += "not estimated (the reference never reached the target)"
         else:
             head += f"{fmt_n(crit.batch)} responses"
             if crit.upper is not None:

@@ -322,8 +322,9 @@ def _gradient_diagnostics(
             first[n].append(float(arr[0, 1]) ** 2)
     slope = noise = None
     if len({s[0] for s in series}) >= 2:
-        common = min(float(s[1][-1]) for s in series)
-        at = 0.5 * common
+        last = min(float(s[1][-1]) for s in series)
+        first = max(float(s[1][0]) for s in series)
+        at = max(first, 0.5 * last)  # inside every run's logged range when one exists
         try:
             batches, norms = grad_norms_at_matched_samples(series, at)
             slope = grad_norm_slope(batches, norms)

@@ -1,0 +1,225 @@
+"""Rank candidate batches by time-to-target ``T(B) = R(B) / Θ(B)`` (METHOD §1, §5).
+
+``R``: samples (responses) consumed until the target is first reached, with a confidence interval
+from the curve analysis; ``inf`` when the run never reached it (censored). ``Θ``: end-to-end
+throughput in responses/s, treated as exact: its run-to-run spread (a few %) is small next to the
+seed-to-seed spread of ``R`` (up to 2x on small RL tasks, METHOD §3.2).
+
+Relative to a reference batch ``B0`` (usually the smallest):
+
+    T(B)/T(B0) = (R(B)/R(B0)) / (Θ(B)/Θ(B0))
+
+A larger batch wins only when its throughput grows faster than the samples it needs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchtune.errors import AnalysisError
+
+
+@dataclass(frozen=True)
+class RankedCandidate:
+    """One candidate's time-to-target and its parts, relative to the reference.
+
+    ``time_to_target_s = samples_to_target / responses_per_s`` (inf if censored). Ratios:
+    ``sample_ratio = R/R_ref``, ``throughput_ratio = Θ/Θ_ref``, ``time_ratio = sample_ratio /
+    throughput_ratio``. ``time_ratio_ci`` combines this candidate's and the reference's ``R``
+    intervals as independent log-scale half-widths added in quadrature (exact ``Θ``).
+    """
+
+    name: str
+    batch_responses: float
+    samples_to_target: float
+    samples_ci: tuple[float, float]
+    responses_per_s: float
+    time_to_target_s: float
+    time_ci_s: tuple[float, float]
+    time_ratio: float
+    time_ratio_ci: tuple[float, float]
+    sample_ratio: float
+    throughput_ratio: float
+    rank: int
+    is_reference: bool
+
+    @property
+    def censored(self) -> bool:
+        """True when the run never reached the target."""
+        return math.isinf(self.samples_to_target)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Candidates sorted by rank (1 = reaches the target soonest) and why the winner won."""
+
+    candidates: tuple[RankedCandidate, ...]
+    reference: str
+    winner: str
+    reason: str
+
+    def by_name(self, name: str) -> RankedCandidate:
+        for cand in self.candidates:
+            if cand.name == name:
+                return cand
+        raise AnalysisError(f"no candidate named {name!r} in this ranking.")
+
+
+def _column(name: str, values: object, n: int, *, allow_inf: bool = False) -> np.ndarray:
+    arr = np.asarray(values, dtype=float).reshape(-1)
+    if arr.size != n:
+        raise AnalysisError(f"{name} has {arr.size} values for {n} candidates.")
+    bad = np.isnan(arr) if allow_inf else ~np.isfinite(arr)
+    if np.any(bad) or np.any(arr <= 0):
+        what = "NaN or <= 0" if allow_inf else "NaN, inf or <= 0"
+        raise AnalysisError(f"{name} has {what} values: {arr.tolist()}.")
+    return arr
+
+
+def _log_halfwidths(point: float, low: float, high: float) -> tuple[float, float]:
+    """(down, up) on the log scale; inf where the bound is open."""
+    if math.isinf(point):
+        return math.inf, math.inf
+    return math.log(point / low), (math.log(high / point) if math.isfinite(high) else math.inf)
+
+
+def _ratio_ci(ratio: float, hw_num: tuple[float, float], hw_den: tuple[float, float]) -> tuple[float, float]:
+    """CI of a finite ``num/den`` for independent estimates with (down, up) log half-widths."""
+    down = math.hypot(hw_num[0], hw_den[1])
+    up = math.hypot(hw_num[1], hw_den[0])
+    return (ratio * math.exp(-down), ratio * math.exp(up))
+
+
+def rank_time_to_target(
+    names: Sequence[str],
+    batch_responses: object,
+    samples_to_target: object,
+    samples_ci_low: object,
+    samples_ci_high: object,
+    responses_per_s: object,
+    *,
+    reference: str,
+) -> Ranking:
+    """Rank candidates by ``T = R / Θ``; censored candidates (``R = inf``) rank last.
+
+    Ties in ``T`` go to the smaller batch (it costs less memory and probes faster). Censored
+    candidates are ordered among themselves by the lower bound of their time (``ci_low / Θ``),
+    the one that could still be fastest first. ``samples_ci_low`` of a censored run is the
+    samples it consumed without reaching the target (a lower bound), its ``ci_high`` inf.
+    The reference must have reached the target: every ratio is relative to it.
+    """
+    names = [str(n) for n in names]
+    n = len(names)
+    if n == 0:
+        raise AnalysisError("no candidates to rank.")
+    if len(set(names)) != n:
+        raise AnalysisError(f"candidate names must be unique, got {names}.")
+    if reference not in names:
+        raise AnalysisError(f"reference {reference!r} is not among the candidates {names}.")
+    batch = _column("batch_responses", batch_responses, n)
+    r = _column("samples_to_target", samples_to_target, n, allow_inf=True)
+    lo = _column("samples_ci_low", samples_ci_low, n, allow_inf=True)
+    hi = _column("samples_ci_high", samples_ci_high, n, allow_inf=True)
+    thr = _column("responses_per_s", responses_per_s, n)
+    for i, name in enumerate(names):
+        if not (lo[i] <= r[i] <= hi[i]) or math.isinf(lo[i]):
+            raise AnalysisError(
+                f"{name}: need finite ci_low <= samples_to_target <= ci_high, got "
+                f"{lo[i]:g} <= {r[i]:g} <= {hi[i]:g}."
+            )
+    ref = names.index(reference)
+    if math.isinf(r[ref]):
+        raise AnalysisError(
+            f"the reference {reference!r} never reached the target, so no ratio can be formed; "
+            "choose a reference that reached it (usually the smallest batch) or lower the target."
+        )
+
+    halfwidths = [_log_halfwidths(r[i], lo[i], hi[i]) for i in range(n)]
+    rows = []
+    for i, name in enumerate(names):
+        is_ref = i == ref
+        sample_ratio = float(r[i] / r[ref])
+        throughput_ratio = float(thr[i] / thr[ref])
+        time_ratio = sample_ratio / throughput_ratio
+        if is_ref:
+            ratio_ci = (1.0, 1.0)
+        elif math.isinf(r[i]):  # censored: only a lower bound, from the samples it consumed
+            low = float(lo[i] / r[ref]) / throughput_ratio * math.exp(-halfwidths[ref][1])
+            ratio_ci = (low, math.inf)
+        else:
+            ratio_ci = _ratio_ci(time_ratio, halfwidths[i], halfwidths[ref])
+        rows.append(
+            dict(
+                name=name,
+                batch_responses=float(batch[i]),
+                samples_to_target=float(r[i]),
+                samples_ci=(float(lo[i]), float(hi[i])),
+                responses_per_s=float(thr[i]),
+                time_to_target_s=float(r[i] / thr[i]),
+                time_ci_s=(float(lo[i] / thr[i]), float(hi[i] / thr[i])),
+                time_ratio=time_ratio,
+                time_ratio_ci=ratio_ci,
+                sample_ratio=sample_ratio,
+                throughput_ratio=throughput_ratio,
+                is_reference=is_ref,
+            )
+        )
+
+    def order(i: int) -> tuple:
+        censored = math.isinf(r[i])
+        t = rows[i]["time_ci_s"][0] if censored else rows[i]["time_to_target_s"]
+        return (censored, t, batch[i], names[i])
+
+    ranked = tuple(RankedCandidate(rank=k + 1, **rows[i]) for k, i in enumerate(sorted(range(n), key=order)))
+    winner = ranked[0]
+    if winner.censored:  # unreachable: the reference is finite; kept as an internal invariant
+        raise AssertionError("a censored candidate ranked first")
+    reason = _reason(ranked, winner, halfwidths, names)
+    return Ranking(candidates=ranked, reference=reference, winner=winner.name, reason=reason)
+
+
+def _reason(
+    ranked: tuple[RankedCandidate, ...],
+    winner: RankedCandidate,
+    halfwidths: list[tuple[float, float]],
+    names: list[str],
+) -> str:
+    """Why the winner won, in METHOD §1 terms: responses needed vs throughput gained."""
+    if winner.is_reference:
+        parts = [f"{winner.name} (the reference) reaches the target soonest."]
+    else:
+        parts = [
+            f"{winner.name} reaches the target with {winner.sample_ratio:.2f}x the reference's "
+            f"responses at {winner.throughput_ratio:.2f}x its throughput: "
+            f"{winner.time_ratio:.2f}x the time."
+        ]
+    larger = [c for c in ranked if c.batch_responses > winner.batch_responses and not c.censored]
+    if larger:
+        next_batch = min(c.batch_responses for c in larger)
+        best = min((c for c in larger if c.batch_responses == next_batch), key=lambda c: c.rank)
+        parts.append(
+            f"Larger batches ({best.name}) need {best.sample_ratio:.2f}x the responses for "
+            f"{best.throughput_ratio:.2f}x the throughput: {best.time_ratio:.2f}x the time."
+        )
+    elif not winner.is_reference:
+        parts.append("No larger batch reached the target in this sweep; a larger one may be faster still.")
+
+    hw_w = halfwidths[names.index(winner.name)]
+    ties = []
+    for cand in ranked[1:]:
+        if cand.censored:
+            continue
+        vs_winner = cand.time_to_target_s / winner.time_to_target_s
+        low, high = _ratio_ci(vs_winner, halfwidths[names.index(cand.name)], hw_w)
+        if low <= 1.0:
+            ties.append(f"{cand.name} ({vs_winner:.2f}x, CI {low:.2f}-{high:.2f})")
+    if ties:
+        parts.append(f"Within uncertainty of {', '.join(ties)}.")
+    censored = [c.name for c in ranked if c.censored]
+    if censored:
+        parts.append(f"Never reached the target (ranked last): {', '.join(censored)}.")
+    return " ".join(parts)

@@ -1,0 +1,164 @@
+"""Curves: envelope invariants, crossing recovery, censoring, seed aggregation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from batchtune.analysis.curves import (
+    TargetCrossing,
+    TargetEstimate,
+    clean_curve,
+    curve_at,
+    ema,
+    estimate_from_value,
+    estimate_over_seeds,
+    monotone_envelope,
+    samples_to_target,
+)
+from batchtune.errors import AnalysisError
+
+
+def _reward(s: np.ndarray, s0: float = 1000.0) -> np.ndarray:
+    return 1.0 - np.exp(-s / s0)
+
+
+def test_ema_matches_recursion_and_alpha_edges_do_nothing():
+    x = np.array([1.0, 3.0, 2.0, 5.0])
+    want, acc = [], x[0]
+    for v in x:
+        acc = 0.3 * v + 0.7 * acc
+        want.append(acc)
+    np.testing.assert_allclose(ema(x, 0.3), want)
+    np.testing.assert_array_equal(ema(x, 0.0), x)
+    np.testing.assert_array_equal(ema(x, 1.0), x)
+    with pytest.raises(AnalysisError):
+        ema(x, 1.5)
+
+
+@pytest.mark.parametrize("higher", [True, False])
+def test_envelope_is_monotone_and_sorted_with_nan_dropped(higher):
+    rng = np.random.default_rng(0)
+    s = rng.permutation(np.arange(200.0))
+    m = rng.normal(size=200)
+    m[[3, 50]] = np.nan
+    env = monotone_envelope(s, m, higher_is_better=higher)
+    xs, _ = clean_curve(s, m)
+    assert env.shape == xs.shape == (198,)
+    assert np.all(np.diff(xs) >= 0)
+    d = np.diff(env)
+    assert np.all(d >= 0) if higher else np.all(d <= 0)
+
+
+def test_noiseless_crossing_is_exact():
+    s = np.linspace(0, 5000, 51)
+    target = 0.8
+    got = samples_to_target(s, _reward(s), target, ema_alpha=1.0)
+    # Linear interpolation between the two bracketing points, computed by hand.
+    i = int(np.argmax(_reward(s) >= target))
+    e0, e1 = _reward(s[i - 1 : i + 1])
+    want = s[i - 1] + (target - e0) / (e1 - e0) * (s[i] - s[i - 1])
+    assert not got.censored
+    assert got.samples_to_target == pytest.approx(want, rel=1e-12)
+    assert got.max_samples == 5000
+    # On a piecewise-linear curve the crossing is exactly the true one.
+    lin = samples_to_target([0, 100, 200], [0.0, 0.5, 1.0], 0.7, ema_alpha=1.0)
+    assert lin.samples_to_target == pytest.approx(140.0)
+
+
+def test_lower_is_better_crossing():
+    s, loss = [0, 10, 20], [3.0, 2.0, 1.0]
+    got = samples_to_target(s, loss, 1.5, higher_is_better=False, ema_alpha=1.0)
+    assert got.samples_to_target == pytest.approx(15.0)
+    # The EMA lags: smoothed 3, 2.5, 1.75 never gets down to 1.5, so the run is censored.
+    assert samples_to_target(s, loss, 1.5, higher_is_better=False).censored
+
+
+def test_noisy_crossing_within_five_percent():
+    truth = 1000.0 * math.log(5.0)  # 1 - exp(-s/1000) = 0.8
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        s = np.linspace(0, 5000, 1001)
+        m = _reward(s) + rng.normal(0, 0.005, s.size)
+        got = samples_to_target(s, m, 0.8)
+        assert got.samples_to_target == pytest.approx(truth, rel=0.05)
+
+
+def test_censored_and_first_point():
+    s = np.array([10.0, 20.0, 30.0])
+    never = samples_to_target(s, [0.1, 0.2, 0.3], 0.9)
+    assert never == TargetCrossing(None, True, 30.0)
+    first = samples_to_target(s, [0.95, 0.2, 0.99], 0.9)
+    assert first.samples_to_target == 10.0 and not first.censored
+
+
+def test_degenerate_curves_raise():
+    with pytest.raises(AnalysisError):
+        samples_to_target([1, 2], [np.nan, np.nan], 0.5)
+    with pytest.raises(AnalysisError):
+        samples_to_target([1, np.nan], [0.1, 0.2], 0.5)
+    with pytest.raises(AnalysisError):
+        samples_to_target([1, 2, 3], [0.1, 0.2], 0.5)
+    with pytest.raises(AnalysisError):
+        samples_to_target([1, 2], [0.1, 0.2], math.nan)
+    with pytest.raises(AnalysisError):
+        TargetCrossing(None, False, 10.0)
+
+
+def test_curve_at_interpolates_and_refuses_to_extrapolate():
+    s = np.array([0.0, 100.0, 200.0])
+    out = curve_at(s, [0.0, 0.5, 1.0], [50.0, 150.0, 250.0, -1.0], ema_alpha=1.0)
+    np.testing.assert_allclose(out[:2], [0.25, 0.75])
+    assert np.isnan(out[2]) and np.isnan(out[3])
+
+
+def test_median_recovery_and_one_seed():
+    vals = [300.0, 100.0, 200.0, 500.0, 400.0]
+    est = estimate_over_seeds([TargetCrossing(v, False, 1e4) for v in vals])
+    assert est.samples_to_target == 300.0
+    assert est.ci_low <= 300.0 <= est.ci_high and est.has_spread
+    assert est.n_seeds == 5 and est.n_censored == 0
+    one = estimate_over_seeds([TargetCrossing(250.0, False, 1e4)])
+    assert one.ci_low == one.ci_high == one.samples_to_target == 250.0
+    assert not one.has_spread
+
+
+def test_bootstrap_ci_covers_truth_in_simulation():
+    rng = np.random.default_rng(1)
+    median_true, hits, trials = 1000.0, 0, 200
+    for t in range(trials):
+        vals = median_true * np.exp(rng.normal(0.0, 0.3, 9))
+        est = estimate_over_seeds([TargetCrossing(float(v), False, 1e6) for v in vals], n_boot=500, seed=t)
+        hits += est.ci_low <= median_true <= est.ci_high
+    assert hits / trials >= 0.8  # nominal 0.9; percentile bootstrap of a median runs a bit low
+
+
+def test_censoring_counts_as_later_than_observed():
+    c = [TargetCrossing(100.0, False, 1e3), TargetCrossing(None, True, 150.0)]
+    half = estimate_over_seeds(c + [TargetCrossing(200.0, False, 1e3), TargetCrossing(None, True, 90.0)])
+    assert math.isinf(half.samples_to_target) and math.isinf(half.ci_high)
+    assert half.n_censored == 2 and half.censored_at == (None, 150.0, None, 90.0)
+    minority = estimate_over_seeds(c + [TargetCrossing(120.0, False, 1e3)])
+    assert minority.samples_to_target == 120.0 and math.isinf(minority.ci_high)
+    allc = estimate_over_seeds([TargetCrossing(None, True, 50.0)] * 3)
+    assert math.isinf(allc.samples_to_target) and allc.n_censored == 3
+
+
+def test_estimate_degenerate_inputs():
+    with pytest.raises(AnalysisError):
+        estimate_over_seeds([])
+    with pytest.raises(AnalysisError):
+        estimate_over_seeds([TargetCrossing(1.0, False, 2.0)], confidence=1.0)
+    with pytest.raises(AnalysisError):
+        TargetEstimate(5.0, 6.0, 7.0, 1, 0, (5.0,), (None,), 0.9)
+
+
+def test_estimate_from_value():
+    e = estimate_from_value(1200.0, (1000.0, 1500.0))
+    assert (e.samples_to_target, e.ci_low, e.ci_high, e.n_seeds) == (1200.0, 1000.0, 1500.0, 1)
+    assert estimate_from_value(10.0).ci_low == 10.0
+    for bad in [(math.nan, None), (-1.0, None), (10.0, (11.0, 12.0))]:
+        with pytest.raises(AnalysisError):
+            estimate_from_value(*bad)
