@@ -1,0 +1,163 @@
+"""Ranking by time-to-target T = R / Θ (METHOD §1, §5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from batchtune.analysis.ranking import rank_time_to_target
+from batchtune.errors import AnalysisError
+
+# METHOD §1 worked example (Tencent Hunyuan, GRPO, Qwen3-30B-A3B, G=8). The reference took 11.90 h.
+R0 = 122_880.0  # responses to target at the reference
+THETA0 = R0 / (11.90 * 3600)  # responses/s, so that T0 = 11.90 h
+EXAMPLE = dict(
+    names=["512x8", "1024x8", "2048x8", "4096x8", "2048x8-fixed-lr"],
+    batch_responses=[4096, 8192, 16384, 32768, 16384],
+    samples_to_target=[R0, R0, 1.6 * R0, 1.6 * R0, 1.667 * R0],
+    responses_per_s=[THETA0, 1.41 * THETA0, 1.30 * THETA0, 1.36 * THETA0, 1.17 * THETA0],
+)
+
+
+def rank(names, batch, r, thr, *, spread=0.1, reference=None, lo=None, hi=None):
+    r = np.asarray(r, dtype=float)
+    lo = r * (1 - spread) if lo is None else lo
+    hi = r * (1 + spread) if hi is None else hi
+    return rank_time_to_target(names, batch, r, lo, hi, thr, reference=reference or names[0])
+
+
+def example(spread: float = 0.1):
+    e = EXAMPLE
+    return rank(
+        e["names"], e["batch_responses"], e["samples_to_target"], e["responses_per_s"],
+        spread=spread,
+    )  # fmt: skip
+
+
+def test_method_worked_example_ratios_and_winner():
+    ranking = example()
+    ratios = {c.name: round(c.time_ratio, 2) for c in ranking.candidates}
+    assert ratios == {
+        "512x8": 1.00,
+        "1024x8": 0.71,
+        "2048x8": 1.23,
+        "4096x8": 1.18,
+        "2048x8-fixed-lr": 1.42,
+    }
+    assert ranking.winner == "1024x8"
+    assert ranking.reference == "512x8"
+    assert [c.name for c in ranking.candidates] == [
+        "1024x8",
+        "512x8",
+        "4096x8",
+        "2048x8",
+        "2048x8-fixed-lr",
+    ]
+    winner = ranking.by_name("1024x8")
+    assert winner.time_to_target_s / 3600 == pytest.approx(8.44, abs=0.005)  # 11.90 h -> 8.44 h
+    assert winner.sample_ratio == pytest.approx(1.0)
+    assert winner.throughput_ratio == pytest.approx(1.41)
+
+
+def test_method_worked_example_reason():
+    reason = example().reason
+    assert reason.startswith(
+        "1024x8 reaches the target with 1.00x the reference's responses at 1.41x its "
+        "throughput: 0.71x the time."
+    )
+    assert "Larger batches (2048x8) need 1.60x the responses for 1.30x the throughput" in reason
+    assert "Within uncertainty" not in reason
+
+
+def test_invariants_on_random_candidates():
+    rng = np.random.default_rng(0)
+    n = 8
+    names = [f"b{i}" for i in range(n)]
+    batch = 2.0 ** np.arange(8, 8 + n)
+    r = rng.uniform(1e5, 4e5, n)
+    thr = rng.uniform(5.0, 20.0, n)
+    ranking = rank(names, batch, r, thr, spread=0.2, reference="b0")
+    times = [c.time_to_target_s for c in ranking.candidates]
+    assert times == sorted(times)
+    assert [c.rank for c in ranking.candidates] == list(range(1, n + 1))
+    for c in ranking.candidates:
+        assert c.time_to_target_s == pytest.approx(c.samples_to_target / c.responses_per_s)
+        assert c.time_ratio == pytest.approx(c.sample_ratio / c.throughput_ratio)
+        assert c.time_ratio_ci[0] <= c.time_ratio <= c.time_ratio_ci[1]
+        assert c.time_ci_s[0] <= c.time_to_target_s <= c.time_ci_s[1]
+    ref = ranking.by_name("b0")
+    assert ref.is_reference and ref.time_ratio == 1.0 and ref.time_ratio_ci == (1.0, 1.0)
+    assert sum(c.is_reference for c in ranking.candidates) == 1
+
+
+def test_censored_candidates_rank_last():
+    names = ["small", "mid", "big", "huge"]
+    r = [1e5, math.inf, 1.2e5, math.inf]
+    lo = [0.9e5, 3e5, 1.1e5, 2e5]  # censored: samples consumed without reaching the target
+    hi = [1.1e5, math.inf, 1.3e5, math.inf]
+    thr = [10.0, 100.0, 15.0, 200.0]  # censored runs are fast, and still rank last
+    ranking = rank_time_to_target(names, [1, 2, 4, 8], r, lo, hi, thr, reference="small")
+    assert [c.name for c in ranking.candidates] == ["big", "small", "huge", "mid"]
+    huge = ranking.by_name("huge")
+    assert huge.censored and math.isinf(huge.time_to_target_s) and math.isinf(huge.time_ratio)
+    assert huge.time_ci_s == (1000.0, math.inf)
+    assert 0 < huge.time_ratio_ci[0] < huge.time_ratio_ci[1] == math.inf
+    assert "Never reached the target" in ranking.reason and "huge" in ranking.reason
+
+
+def test_ties_within_uncertainty_are_named():
+    ranking = rank(["a", "b"], [1024, 2048], [1e5, 1.5e5], [10.0, 14.0], spread=0.3)
+    assert ranking.winner == "a"
+    assert "Within uncertainty of b" in ranking.reason
+
+
+def test_equal_time_goes_to_the_smaller_batch():
+    ranking = rank(["big", "small"], [2048, 1024], [2e5, 1e5], [20.0, 10.0], reference="small")
+    assert ranking.winner == "small"
+
+
+def test_winner_at_the_largest_batch_says_so():
+    ranking = rank(["a", "b"], [1024, 2048], [1e5, 1.1e5], [10.0, 19.0], spread=0.01)
+    assert ranking.winner == "b"
+    assert "a larger one may be faster still" in ranking.reason
+
+
+def test_reference_winner():
+    ranking = rank(["a", "b"], [1024, 2048], [1e5, 2e5], [10.0, 12.0], spread=0.01)
+    assert ranking.winner == "a"
+    assert ranking.reason.startswith("a (the reference) reaches the target soonest.")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(reference="nope"),
+        dict(r=[np.nan, 1e5]),
+        dict(r=[0.0, 1e5]),
+        dict(thr=[0.0, 10.0]),
+        dict(thr=[10.0]),
+        dict(names=["a", "a"]),
+        dict(lo=[2e5, 0.9e5]),  # ci_low above the estimate
+    ],
+)
+def test_degenerate_inputs_raise(kwargs):
+    args = dict(names=["a", "b"], batch=[1024, 2048], r=[1e5, 1e5], thr=[10.0, 12.0])
+    args.update({k: v for k, v in kwargs.items() if k in args})
+    extra = {k: v for k, v in kwargs.items() if k not in args}
+    with pytest.raises(AnalysisError):
+        rank(args["names"], args["batch"], args["r"], args["thr"], **extra)
+
+
+def test_censored_reference_raises():
+    with pytest.raises(AnalysisError, match="reference 'a' never reached"):
+        rank_time_to_target(
+            ["a", "b"], [1, 2], [math.inf, 1e5], [5e4, 9e4], [math.inf, 1.1e5], [1.0, 1.0],
+            reference="a",
+        )  # fmt: skip
+
+
+def test_empty_raises():
+    with pytest.raises(AnalysisError):
+        rank_time_to_target([], [], [], [], [], [], reference="a")
