@@ -1,0 +1,255 @@
+"""Generation throughput with vLLM's offline engine (``vllm.LLM``). Needs ``batchtune[vllm]`` and a GPU.
+
+UNTESTED ON A GPU SO FAR: written against the vLLM API as documented for 0.8 to current (see
+docs/profile-gen.md for what was checked); no run has been made. ``import vllm`` happens only in
+``VLLMGeneration.__init__``.
+
+- The engine is built once: ``LLM(model=<dir>, skip_tokenizer_init=True, load_format="dummy" when
+  generation.random_weights, max_num_seqs >= the largest concurrency, max_model_len = prompt +
+  max_new_tokens, gpu_memory_utilization, enforce_eager, seed, disable_log_stats=False)``.
+  ``disable_log_stats=False`` is what makes ``LLM.get_metrics()`` count preemptions.
+- Prompts are token ids (``{"prompt_token_ids": [...]}``, the TokensPrompt schema): random ids
+  from the profile seed, no tokenizer.
+- ``fixed``: one request per prompt with ``SamplingParams(n=G, max_tokens=max_new_tokens,
+  ignore_eos=True, detokenize=False)``.
+- ``eos`` with ``eos_stop_prob > 0``: the same drawn lengths as the transformers backend
+  (``min(Geometric(p), max_new_tokens)``), each response its own request with
+  ``max_tokens=L, ignore_eos=True`` (the prompt repeated G times; vLLM's prefix cache shares its
+  KV, as it does for ``n=G``). The engine retires each sequence at its own length, so the
+  continuous batch refills while a static batch would wait.
+- ``eos`` with ``p = 0``: ``n=G`` with the model's EOS ids (from config.json) as
+  ``stop_token_ids``: with ``skip_tokenizer_init`` vLLM knows no EOS of its own.
+
+Memory: the engine runs in a child process, so torch's allocator statistics in this process see
+nothing; peak memory is the device's bytes in use (``total - free``) after the call, which includes
+vLLM's whole preallocated KV cache. vLLM does not run out of memory at a concurrency: when the KV
+cache is full it preempts sequences (recomputes them later); the preemption count is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from batchtune.backends import timing
+from batchtune.backends.gen_transformers import draw_lengths, synthetic_prompts
+from batchtune.backends.models import TINY_NAMES
+from batchtune.backends.spec import GenRequest, GenResult, ModelInfo, OutOfMemory, RunFailed
+from batchtune.errors import BackendError
+from batchtune.recipe import Recipe
+
+# Qwen/Qwen2.5-0.5B's config.json (values as published with the model; 494,032,768 parameters,
+# "0.49B" on its model card): a real shape to profile with random weights (load_format="dummy").
+QWEN2_5_0_5B_CONFIG: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_act": "silu",
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 24,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 32768,
+    "use_sliding_window": False,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 151643,
+    "eos_token_id": 151643,
+    "attention_dropout": 0.0,
+    "initializer_range": 0.02,
+    "use_cache": True,
+}
+
+
+def write_shape_dir(path: str | Path, config: dict[str, Any] | None = None) -> Path:
+    """Write a model directory holding only ``config.json`` (default: the Qwen2.5-0.5B shape)."""
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config or QWEN2_5_0_5B_CONFIG, indent=2) + "\n")
+    return out
+
+
+_VLLM_DTYPES = {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def engine_kwargs(recipe: Recipe) -> dict[str, Any]:
+    """The ``vllm.LLM`` keyword arguments for this recipe (pure: testable without vLLM)."""
+    g = recipe.generation
+    return {
+        "model": recipe.model.name,
+        "skip_tokenizer_init": True,
+        "load_format": "dummy" if g.random_weights else "auto",
+        "dtype": _VLLM_DTYPES[recipe.model.dtype],
+        "seed": g.seed,
+        "gpu_memory_utilization": g.gpu_memory_utilization,
+        "max_num_seqs": g.max_num_seqs or max(g.concurrency),
+        "max_model_len": g.prompt_tokens + g.max_new_tokens,
+        "enforce_eager": g.enforce_eager,
+        "disable_log_stats": False,
+    }
+
+
+def read_config(model: str) -> dict[str, Any]:
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        raise BackendError(
+            f"the vllm backend needs a local model directory with config.json; {model!r} has none "
+            "(benchmarks/gpu_profile.sh writes a Qwen2.5-0.5B-shaped one)"
+        )
+    return json.loads(path.read_text())
+
+
+def _preemptions(llm: Any) -> int | None:
+    """The engine's cumulative preemption counter, None where this vLLM exposes no metrics."""
+    get = getattr(llm, "get_metrics", None)
+    if get is None:
+        return None
+    total = None
+    for metric in get():
+        if getattr(metric, "name", "").startswith("vllm:num_preemptions"):
+            total = (total or 0) + int(getattr(metric, "value", 0))
+    return total
+
+
+class VLLMGeneration:
+    """GenerationBackend over vLLM's offline ``LLM`` engine; see the module docstring."""
+
+    name = "vllm"
+
+    def __init__(self, recipe: Recipe):
+        if recipe.model.name in TINY_NAMES:
+            raise BackendError(
+                "the vllm backend needs a model directory, not the built-in tiny model; "
+                "see recipes/vllm-qwen-0.5b-shape.toml"
+            )
+        self.recipe = recipe
+        self.config = read_config(recipe.model.name)
+        try:
+            from vllm import LLM, SamplingParams
+        except ImportError as exc:
+            raise BackendError(
+                f"the vllm backend needs vllm ({exc}); `pip install 'batchtune[vllm]'`"
+            ) from None
+        self._sampling_params = SamplingParams
+        kwargs = engine_kwargs(recipe)
+        self.max_num_seqs = kwargs["max_num_seqs"]
+        try:
+            self.llm = LLM(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - engine start-up failures become one clear message
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            hint = ""
+            if timing.is_oom(exc) or "kv cache" in first.lower() or "memory" in first.lower():
+                hint = " (raise generation.gpu_memory_utilization or lower max_new_tokens/prompt_tokens)"
+            raise BackendError(f"vLLM could not start for {recipe.model.name!r}: {first}{hint}") from None
+        eos = self.config.get("eos_token_id")
+        self.eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos])] if eos is not None else []
+        self.vocab_size = int(self.config["vocab_size"])
+        self.device_name = timing.device_name("cuda")
+        self._trainer: Any = None
+
+    def model_info(self) -> ModelInfo:
+        dtype = self.recipe.model.dtype
+        if dtype == "auto":
+            dtype = str(self.config.get("torch_dtype") or self.config.get("dtype") or "bfloat16")
+        return timing.model_info_from_config(
+            self.config, self.recipe.model.name, timing.DTYPE_BYTES.get(dtype, 2.0)
+        )
+
+    def _requests(self, request: GenRequest) -> tuple[list[dict[str, list[int]]], list[Any]]:
+        g = self.recipe.generation
+        group = max(1, request.group_size)
+        prompts = synthetic_prompts(
+            request.concurrency // group,
+            request.prompt_tokens,
+            self.vocab_size,
+            set(self.eos_ids),
+            request.seed,
+        )
+        common = {"temperature": g.temperature, "top_p": g.top_p, "detokenize": False}
+        sp = self._sampling_params
+        lengths = draw_lengths(
+            request.mode, request.concurrency, request.max_new_tokens, g.eos_stop_prob, request.seed
+        )
+        if request.mode == "eos" and lengths is not None:
+            ids = np.repeat(prompts, group, axis=0)
+            inputs = [{"prompt_token_ids": row.tolist()} for row in ids]
+            params = [sp(n=1, max_tokens=int(n), ignore_eos=True, **common) for n in lengths]
+            return inputs, params
+        inputs = [{"prompt_token_ids": row.tolist()} for row in prompts]
+        if request.mode == "fixed":
+            one = sp(n=group, max_tokens=request.max_new_tokens, ignore_eos=True, **common)
+        else:
+            one = sp(n=group, max_tokens=request.max_new_tokens, stop_token_ids=self.eos_ids, **common)
+        return inputs, [one] * len(inputs)
+
+    def generate(self, request: GenRequest) -> GenResult:
+        if request.concurrency > self.max_num_seqs:
+            raise RunFailed(
+                "failed",
+                f"concurrency {request.concurrency} exceeds max_num_seqs {self.max_num_seqs}: "
+                "the engine would queue, not decode them at once (raise generation.max_num_seqs)",
+            )
+        inputs, params = self._requests(request)
+        before = _preemptions(self.llm)
+        try:
+            start = time.perf_counter()
+            outputs = self.llm.generate(inputs, params, use_tqdm=False)
+            elapsed = time.perf_counter() - start  # generate returns finished outputs on the host
+        except Exception as exc:  # noqa: BLE001
+            if timing.is_oom(exc):
+                raise OutOfMemory(f"vLLM ran out of memory at concurrency {request.concurrency}") from None
+            raise
+        after = _preemptions(self.llm)
+        responses = sum(len(o.outputs) for o in outputs)
+        tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+        return GenResult(
+            responses=responses,
+            output_tokens=tokens,
+            elapsed_s=elapsed,
+            peak_mem_bytes=timing.device_memory_in_use_bytes(),
+            preemptions=(after - before) if before is not None and after is not None else 0,
+        )
+
+    def train_step_s(self, batch_responses: int, seq_tokens: int) -> float:
+        """vLLM cannot train: a transformers model of the same shape (random weights) is built on
+        the same GPU beside the engine, as a colocated RL trainer would be, and timed there."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        if self._trainer is None:
+            dtype = {"float32": torch.float32, "float16": torch.float16}.get(
+                self.recipe.model.dtype, torch.bfloat16
+            )
+            config = AutoConfig.from_pretrained(self.recipe.model.name)
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype).to("cuda")
+            self._trainer = {
+                "model": model,
+                "opt": torch.optim.AdamW(model.parameters(), lr=1e-6),
+                "micro": 0,
+            }
+        tr = self._trainer
+        elapsed, tr["micro"] = timing.time_train_step(
+            tr["model"],
+            tr["opt"],
+            batch_responses,
+            seq_tokens,
+            self.vocab_size,
+            torch.device("cuda"),
+            micro_batch=tr["micro"] or batch_responses,
+            seed=self.recipe.generation.seed,
+        )
+        return elapsed
+
+    def close(self) -> None:
+        self._trainer = None
+        self.llm = None
+        timing.release_memory("cuda")

@@ -1,0 +1,434 @@
+"""Profile results and their analysis: everything that needs only stored ThroughputPoints and the
+recipe (no engine), so a profile can be re-analysed from records on disk (METHOD §4).
+
+    analyse_throughput(points, recipe)   -> ProfileResult (knee, fit, roofline fraction, train fit)
+    roofline_only(recipe, "H100-SXM")    -> RooflinePrediction for hardware the user does not have
+
+The model's shape comes from the tiny model's config or a local config.json: torch and
+transformers are imported for the tiny config only, and never to load weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from batchtune.analysis.roofline import (
+    KNOWN_HARDWARE,
+    Hardware,
+    ModelShape,
+    RooflineCurve,
+    RooflinePoint,
+    fraction_of_bound,
+    get_hardware,
+    kv_bytes_per_token,
+    max_concurrency_by_memory,
+    roofline_curve,
+)
+from batchtune.analysis.throughput import (
+    GenThroughputFit,
+    Knee,
+    TrainTimeFit,
+    find_knee,
+    fit_gen_throughput,
+    fit_train_time,
+)
+from batchtune.backends.spec import ModelInfo
+from batchtune.errors import AnalysisError, BackendError, BatchtuneError
+from batchtune.recipe import Recipe
+from batchtune.records import ThroughputPoint
+
+# ---- results ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModeProfile:
+    """One generation mode's sweep and its analysis.
+
+    ``points`` holds every stored point of the mode, ascending, failed ones included; the knee and
+    fit use the ``ok`` ones (responses/s). ``roofline`` pairs each ok point's output tokens/s with
+    the decode bound at its concurrency and mean context (prompt + half the mean response).
+    """
+
+    mode: str
+    points: tuple[ThroughputPoint, ...]
+    ceiling: int | None  # the concurrency that ran out of memory (sweep stopped there)
+    knee: Knee | None
+    fit: GenThroughputFit | None
+    roofline: tuple[RooflinePoint, ...] = ()
+    note: str = ""  # why the knee, fit or roofline is missing; a failed point's message
+
+    @property
+    def ok_points(self) -> tuple[ThroughputPoint, ...]:
+        return tuple(p for p in self.points if p.status == "ok")
+
+    @property
+    def critical_concurrency(self) -> int | None:
+        return None if self.knee is None else int(self.knee.concurrency)
+
+    @property
+    def knee_fraction_of_bound(self) -> float | None:
+        """Measured / roofline-bound decode throughput at the knee (METHOD §4 target: >= 0.7)."""
+        if self.knee is None:
+            return None
+        for rp in self.roofline:
+            if rp.concurrency == self.knee.concurrency:
+                return rp.fraction_of_bound
+        return None
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """A whole profile: per-mode sweeps, training step times, and what the hardware allows."""
+
+    profile_id: str
+    backend: str
+    model: str
+    device: str  # what the points were measured on: "cpu", "NVIDIA H200", ...
+    modes: dict[str, ModeProfile]
+    train_points: tuple[ThroughputPoint, ...]
+    train_fit: TrainTimeFit | None
+    hardware: Hardware | None  # the roofline's hardware; None = no roofline
+    roofline_note: str
+    model_info: ModelInfo | None
+    train_note: str = ""
+    wall_s: float = 0.0
+    is_prediction: bool = False  # measured, unlike RooflinePrediction
+
+    def to_dict(self) -> dict[str, Any]:
+        modes = {}
+        for name, m in self.modes.items():
+            modes[name] = {
+                "critical_concurrency": m.critical_concurrency,
+                "knee_fraction_of_bound": m.knee_fraction_of_bound,
+                "ceiling": m.ceiling,
+                "knee": _plain(m.knee),
+                "fit": _plain(m.fit),
+                "roofline": [_plain(r) for r in m.roofline],
+                "note": m.note,
+                "points": [_plain(p) for p in m.points],
+            }
+        return _plain(
+            {
+                "profile_id": self.profile_id,
+                "is_prediction": self.is_prediction,
+                "backend": self.backend,
+                "model": self.model,
+                "device": self.device,
+                "wall_s": self.wall_s,
+                "hardware": self.hardware,
+                "roofline_note": self.roofline_note,
+                "model_info": self.model_info,
+                "modes": modes,
+                "train_fit": self.train_fit,
+                "train_note": self.train_note,
+                "train_points": list(self.train_points),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class RooflinePrediction:
+    """A roofline bound for hardware the user may not have. A prediction, never a measurement."""
+
+    model_info: ModelInfo
+    hardware: Hardware
+    context_tokens: float
+    curve: RooflineCurve
+    max_concurrency_by_memory: float
+    is_prediction: bool = True
+    note: str = (
+        "PREDICTION from the roofline (weights + KV bytes over HBM bandwidth, 2 FLOPs per active "
+        "parameter per token over peak FLOP/s): an upper bound no engine reaches; real engines "
+        "reach a fraction of it (batchtune's GPU target is 70% at the critical generation batch)."
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.curve
+        rows = [
+            {
+                "concurrency": float(c.concurrency[i]),
+                "step_time_bound_s": float(c.step_time_bound_s[i]),
+                "tokens_per_s_bound": float(c.tokens_per_s_bound[i]),
+                "compute_bound": bool(c.compute_bound[i]),
+                "fits_in_memory": bool(c.fits_in_memory[i]),
+            }
+            for i in range(c.concurrency.size)
+        ]
+        return _plain(
+            {
+                "is_prediction": True,
+                "note": self.note,
+                "model_info": self.model_info,
+                "hardware": self.hardware,
+                "context_tokens": self.context_tokens,
+                "compute_bound_concurrency": c.compute_bound_concurrency,
+                "max_concurrency_by_memory": self.max_concurrency_by_memory,
+                "points": rows,
+            }
+        )
+
+
+def _plain(obj: Any) -> Any:
+    """JSON-ready: dataclasses to dicts, tuples to lists, non-finite floats to strings."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _plain({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
+        return _plain(obj.item())
+    return obj
+
+
+# ---- hardware and model shape -------------------------------------------------------------------
+
+
+def known_hardware_for_device(device: str) -> str | None:
+    """Map a CUDA device name (``torch.cuda.get_device_name``) to a KNOWN_HARDWARE key, or None.
+
+    Only unambiguous names are mapped: variants with other clocks or bandwidth (H100 NVL, H200 NVL,
+    A100 80GB PCIe) are left to ``hardware.name`` or explicit overrides.
+    """
+    k = re.sub(r"[^a-z0-9]", "", device.lower())
+    if "nvl" in k:
+        return None
+    if "h200" in k:
+        return "H200"
+    if "h100" in k:
+        return "H100-PCIe" if "pcie" in k else ("H100-SXM" if ("hbm3" in k or "sxm" in k) else None)
+    if "a100" in k:
+        if "40gb" in k:
+            return "A100-40GB"
+        return "A100-80GB" if "sxm" in k and "80gb" in k else None
+    if "l40s" in k:
+        return "L40S"
+    if "b200" in k:
+        return "B200"
+    return None
+
+
+def _hardware_overrides(recipe: Recipe) -> dict[str, float]:
+    hc = recipe.hardware
+    given = {
+        "peak_flops": hc.peak_flops,
+        "hbm_bytes_per_s": hc.hbm_bytes_per_s,
+        "memory_bytes": hc.memory_bytes,
+    }
+    return {k: float(v) for k, v in given.items() if v > 0}
+
+
+def resolve_hardware(recipe: Recipe, device: str) -> tuple[Hardware | None, str]:
+    """The roofline's hardware for points measured on ``device``, and a note when there is none.
+
+    ``hardware.name`` wins over detection; ``peak_flops``/``hbm_bytes_per_s``/``memory_bytes``
+    override table values. Without a table entry both peak figures must be given (memory then
+    defaults to the host's RAM: it only matters to memory-fit predictions).
+    """
+    hc = recipe.hardware
+    overrides = _hardware_overrides(recipe)
+    name = hc.name if hc.name != "auto" else known_hardware_for_device(device)
+    if name:
+        try:
+            return get_hardware(name, **overrides), ""
+        except AnalysisError:
+            if not ("peak_flops" in overrides and "hbm_bytes_per_s" in overrides):
+                raise
+            overrides.setdefault("memory_bytes", _host_memory_bytes())
+            return get_hardware(name, **overrides), ""
+    if "peak_flops" in overrides and "hbm_bytes_per_s" in overrides:
+        overrides.setdefault("memory_bytes", _host_memory_bytes())
+        return Hardware(device or "custom", **overrides), ""
+    if device in ("", "cpu"):
+        return None, (
+            "no roofline for CPU: set hardware.peak_flops and hardware.hbm_bytes_per_s "
+            "(FLOP/s and memory bytes/s) to compare against one"
+        )
+    return None, (
+        f"no roofline: {device!r} is not in the known table ({', '.join(KNOWN_HARDWARE)}); "
+        "set hardware.name, or hardware.peak_flops and hardware.hbm_bytes_per_s"
+    )
+
+
+def _host_memory_bytes() -> float:
+    import os
+
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def model_info_for_recipe(recipe: Recipe, device: str = "cuda") -> ModelInfo:
+    """The model's shape without loading weights: the tiny model's config, or ``config.json`` of a
+    local model directory. dtype ``auto`` is float32 on CPU and the config's (else bf16) on a GPU."""
+    from batchtune.backends.timing import DTYPE_BYTES, model_info_from_config
+
+    m = recipe.model
+    on_cpu = device in ("", "cpu")
+    if m.name == "tiny-llama":
+        from batchtune.backends.models import CharTokenizer, tiny_llama_config
+
+        cfg = tiny_llama_config(m, CharTokenizer().vocab_size).to_dict()
+        dtype = m.dtype if m.dtype != "auto" else ("float32" if on_cpu else "bfloat16")
+        return model_info_from_config(cfg, m.name, DTYPE_BYTES[dtype])
+    path = Path(m.name) / "config.json"
+    if not path.is_file():
+        raise BackendError(
+            f"no config.json for model {m.name!r}: give a local model directory to compute its shape"
+        )
+    cfg = json.loads(path.read_text())
+    dtype = m.dtype
+    if dtype == "auto":
+        dtype = "float32" if on_cpu else str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    return model_info_from_config(cfg, m.name, DTYPE_BYTES.get(dtype, 2.0))
+
+
+def model_shape(info: ModelInfo) -> ModelShape:
+    kv = kv_bytes_per_token(info.n_layers, info.n_kv_heads, info.head_dim, info.bytes_per_param)
+    return ModelShape(info.n_params, info.n_active_params, info.bytes_per_param, kv)
+
+
+# ---- analysis from points -----------------------------------------------------------------------
+
+
+def analyse_throughput(
+    points: Sequence[ThroughputPoint],
+    recipe: Recipe,
+    *,
+    profile_id: str | None = None,
+    model_info: ModelInfo | None = None,
+    wall_s: float = 0.0,
+) -> ProfileResult:
+    """Rebuild a ProfileResult from stored points (one profile: ``profile_id``, else the last one).
+
+    The model's shape for the roofline comes from ``model_info`` or, without it, from the recipe
+    (:func:`model_info_for_recipe`), so the analysis reruns from records on disk alone.
+    """
+    if not points:
+        raise AnalysisError("no throughput points to analyse; run `batchtune profile-gen` first")
+    pid = profile_id if profile_id is not None else points[-1].profile_id
+    mine = [p for p in points if p.profile_id == pid]
+    if not mine:
+        raise AnalysisError(f"no throughput points of profile {pid!r} in the store")
+    gen = [p for p in mine if p.kind == "generation"]
+    device = mine[0].hardware
+    hw, roof_note = resolve_hardware(recipe, device)
+    info = model_info
+    if info is None:
+        try:
+            info = model_info_for_recipe(recipe, device)
+        except BatchtuneError as exc:
+            info = None
+            if hw is not None:
+                hw, roof_note = None, f"no roofline: {exc}"
+    modes: dict[str, ModeProfile] = {}
+    mode_names = list(dict.fromkeys([*recipe.generation.modes, *(p.mode for p in gen)]))
+    for mode in mode_names:
+        pts = tuple(sorted((p for p in gen if p.mode == mode), key=lambda p: p.concurrency))
+        if pts:
+            modes[mode] = _analyse_mode(mode, pts, recipe, hw if info is not None else None, info)
+    train = tuple(sorted((p for p in mine if p.kind == "training"), key=lambda p: p.concurrency))
+    train_fit, train_note = None, ""
+    ok_train = [p for p in train if p.status == "ok"]
+    if ok_train:
+        try:
+            train_fit = fit_train_time(
+                [p.concurrency for p in ok_train], [p.step_latency_s for p in ok_train]
+            )
+        except AnalysisError as exc:
+            train_note = str(exc)
+    elif train:
+        train_note = "no training batch fitted: " + "; ".join(p.message for p in train if p.message)
+    first = mine[0]
+    return ProfileResult(
+        profile_id=pid,
+        backend=first.backend,
+        model=first.model,
+        device=device,
+        modes=modes,
+        train_points=train,
+        train_fit=train_fit,
+        hardware=hw,
+        roofline_note=roof_note,
+        model_info=info,
+        train_note=train_note,
+        wall_s=wall_s,
+    )
+
+
+def _analyse_mode(
+    mode: str, pts: tuple[ThroughputPoint, ...], recipe: Recipe, hw: Hardware | None, info: ModelInfo | None
+) -> ModeProfile:
+    ok = [p for p in pts if p.status == "ok"]
+    oom = [p.concurrency for p in pts if p.status == "oom"]
+    ceiling = min(oom) if oom else None
+    notes = [f"concurrency {p.concurrency} failed: {p.message}" for p in pts if p.status == "failed"]
+    knee = fit = None
+    conc = [p.concurrency for p in ok]
+    rps = [p.responses_per_s for p in ok]
+    if len(set(conc)) >= 2:
+        try:
+            knee = find_knee(conc, rps, threshold=recipe.generation.knee_threshold, ceiling=ceiling)
+        except AnalysisError as exc:
+            notes.append(f"no knee: {exc}")
+        try:
+            fit = fit_gen_throughput(conc, rps)
+        except AnalysisError as exc:
+            notes.append(f"no fit: {exc}")
+    else:
+        notes.append(f"no knee: {len(set(conc))} measured concurrency level(s), need >= 2")
+    roof: list[RooflinePoint] = []
+    if hw is not None and info is not None:
+        shape = model_shape(info)
+        for p in ok:
+            context = p.prompt_tokens + p.mean_output_tokens / 2.0
+            roof.extend(fraction_of_bound(shape, hw, p.concurrency, context, p.output_tokens_per_s))
+    return ModeProfile(mode, pts, ceiling, knee, fit, tuple(roof), "; ".join(notes))
+
+
+# ---- roofline only ------------------------------------------------------------------------------
+
+
+def roofline_only(
+    recipe: Recipe,
+    hardware: str | None = None,
+    concurrencies: Sequence[float] | None = None,
+    context_tokens: float | None = None,
+    model_info: ModelInfo | None = None,
+) -> RooflinePrediction:
+    """Roofline bound of decoding for the recipe's model on ``hardware`` (a KNOWN_HARDWARE name,
+    else ``recipe.hardware.name``; the recipe's peak_flops/hbm_bytes_per_s/memory_bytes overrides
+    apply only to the recipe's own hardware). No engine runs: a prediction.
+
+    The model's shape comes from ``model_info`` or the recipe (tiny config or local config.json,
+    no weights loaded). ``context_tokens`` defaults to prompt + half the maximum response, the mean
+    KV length of a fixed-length batch over its decode.
+    """
+    hc = recipe.hardware
+    name = hardware or (hc.name if hc.name != "auto" else None)
+    if not name:
+        raise AnalysisError(f"roofline_only needs a hardware name; known: {', '.join(KNOWN_HARDWARE)}")
+    overrides: dict[str, float] = {}
+    if hardware is None or hardware == hc.name:  # the recipe's overrides belong to the recipe's hardware
+        overrides = _hardware_overrides(recipe)
+    hw = get_hardware(name, **overrides)
+    info = model_info or model_info_for_recipe(recipe, "cuda")
+    g = recipe.generation
+    ctx = float(context_tokens) if context_tokens is not None else g.prompt_tokens + g.max_new_tokens / 2.0
+    conc = list(concurrencies) if concurrencies else sorted(set(g.concurrency))
+    shape = model_shape(info)
+    curve = roofline_curve(shape, hw, conc, ctx)
+    return RooflinePrediction(
+        model_info=info,
+        hardware=hw,
+        context_tokens=ctx,
+        curve=curve,
+        max_concurrency_by_memory=max_concurrency_by_memory(shape, hw, g.prompt_tokens + g.max_new_tokens),
+    )

@@ -1,0 +1,129 @@
+"""`batchtune profile-gen`: run the profile (or the roofline-only prediction) and render it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from batchtune.recipe import Recipe
+from batchtune.records import ResultsStore
+from batchtune.report import fmt_n
+
+
+def run_profile_command(
+    cfg: Recipe, console: Console, *, json_out: bool, roofline_only: bool = False, quiet_json: bool = False
+) -> Any:
+    """Profile this machine (or predict from the roofline) and print tables or JSON."""
+    from batchtune.plots import plot_profile, plot_roofline
+    from batchtune.profile import roofline_only as predict
+    from batchtune.profile import run_profile
+    from batchtune.progress import simple_progress
+
+    store = ResultsStore(cfg.run.results_dir)
+    if roofline_only:
+        hw = None if cfg.hardware.name == "auto" else cfg.hardware.name
+        pred = predict(cfg, hardware=hw)
+        store.plots_dir.mkdir(parents=True, exist_ok=True)
+        path = plot_roofline(pred, store.plots_dir / "roofline.png")
+        if json_out:
+            if not quiet_json:
+                sys.stdout.write(json.dumps({**pred.to_dict(), "plot": str(path)}, indent=2) + "\n")
+        else:
+            render_prediction(console, pred)
+            console.print(f"Roofline plot: {path}")
+        return pred
+    with simple_progress(console, "profiling", enabled=not json_out) as progress:
+        result = run_profile(cfg, store, progress)
+    paths = plot_profile(result, store.plots_dir)
+    if json_out:
+        if not quiet_json:
+            data = {**result.to_dict(), "plots": [str(p) for p in paths]}
+            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        render_profile(console, result)
+        for p in paths:
+            console.print(f"Plot: {p}")
+    return result
+
+
+def render_profile(console: Console, result: Any) -> None:
+    hw = result.hardware.name if result.hardware else "none"
+    console.print(
+        f"Profile {result.profile_id}: {result.backend} on {result.device}, model {result.model}, "
+        f"roofline hardware: {hw}, {result.wall_s:.1f} s"
+    )
+    for name, mode in result.modes.items():
+        bound = {rp.concurrency: rp for rp in mode.roofline}
+        title = "fixed length (EOS ignored)" if name == "fixed" else "real stopping (long-tailed lengths)"
+        table = Table(title=f"Generation, {title}")
+        for col in ("responses in flight", "responses/s", "tokens/s", "batch s", "peak mem", "of roofline"):
+            table.add_column(col, justify="right")
+        table.add_column("status")
+        knee = mode.critical_concurrency
+        for p in mode.points:
+            rp = bound.get(p.concurrency)
+            mark = " <- knee" if p.concurrency == knee else ""
+            table.add_row(
+                str(p.concurrency),
+                fmt_n(p.responses_per_s) if p.status == "ok" else "-",
+                fmt_n(p.output_tokens_per_s) if p.status == "ok" else "-",
+                f"{p.step_latency_s:.3g}" if p.status == "ok" else "-",
+                _mem(p.peak_mem_bytes),
+                f"{rp.fraction_of_bound:.0%}" if rp else "-",
+                (p.status if p.status == "ok" else f"[magenta]{p.status}[/] {p.message[:60]}") + mark,
+            )
+        console.print(table)
+        if mode.knee is not None:
+            console.print(f"Critical generation batch ({name}): {knee}. {mode.knee.reason}")
+        if mode.note:
+            console.print(f"[yellow]note:[/] {mode.note}")
+    if result.train_points:
+        table = Table(title="Training step time (forward + backward + AdamW step)")
+        for col in ("batch (responses)", "step s", "peak mem", "status"):
+            table.add_column(col, justify="right")
+        for p in result.train_points:
+            table.add_row(
+                str(p.concurrency),
+                f"{p.step_latency_s:.3g}" if p.status == "ok" else "-",
+                _mem(p.peak_mem_bytes),
+                p.status,
+            )
+        console.print(table)
+        if result.train_fit is not None:
+            f = result.train_fit
+            console.print(f"Training time model: {f.t0_s:.3g} s + {f.t1_s_per_sample:.3g} s per response")
+    if result.train_note:
+        console.print(f"[yellow]note:[/] {result.train_note}")
+    if result.roofline_note:
+        console.print(f"[yellow]roofline:[/] {result.roofline_note}")
+
+
+def render_prediction(console: Console, pred: Any) -> None:
+    c = pred.curve
+    table = Table(
+        title=f"PREDICTION (roofline only, no engine run): {pred.model_info.name} on {pred.hardware.name}"
+    )
+    for col in ("concurrency", "step bound s", "tokens/s bound", "bound by", "fits in memory"):
+        table.add_column(col, justify="right")
+    for i in range(c.concurrency.size):
+        table.add_row(
+            str(int(c.concurrency[i])),
+            f"{c.step_time_bound_s[i]:.3g}",
+            fmt_n(float(c.tokens_per_s_bound[i])),
+            "compute" if c.compute_bound[i] else "memory",
+            "yes" if c.fits_in_memory[i] else "no",
+        )
+    console.print(table)
+    console.print(
+        f"Compute-bound above ~{fmt_n(c.compute_bound_concurrency)} concurrent sequences; memory holds "
+        f"~{fmt_n(pred.max_concurrency_by_memory)} at {pred.context_tokens:.0f} tokens of context."
+    )
+    console.print(f"[yellow]{pred.note}[/]")
+
+
+def _mem(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n else "-"

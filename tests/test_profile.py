@@ -1,0 +1,229 @@
+"""The profiling driver: a real sweep of the tiny transformers model on CPU, and fake backends
+(clearly fakes: computed seconds, nothing measured) for OOM, failures and the roofline."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from batchtune.backends import GENERATION_BACKENDS
+from batchtune.backends.spec import GenRequest, GenResult, ModelInfo, OutOfMemory, RunFailed
+from batchtune.errors import AnalysisError
+from batchtune.profile import (
+    analyse_throughput,
+    known_hardware_for_device,
+    model_info_for_recipe,
+    roofline_only,
+    run_profile,
+)
+from batchtune.profile_analysis import resolve_hardware
+from batchtune.recipe import load_recipe
+from batchtune.records import ResultsStore
+
+TINY_SWEEP = [
+    "generation.backend=transformers",
+    "generation.concurrency=[1, 4, 16, 64, 256]",
+    "generation.prompt_tokens=8",
+    "generation.max_new_tokens=8",
+    "generation.eos_stop_prob=0.2",
+    "generation.warmup=1",
+    "generation.repeats=1",
+    "generation.train_batches=[4, 16]",
+    "hardware.device=cpu",
+    "hardware.threads=1",
+]
+
+
+def _without_wall(d):
+    d = dict(d)
+    d.pop("wall_s")
+    return d
+
+
+def test_tiny_cpu_sweep_writes_points_and_finds_a_knee(tmp_path):
+    recipe = load_recipe(None, TINY_SWEEP)
+    store = ResultsStore(tmp_path)
+    seen = []
+    result = run_profile(recipe, store, progress=lambda done, total, desc: seen.append((done, total)))
+
+    points = store.throughput()
+    assert len(points) == 2 * 5 + 2  # both modes over the grid, then two training batches
+    assert {p.profile_id for p in points} == {result.profile_id}
+    assert all(p.status == "ok" and p.repeats == 1 for p in points)
+    fixed = [p for p in points if p.mode == "fixed"]
+    assert all(p.mean_output_tokens == 8 for p in fixed)
+    for mode in ("fixed", "eos"):
+        m = result.modes[mode]
+        assert m.knee is not None and m.fit is not None
+        assert m.critical_concurrency in (1, 4, 16, 64, 256)
+        assert m.knee.reason
+    assert result.roofline_note.startswith("no roofline for CPU")
+    assert result.train_fit is not None and len(result.train_points) == 2
+    assert seen[-1][0] == seen[-1][1] == (1 + 1) * (2 * 5 + 2)
+
+    again = analyse_throughput(store.throughput(), recipe)  # from the records on disk alone
+    assert _without_wall(again.to_dict()) == _without_wall(result.to_dict())
+    json.dumps(result.to_dict())  # JSON-ready
+
+
+class FakeGeneration:
+    """A FAKE backend for tests: elapsed = T0 + T1 * c seconds, computed, never measured; runs out
+    of memory above OOM_ABOVE sequences and training above TRAIN_OOM_ABOVE responses."""
+
+    name = "fake"
+    T0, T1 = 0.01, 0.001
+    OOM_ABOVE = 32
+    TRAIN_OOM_ABOVE = 16
+    FAIL_AT: int | None = None
+    device_name = "cpu"
+    calls: list[int] = []
+
+    def __init__(self, recipe):
+        self.recipe = recipe
+
+    def model_info(self):
+        return ModelInfo("fake", 5e8, 5e8, 2.0, 24, 2, 64)
+
+    def generate(self, request: GenRequest) -> GenResult:
+        c = request.concurrency
+        type(self).calls.append(c)
+        if c > self.OOM_ABOVE:
+            raise OutOfMemory(f"fake KV cache holds {self.OOM_ABOVE} sequences")
+        if c == self.FAIL_AT:
+            raise RunFailed("failed", "fake engine crashed")
+        return GenResult(c, c * request.max_new_tokens, self.T0 + self.T1 * c, peak_mem_bytes=c)
+
+    def train_step_s(self, batch_responses: int, seq_tokens: int) -> float:
+        if batch_responses > self.TRAIN_OOM_ABOVE:
+            raise OutOfMemory("fake training OOM")
+        return 0.1 + 0.01 * batch_responses
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setitem(GENERATION_BACKENDS, "simulated", f"{__name__}:FakeGeneration")
+    monkeypatch.setattr(FakeGeneration, "calls", [])
+    return FakeGeneration
+
+
+FAKE_SWEEP = [
+    "generation.backend=simulated",
+    "generation.concurrency=[1, 2, 4, 8, 16, 32, 64, 128]",
+    "generation.train_batches=[4, 8, 16, 32, 64]",
+    "generation.warmup=1",
+    "generation.repeats=2",
+]
+
+
+def test_oom_is_the_ceiling_and_the_sweep_stops_cleanly(tmp_path, fake):
+    recipe = load_recipe(None, FAKE_SWEEP)
+    store = ResultsStore(tmp_path)
+    result = run_profile(recipe, store)
+    for mode in ("fixed", "eos"):
+        m = result.modes[mode]
+        assert [(p.concurrency, p.status) for p in m.points][-2:] == [(32, "ok"), (64, "oom")]
+        assert 128 not in [p.concurrency for p in m.points]  # never tried past the ceiling
+        assert m.ceiling == 64 and m.knee.ceiling == 64
+        # still 24% per doubling at 16 -> 32: memory, not saturation, sets the critical batch
+        assert m.knee.concurrency == 32 and not m.knee.saturated
+        assert "ran out of memory" in m.knee.reason
+        # the saturating fit recovers the fake's t0 + t1 c per response batch
+        assert m.fit.t0_s == pytest.approx(FakeGeneration.T0, rel=1e-6)
+        assert m.fit.t1_s == pytest.approx(FakeGeneration.T1, rel=1e-6)
+    assert fake.calls.count(64) == 2 and 128 not in fake.calls  # one OOM per mode, then stop
+    train = result.train_points
+    assert [(p.concurrency, p.status) for p in train] == [(4, "ok"), (8, "ok"), (16, "ok"), (32, "oom")]
+    assert result.train_fit.t1_s_per_sample == pytest.approx(0.01, rel=1e-6)
+    stored = store.throughput()
+    assert [p.status for p in stored].count("oom") == 3
+    assert all(p.message for p in stored if p.status == "oom")
+
+
+def test_a_failed_point_is_recorded_and_ends_the_mode(tmp_path, fake, monkeypatch):
+    monkeypatch.setattr(FakeGeneration, "FAIL_AT", 8)
+    result = run_profile(load_recipe(None, FAKE_SWEEP), ResultsStore(tmp_path))
+    m = result.modes["fixed"]
+    assert [p.status for p in m.points] == ["ok", "ok", "ok", "failed"]
+    assert "fake engine crashed" in m.note
+
+
+def test_roofline_fraction_on_a_known_gpu(tmp_path, fake, monkeypatch):
+    monkeypatch.setattr(FakeGeneration, "device_name", "NVIDIA H200")
+    recipe = load_recipe(None, FAKE_SWEEP)
+    result = run_profile(recipe, ResultsStore(tmp_path))
+    assert result.hardware.name == "H200" and result.roofline_note == ""
+    m = result.modes["fixed"]
+    assert len(m.roofline) == len(m.ok_points)
+    for rp, p in zip(m.roofline, m.ok_points, strict=True):
+        assert rp.measured_tokens_per_s == pytest.approx(p.output_tokens_per_s)
+        assert rp.fraction_of_bound == pytest.approx(rp.measured_tokens_per_s / rp.bound_tokens_per_s)
+    assert m.knee_fraction_of_bound is not None
+    # the analysis from disk takes the shape from the recipe (tiny) unless given the same info
+    again = analyse_throughput(
+        ResultsStore(tmp_path).throughput(), recipe, model_info=FakeGeneration(recipe).model_info()
+    )
+    assert _without_wall(again.to_dict()) == _without_wall(result.to_dict())
+
+
+def test_device_names_map_to_known_hardware():
+    assert known_hardware_for_device("NVIDIA H200") == "H200"
+    assert known_hardware_for_device("NVIDIA H100 80GB HBM3") == "H100-SXM"
+    assert known_hardware_for_device("NVIDIA H100 PCIe") == "H100-PCIe"
+    assert known_hardware_for_device("NVIDIA A100-SXM4-80GB") == "A100-80GB"
+    assert known_hardware_for_device("NVIDIA A100-PCIE-40GB") == "A100-40GB"
+    assert known_hardware_for_device("NVIDIA H100 NVL") is None  # other bandwidth: not guessed
+    assert known_hardware_for_device("cpu") is None
+
+
+def test_cpu_roofline_needs_overrides():
+    hw, note = resolve_hardware(load_recipe(None), "cpu")
+    assert hw is None and "no roofline for CPU" in note
+    r = load_recipe(None, ["hardware.peak_flops=2e11", "hardware.hbm_bytes_per_s=4e10"])
+    hw, note = resolve_hardware(r, "cpu")
+    assert (hw.peak_flops, hw.hbm_bytes_per_s, note) == (2e11, 4e10, "")
+    with pytest.raises(AnalysisError, match="unknown hardware"):
+        resolve_hardware(load_recipe(None, ["hardware.name=TPU-v9"]), "cpu")
+
+
+def test_roofline_only_is_a_prediction_from_a_config_dir(tmp_path):
+    from batchtune.backends.gen_vllm import write_shape_dir
+
+    model_dir = write_shape_dir(tmp_path / "qwen")
+    r = load_recipe(
+        None,
+        [f"model.name='{model_dir}'", "generation.prompt_tokens=128", "generation.max_new_tokens=256"],
+    )
+    info = model_info_for_recipe(r)
+    assert info.n_params == 494_032_768 and info.bytes_per_param == 2.0
+    pred = roofline_only(r, "H100-SXM", concurrencies=[1, 64, 1024])
+    assert pred.is_prediction and pred.hardware.name == "H100-SXM"
+    assert pred.context_tokens == 128 + 256 / 2
+    # weights-only crossing for dense bf16 on an H100 SXM is ~295 (METHOD §4); KV reads push it up
+    assert pred.curve.compute_bound_concurrency > 295
+    bound = pred.curve.tokens_per_s_bound
+    assert bound[0] == pytest.approx(3.35e12 / (494_032_768 * 2 + 256 * 12288), rel=1e-9)
+    assert all(math.isfinite(x) for x in bound) and list(bound) == sorted(bound)
+    d = pred.to_dict()
+    assert d["is_prediction"] is True and json.dumps(d)
+    with pytest.raises(AnalysisError, match="hardware name"):
+        roofline_only(r)
+
+
+def test_plots_write_pngs(tmp_path, fake, monkeypatch):
+    from batchtune.plots import plot_learning_curves, plot_profile, plot_roofline
+
+    monkeypatch.setattr(FakeGeneration, "device_name", "NVIDIA H200")
+    store = ResultsStore(tmp_path)
+    result = run_profile(load_recipe(None, FAKE_SWEEP), store)
+    (path,) = plot_profile(result, store.plots_dir)
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    pred = roofline_only(load_recipe(None), "H200")
+    assert plot_roofline(pred, tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+    curves = {"P4xG8": [([32.0, 64.0, 96.0], [0.1, 0.3, 0.5]), ([32.0, 64.0], [0.2, 0.4])]}
+    out = plot_learning_curves(curves, 0.45, "eval_reward", tmp_path / "lc.png")
+    assert out.read_bytes()[:4] == b"\x89PNG"
