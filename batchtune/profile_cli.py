@@ -118,9 +118,15 @@ def render_prediction(console: Console, pred: Any) -> None:
             "yes" if c.fits_in_memory[i] else "no",
         )
     console.print(table)
+    cb = c.compute_bound_concurrency
+    head = (
+        f"Compute-bound above ~{fmt_n(cb)} concurrent sequences"
+        if cb != float("inf")
+        else "Never compute-bound at this context (KV-cache reads outweigh the FLOPs)"
+    )
     console.print(
-        f"Compute-bound above ~{fmt_n(c.compute_bound_concurrency)} concurrent sequences; memory holds "
-        f"~{fmt_n(pred.max_concurrency_by_memory)} at {pred.context_tokens:.0f} tokens of context."
+        f"{head}; memory holds ~{fmt_n(pred.max_concurrency_by_memory)} sequences "
+        f"at {pred.context_tokens:.0f} tokens of context."
     )
     console.print(f"[yellow]{pred.note}[/]")
 
