@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -71,6 +72,18 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             err_console.print("interrupted: rerun the same command to resume; finished runs are kept")
             raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except Exception as exc:  # a bug: still one line, the trace on request
+            if os.environ.get("BATCHTUNE_DEBUG"):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            err_console.print(
+                f"[red]internal error:[/] {type(exc).__name__}: {first} "
+                "(a bug in batchtune: rerun with BATCHTUNE_DEBUG=1 for the traceback and report it)",
+                highlight=False,
+            )
+            raise typer.Exit(70) from None
 
     return wrapper
 

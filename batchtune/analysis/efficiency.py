@@ -323,8 +323,8 @@ def _gradient_diagnostics(
     slope = noise = None
     if len({s[0] for s in series}) >= 2:
         last = min(float(s[1][-1]) for s in series)
-        first = max(float(s[1][0]) for s in series)
-        at = max(first, 0.5 * last)  # inside every run's logged range when one exists
+        earliest = max(float(s[1][0]) for s in series)
+        at = max(earliest, 0.5 * last)  # inside every run's logged range when one exists
         try:
             batches, norms = grad_norms_at_matched_samples(series, at)
             slope = grad_norm_slope(batches, norms)
