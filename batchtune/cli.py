@@ -35,6 +35,7 @@ app = typer.Typer(
 recipes_app = typer.Typer(help="List, show, copy and validate recipes.", no_args_is_help=True)
 app.add_typer(recipes_app, name="recipes")
 
+
 def _console(stderr: bool = False) -> Console:
     """Wide tables stay readable in logs and CI, where there is no terminal to measure."""
     probe = Console(stderr=stderr)
@@ -269,6 +270,68 @@ def tune(
         console.rule("3/3 recommend: time-to-target")
     rec, emitted, values = recommend_for_recipe(cfg, "auto", emit, gpus)
     _show_recommendation(rec, emitted, values, json_out)
+
+
+@app.command("import-logs")
+@handle_errors
+def import_logs_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="Log files or folders (one run each, or several).")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="jsonl | csv | verl | trl | tensorboard | wandb.")
+    ] = "jsonl",
+    results: Annotated[str, typer.Option("--results", "-r", help="Results directory to add the runs to.")] = (
+        "bt-results/imported"
+    ),
+    prompts: Annotated[int, typer.Option(help="P of these runs, if the log does not say.")] = 0,
+    group_size: Annotated[int, typer.Option(help="G of these runs, if the log does not say.")] = 0,
+    lr: Annotated[float, typer.Option(help="LR of these runs, if the log does not say.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of these runs.")] = 0,
+    run_id: Annotated[str, typer.Option(help="Run id (default: from the file name).")] = "",
+    samples_per_step: Annotated[
+        int, typer.Option(help="Responses per logged step when it is not P*G (e.g. TRL's optimiser steps).")
+    ] = 0,
+    map_: Annotated[
+        list[str] | None,
+        typer.Option("--map", help="NAME=KEY: which log key or column holds a batchtune field (repeatable)."),
+    ] = None,
+    metric: Annotated[str | None, typer.Option(help="Target metric name (target.metric).")] = None,
+    target: Annotated[float | None, typer.Option(help="Target value (target.value).")] = None,
+    lower_is_better: Annotated[bool, typer.Option(help="The metric is a loss.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Import runs you already have (verl, TRL, OpenRLHF/TensorBoard, W&B CSV, generic CSV/JSONL).
+
+    They are stored like probe runs, so `batchtune recommend --results DIR` analyses them the same way.
+    Every file is read and checked before anything is written. See docs/import-logs.md.
+    """
+    from batchtune.importing import import_logs, parse_mapping
+    from batchtune.integrations.common import RunInfo
+
+    info = RunInfo(
+        prompts=prompts,
+        group_size=group_size,
+        lr=lr,
+        seed=seed,
+        run_id=run_id,
+        samples_per_step=samples_per_step,
+    )
+    overrides = []
+    if metric is not None:
+        overrides.append(f'target.metric="{metric}"')
+    if target is not None:
+        overrides.append(f"target.value={target}")
+    if lower_is_better:
+        overrides.append("target.higher_is_better=false")
+    result, cfg = import_logs(paths, fmt, results, info, parse_mapping(map_ or []), overrides)
+    if json_out:
+        _print_json({"results_dir": results, "added": list(result.added), "skipped": list(result.skipped)})
+        return
+    console.print(
+        f"imported {len(result.added)} run(s) into {results}"
+        + (f"; {len(result.skipped)} already there" if result.skipped else "")
+        + f". Target: {cfg.target.metric} {'>=' if cfg.target.higher_is_better else '<='} {cfg.target.value}"
+    )
+    console.print(f"Next: batchtune recommend --results {results}")
 
 
 @recipes_app.command("list")

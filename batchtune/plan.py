@@ -31,7 +31,7 @@ def label(prompts: int, group_size: int, fixed_lr: bool = False) -> str:
     return f"P{prompts}xG{group_size}" + ("-fixedlr" if fixed_lr else "")
 
 
-def _table(recipe: Recipe) -> dict[int, float]:
+def lr_table(recipe: Recipe) -> dict[int, float]:
     table: dict[int, float] = {}
     for key, value in recipe.lr_scaling.table.items():
         try:
@@ -47,7 +47,7 @@ def plan_candidates(recipe: Recipe) -> Plan:
     prompts = sorted(set(c.prompts))
     n_ref = recipe.lr_scaling.reference_batch or prompts[0] * g
     rule = recipe.lr_scaling.rule
-    table = _table(recipe)
+    table = lr_table(recipe)
     base = recipe.optimizer.lr
     critic_base = recipe.algorithm.critic_lr or base
     critic_rule = recipe.algorithm.critic_lr_rule or rule

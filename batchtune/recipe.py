@@ -170,6 +170,11 @@ class BackendConfig:
     command_log: str = ""  # the log the command writes, relative to {output_dir}
     command_log_format: str = "jsonl"  # jsonl | csv | verl | trl | tensorboard | wandb
     timeout_s: float = 0.0  # per run; 0 = none
+    # extra environment for the command, values with the same placeholders (e.g. verl's
+    # VERL_FILE_LOGGER_PATH = "{output_dir}/metrics.jsonl")
+    command_env: dict[str, str] = field(default_factory=dict)
+    # batchtune name -> the log's key or column (e.g. reward = "train/acc"); empty = the format's defaults
+    command_log_keys: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -184,6 +189,7 @@ class NQMConfig:
     gen_t1_s: float = 0.0005  # simulated extra time per concurrent sequence
     train_t0_s: float = 0.05
     train_t1_s: float = 0.001
+    gen_max_concurrency: int = 0  # simulated KV-cache cap: generate() raises OutOfMemory above it; 0 = none
 
 
 @dataclass(frozen=True)
@@ -330,6 +336,8 @@ def _validate(recipe: Recipe) -> list[str]:
         errors.append("generation.eos_stop_prob: must lie in [0, 1) (0 = the model's own EOS)")
     if g.prompt_tokens < 1 or g.max_new_tokens < 1:
         errors.append("generation.prompt_tokens and max_new_tokens: must be at least 1")
+    if g.repeats < 1 or g.warmup < 0:
+        errors.append("generation.repeats: must be at least 1 (and warmup at least 0)")
     if recipe.lr_scaling.rule == "table" and not recipe.lr_scaling.table:
         errors.append("lr_scaling.table: rule 'table' needs {\"N\" = lr, ...} entries")
     if recipe.backend.training == "command" and not recipe.backend.command:

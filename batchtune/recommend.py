@@ -149,6 +149,14 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
     ranked = [c for c in efficiency.candidates if c.estimate is not None and c.label in have]
     if efficiency.reference not in {c.label for c in ranked}:
         raise AnalysisError(f"the reference {efficiency.reference} has no throughput; cannot normalise")
+    ref_est = efficiency.get(efficiency.reference).estimate
+    if ref_est is None or not math.isfinite(ref_est.samples_to_target):
+        cmp = ">=" if efficiency.higher_is_better else "<="
+        raise AnalysisError(
+            f"the reference {efficiency.reference} never reached {efficiency.metric} {cmp} "
+            f"{efficiency.target:g}, so no time-to-target can be compared: lower the target, run longer "
+            "(budget.max_samples), or check that target.metric names the right metric"
+        )
     if len(ranked) < 2:
         raise AnalysisError("fewer than two candidates have both samples-to-target and throughput")
     ranking = rank_time_to_target(

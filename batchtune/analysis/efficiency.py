@@ -148,6 +148,12 @@ def candidates_from_runs(
     by_label: dict[str, list[RunData]] = defaultdict(list)
     for run in runs:
         by_label[run.record.candidate].append(run)
+    if not any(metric in s.metrics for r in runs for s in r.steps):
+        found = sorted({k for r in runs for s in r.steps for k in s.metrics})
+        raise AnalysisError(
+            f"no run logged the target metric {metric!r}; the runs have: {', '.join(found) or 'none'} "
+            "(set target.metric, e.g. --set target.metric=NAME)"
+        )
     main_g = Counter(r.record.group_size for r in runs).most_common(1)[0][0]
     out = []
     for lab, group in by_label.items():

@@ -1,0 +1,223 @@
+"""The ``command`` training backend: run the user's own trainer once per candidate and read its log.
+
+``recipe.backend.command`` is an argv list (never a shell string) whose items may hold placeholders,
+filled per run with ``str.format`` (write ``{{`` and ``}}`` for literal braces):
+
+    {prompts} {group_size} {batch_responses}    P, G and N = P*G of the candidate
+    {batch_responses_per_gpu}                   N / hardware.num_gpus
+    {mini_batch_prompts} {mini_batch_responses} P and N / algorithm.mini_batches
+    {lr} {critic_lr} {seed}                     scaled actor LR, critic LR (actor's if none), seed
+    {max_samples} {max_steps} {max_prompts}     budget in responses, rollout steps, prompts
+    {output_dir} {run_dir} {run_id} {num_gpus}  spec.run_dir / "output", spec.run_dir, ...
+
+The command must write its metrics to ``backend.command_log`` (relative to {output_dir}; the same
+placeholders) in ``backend.command_log_format``. Line formats (jsonl, csv, verl) are read while the
+trainer runs and each step is yielded once the next one appears; the others after it exits. A
+non-zero exit is a failed run (an out-of-memory message makes it ``oom``), ``backend.timeout_s`` a
+timed-out one; closing the generator stops the whole process group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import string
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec
+from batchtune.errors import BatchtuneError, RecipeError
+from batchtune.integrations.common import RunInfo
+from batchtune.integrations.readers import STREAMABLE, read_log
+from batchtune.records import StepRecord
+
+POLL_S = 0.2  # how often the log and the process are checked
+KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
+_OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory")
+
+
+def placeholders(spec: RunSpec) -> dict[str, Any]:
+    """The values the argv, log path and environment templates may use."""
+    c, r = spec.candidate, spec.recipe
+    n = c.batch_responses
+    mb = r.algorithm.mini_batches
+    max_steps = max(1, math.ceil(r.budget.max_samples / n))
+    gpus = r.hardware.num_gpus
+    output_dir = spec.run_dir / "output"
+    values: dict[str, Any] = {
+        "prompts": c.prompts,
+        "group_size": c.group_size,
+        "batch_responses": n,
+        "batch_responses_per_gpu": n // gpus if n % gpus == 0 else None,
+        "mini_batch_prompts": c.prompts // mb if c.prompts % mb == 0 else None,
+        "mini_batch_responses": n // mb if n % mb == 0 else None,
+        "lr": repr(float(c.lr)),
+        "critic_lr": repr(float(c.critic_lr if c.critic_lr is not None else c.lr)),
+        "seed": spec.seed,
+        "max_samples": r.budget.max_samples,
+        "max_steps": max_steps,
+        "max_prompts": max_steps * c.prompts,
+        "output_dir": str(output_dir),
+        "run_dir": str(spec.run_dir),
+        "run_id": spec.run_id,
+        "num_gpus": gpus,
+    }
+    return values
+
+
+def fill(template: str, values: dict[str, Any], where: str) -> str:
+    """``template`` with placeholders filled; a clear error for unknown or inexpressible ones."""
+    try:
+        names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise RecipeError(f"{where}: {template!r}: {exc} (write {{{{ and }}}} for literal braces)") from None
+    for name in names:
+        if name not in values:
+            raise RecipeError(f"{where}: unknown placeholder {{{name}}}; known: {', '.join(sorted(values))}")
+        if values[name] is None:
+            raise RunFailed("failed", f"{where}: {{{name}}} is not a whole number for this candidate")
+    return template.format(**values)
+
+
+def _stderr_tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+    return " | ".join(tail)[-600:]
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the command and everything it started (it runs in its own session)."""
+    if proc.poll() is not None:
+        return
+    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class CommandBackend:
+    """Runs ``recipe.backend.command`` per candidate; see the module docstring."""
+
+    name = "command"
+
+    def train(self, spec: RunSpec) -> Iterator[StepRecord]:
+        cfg = spec.recipe.backend
+        if not cfg.command:
+            raise RecipeError("backend.command: the command backend needs an argv list")
+        if not cfg.command_log:
+            raise RecipeError("backend.command_log: say which file the command writes its metrics to")
+        values = placeholders(spec)
+        argv = [fill(item, values, f"backend.command[{i}]") for i, item in enumerate(cfg.command)]
+        env = dict(os.environ)
+        env.update({k: fill(v, values, f"backend.command_env.{k}") for k, v in cfg.command_env.items()})
+        output_dir = Path(values["output_dir"])
+        output_dir.mkdir(parents=True, exist_ok=True)
+        log_path = output_dir / fill(cfg.command_log, values, "backend.command_log")
+        fmt = cfg.command_log_format
+        c = spec.candidate
+        info = RunInfo(
+            prompts=c.prompts,
+            group_size=c.group_size,
+            lr=c.lr,
+            seed=spec.seed,
+            critic_lr=c.critic_lr or 0.0,
+            run_id=spec.run_id,
+            candidate=c.label,
+            # TRL logs optimiser steps: with mini-batches one generation feeds several of them
+            samples_per_step=c.batch_responses // spec.recipe.algorithm.mini_batches if fmt == "trl" else 0,
+        )
+        stdout_path, stderr_path = spec.run_dir / "command.stdout", spec.run_dir / "command.stderr"
+        spec.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+            try:
+                proc = subprocess.Popen(
+                    argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+                )
+            except OSError as exc:
+                raise RunFailed("failed", f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+        started = time.monotonic()
+        yielded = -1  # the last step yielded
+        seen_stat: tuple[int, int] | None = None  # (size, mtime) of the log when last read
+        try:
+            while True:
+                rc = proc.poll()
+                if rc is None and cfg.timeout_s and time.monotonic() - started > cfg.timeout_s:
+                    _stop(proc)
+                    raise RunFailed(
+                        "timeout", f"ran past backend.timeout_s = {cfg.timeout_s:g} s; see {stderr_path}"
+                    )
+                if rc is None:
+                    stat = _stat(log_path)
+                    if fmt in STREAMABLE and stat is not None and stat != seen_stat:
+                        seen_stat = stat
+                        so_far = self._read(log_path, fmt, info, cfg.command_log_keys, spec, partial=True)
+                        for step in so_far[:-1]:  # the last step may still get lines
+                            if step.step > yielded:
+                                yielded = step.step
+                                yield step
+                    time.sleep(POLL_S)
+                    continue
+                if rc != 0:
+                    tail = _stderr_tail(stderr_path)
+                    msg = f"command exited with code {rc}" + (f": {tail}" if tail else "")
+                    if any(m in tail.lower() for m in _OOM_MARKERS):
+                        raise OutOfMemory(msg)
+                    raise RunFailed("failed", msg)
+                steps = self._read(log_path, fmt, info, cfg.command_log_keys, spec, partial=False)
+                if not steps:
+                    raise RunFailed("failed", f"the command finished but its log {log_path} holds no steps")
+                for step in steps:
+                    if step.step > yielded:
+                        yielded = step.step
+                        yield step
+                return
+        finally:
+            _stop(proc)
+
+    @staticmethod
+    def _read(
+        path: Path, fmt: str, info: RunInfo, keys: dict[str, str], spec: RunSpec, partial: bool
+    ) -> list[StepRecord]:
+        """The run's steps so far; while running, a missing or half-written log reads as no steps."""
+        if partial and not path.exists():
+            return []
+        try:
+            runs = read_log(path, fmt, info, keys or None, partial=partial)
+        except BatchtuneError as exc:
+            if partial:
+                return []
+            raise RunFailed("failed", f"cannot read the command's log: {exc}") from None
+        if partial and not runs:
+            return []
+        if len(runs) != 1:
+            raise RunFailed("failed", f"the command's log {path} holds {len(runs)} runs; expected one")
+        run = runs[0]
+        if (run.prompts, run.group_size) != (info.prompts, info.group_size):
+            raise RunFailed(
+                "failed",
+                f"the log says P={run.prompts} x G={run.group_size}, the candidate is "
+                f"P={info.prompts} x G={info.group_size}: check the command's placeholders",
+            )
+        return [dataclasses.replace(s, run_id=spec.run_id, seed=spec.seed) for s in run.steps]

@@ -1,0 +1,318 @@
+"""The shapes shared by the log readers: what a run imported from a log looks like and which log
+keys mean what. Pure Python, no torch.
+
+An imported run becomes a RunRecord (status "completed", lr_rule "given") plus StepRecords, so it is
+analysed exactly like a probe run. Samples are responses (METHOD.md §2): a log that counts optimiser
+steps is converted with ``samples = step * prompts * group_size`` unless it logs samples itself.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from batchtune.errors import InputError
+from batchtune.records import RunRecord, StepRecord
+
+# ---- what the log may not say ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Facts about a run that its log may not record. Log columns win where a format has them."""
+
+    prompts: int = 0  # P per rollout batch (verl: data.train_batch_size); 0 = the log must say
+    group_size: int = 0  # G (verl: rollout.n, TRL: num_generations); 0 = the log must say
+    lr: float = 0.0  # peak actor LR; 0 = the largest LR the log reports
+    seed: int = 0
+    critic_lr: float = 0.0  # PPO critic LR; 0 = unknown
+    run_id: str = ""  # "" = from the run column, the file or the folder name
+    candidate: str = ""  # "" = "P{prompts}xG{group_size}", the probe's label
+    # responses consumed per logged step; 0 = prompts * group_size (one rollout batch per step). TRL
+    # counts optimiser steps, which see fewer when one generation feeds several of them.
+    samples_per_step: int = 0
+
+
+# ---- which log key means what ---------------------------------------------------------------------
+
+# Fields of LogKeys a user may override with "name=KEY"; any other name is a metric alias.
+KEY_FIELDS = ("grad_norm", "critic_grad_norm", "lr", "gen_s", "train_s", "step_s", "response_length")
+
+
+@dataclass(frozen=True)
+class LogKeys:
+    """Trainer log keys behind batchtune's names. Each entry lists alternatives (exact keys or
+    ``fnmatch`` globs); the first one present in a run is used. ``gen_s`` and ``train_s`` instead sum
+    every listed key present (verl logs the actor and critic updates separately).
+
+    ``metrics`` maps batchtune metric names (``reward``, ``eval_reward``, what ``target.metric``
+    names) to trainer keys. With ``keep_all`` every other numeric key is kept under its own name too.
+    Names in ``required`` came from the user: a missing or ambiguous key is then an error, while a
+    default that does not match is skipped.
+    """
+
+    metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    grad_norm: tuple[str, ...] = ()  # actor, before clipping
+    critic_grad_norm: tuple[str, ...] = ()
+    lr: tuple[str, ...] = ()  # actor LR at the step
+    gen_s: tuple[str, ...] = ()  # seconds generating (summed)
+    train_s: tuple[str, ...] = ()  # seconds updating (summed)
+    step_s: tuple[str, ...] = ()  # whole step; other_s = step_s - gen_s - train_s
+    response_length: tuple[str, ...] = ()  # mean generated tokens per response
+    keep_all: bool = True
+    required: frozenset[str] = frozenset()
+
+    def override(self, mapping: Mapping[str, str] | None) -> LogKeys:
+        """Apply user ``name=KEY`` pairs; ``gen_s``/``train_s`` take comma-separated keys."""
+        if not mapping:
+            return self
+        changes: dict[str, object] = {}
+        metrics = dict(self.metrics)
+        for name, key in mapping.items():
+            if not key:
+                raise InputError(f"key mapping {name}=: empty key; write {name}=LOG_KEY")
+            if name in KEY_FIELDS:
+                keys = tuple(k.strip() for k in key.split(",")) if name in ("gen_s", "train_s") else (key,)
+                changes[name] = keys
+            else:
+                metrics[name] = (key,)
+        return replace(self, metrics=metrics, required=self.required | set(mapping), **changes)
+
+
+def merge_keys(*keysets: LogKeys) -> LogKeys:
+    """Alternatives of several trainers in order (for formats any trainer can write: TensorBoard, W&B)."""
+
+    def cat(values: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
+        out: list[str] = []
+        for v in values:
+            out.extend(k for k in v if k not in out)
+        return tuple(out)
+
+    names: list[str] = []
+    for ks in keysets:
+        names.extend(n for n in ks.metrics if n not in names)
+    return LogKeys(
+        metrics={n: cat(ks.metrics.get(n, ()) for ks in keysets) for n in names},
+        **{f: cat(getattr(ks, f) for ks in keysets) for f in KEY_FIELDS},
+    )
+
+
+def _resolve(name: str, alternatives: tuple[str, ...], present: set[str], strict: bool, where: str) -> str:
+    """The key of ``present`` that ``alternatives`` select, or "" (an error when ``strict``)."""
+    for alt in alternatives:
+        if alt in present:
+            return alt
+        if any(c in alt for c in "*?["):
+            hits = sorted(k for k in present if fnmatch.fnmatchcase(k, alt))
+            if len(hits) == 1:
+                return hits[0]
+            if len(hits) > 1:
+                if strict:
+                    raise InputError(
+                        f"{where}: {name}={alt!r} matches {len(hits)} keys ({', '.join(hits[:6])}); "
+                        f"name one, e.g. {name}={hits[0]}"
+                    )
+                continue  # ambiguous default: try the next alternative
+    if strict and alternatives:
+        close = sorted(present)[:8]
+        raise InputError(
+            f"{where}: no log key {' or '.join(map(repr, alternatives))} for {name}; "
+            f"keys include {', '.join(close)}"
+        )
+    return ""
+
+
+# ---- imported runs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportedRun:
+    """One run read from a trainer's log, ready to store like a probe run."""
+
+    run_id: str
+    candidate: str
+    prompts: int
+    group_size: int
+    seed: int
+    lr: float  # peak actor LR
+    steps: tuple[StepRecord, ...]
+    source: str  # the file it came from
+    critic_lr: float | None = None
+
+    @property
+    def batch_responses(self) -> int:
+        return self.prompts * self.group_size
+
+    def to_records(self, backend: str = "import") -> tuple[RunRecord, list[StepRecord]]:
+        last = self.steps[-1]
+        gen_s = sum(s.gen_s for s in self.steps)
+        train_s = sum(s.train_s for s in self.steps)
+        other_s = sum(s.other_s for s in self.steps)
+        record = RunRecord(
+            run_id=self.run_id,
+            candidate=self.candidate,
+            prompts=self.prompts,
+            group_size=self.group_size,
+            seed=self.seed,
+            lr=self.lr,
+            lr_rule="given",
+            base_lr=self.lr,
+            reference_batch=self.batch_responses,
+            status="completed",
+            steps=len(self.steps),
+            samples=last.samples,
+            tokens=last.tokens,
+            wall_s=gen_s + train_s + other_s,
+            gen_s=gen_s,
+            train_s=train_s,
+            other_s=other_s,
+            critic_lr=self.critic_lr,
+            backend=backend,
+            source=self.source,
+        )
+        return record, list(self.steps)
+
+
+@dataclass(frozen=True)
+class StepEntry:
+    """One logged step before conversion: the trainer's keys and values as read."""
+
+    step: int
+    values: dict[str, float]
+    where: str  # file:line, for error messages
+    samples: int | None = None  # when the log counts samples itself
+
+
+def safe_run_id(text: str) -> str:
+    """A run id usable as a folder name."""
+    out = re.sub(r"[^A-Za-z0-9._=+-]+", "-", text).strip("-.")
+    return out or "run"
+
+
+def as_number(value: object) -> float | None:
+    """A finite-or-not float from a JSON/CSV value, or None if it is not a number (bools are not)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
+
+
+def merge_by_step(entries: Iterable[StepEntry]) -> list[StepEntry]:
+    """Entries of the same step merged (later values win), sorted by step."""
+    merged: dict[int, StepEntry] = {}
+    for e in entries:
+        old = merged.get(e.step)
+        if old is None:
+            merged[e.step] = StepEntry(e.step, dict(e.values), e.where, e.samples)
+        else:
+            old.values.update(e.values)
+            merged[e.step] = StepEntry(
+                e.step, old.values, e.where, e.samples if e.samples is not None else old.samples
+            )
+    return [merged[k] for k in sorted(merged)]
+
+
+def build_run(
+    entries: Sequence[StepEntry], info: RunInfo, keys: LogKeys, source: str, default_run_id: str
+) -> ImportedRun:
+    """Convert one run's logged steps into StepRecords (samples in responses, cumulative counters)."""
+    if not entries:
+        raise InputError(f"{source}: no logged steps to import")
+    P, G = info.prompts, info.group_size
+    if P <= 0 or G <= 0:
+        raise InputError(
+            f"{source}: the log does not say the batch; give prompts and group_size "
+            "(verl: data.train_batch_size and rollout.n; TRL: see docs/import-logs.md)"
+        )
+    run_id = safe_run_id(info.run_id or default_run_id)
+    present: set[str] = set()
+    for e in entries:
+        present.update(e.values)
+
+    def pick(name: str, alts: tuple[str, ...]) -> str:
+        return _resolve(name, alts, present, name in keys.required, source)
+
+    metric_keys = {name: pick(name, alts) for name, alts in keys.metrics.items()}
+    metric_keys = {n: k for n, k in metric_keys.items() if k}
+    grad_key = pick("grad_norm", keys.grad_norm)
+    critic_key = pick("critic_grad_norm", keys.critic_grad_norm)
+    lr_key = pick("lr", keys.lr)
+    step_key = pick("step_s", keys.step_s)
+    len_key = pick("response_length", keys.response_length)
+    gen_keys = [k for k in keys.gen_s if k in present]
+    train_keys = [k for k in keys.train_s if k in present]
+    if "gen_s" in keys.required and not gen_keys:
+        pick("gen_s", keys.gen_s)
+    if "train_s" in keys.required and not train_keys:
+        pick("train_s", keys.train_s)
+    if lr_key == "" and info.lr <= 0:
+        raise InputError(f"{source}: the log has no learning rate; give the run's lr")
+
+    # LR at steps that do not log it (verl's step-0 validation line): the last one known, else the first
+    logged_lrs = [e.values[lr_key] for e in entries if lr_key and lr_key in e.values]
+    lr = info.lr if info.lr > 0 or not logged_lrs else logged_lrs[0]
+    steps: list[StepRecord] = []
+    prev_samples = 0
+    tokens = 0.0
+    for e in entries:
+        v = e.values
+        samples = e.samples if e.samples is not None else e.step * (info.samples_per_step or P * G)
+        if samples < prev_samples:
+            raise InputError(f"{e.where}: samples go backwards ({samples} after {prev_samples})")
+        if "tokens" in v and len_key == "":
+            tokens = v["tokens"]
+        elif len_key in v:
+            tokens += v[len_key] * (samples - prev_samples)
+        lr = v.get(lr_key, lr) if lr_key else lr
+        gen_s = sum((v[k] for k in gen_keys if k in v and math.isfinite(v[k])), 0.0)
+        train_s = sum((v[k] for k in train_keys if k in v and math.isfinite(v[k])), 0.0)
+        other_s = 0.0
+        if step_key in v and math.isfinite(v[step_key]):
+            other_s = max(0.0, v[step_key] - gen_s - train_s)
+        metrics = {name: v[k] for name, k in metric_keys.items() if k in v}
+        if keys.keep_all:
+            for k, x in v.items():
+                metrics.setdefault(k, x)
+        steps.append(
+            StepRecord(
+                run_id=run_id,
+                step=e.step,
+                samples=int(samples),
+                tokens=int(round(tokens)),
+                lr=float(lr),
+                prompts=P,
+                group_size=G,
+                seed=info.seed,
+                metrics=metrics,
+                grad_norm=v.get(grad_key) if grad_key else None,
+                critic_grad_norm=v.get(critic_key) if critic_key else None,
+                gen_s=gen_s,
+                train_s=train_s,
+                other_s=other_s,
+            )
+        )
+        prev_samples = samples
+    run_lr = info.lr if info.lr > 0 else max(s.lr for s in steps)
+    return ImportedRun(
+        run_id=run_id,
+        candidate=info.candidate or f"P{P}xG{G}",
+        prompts=P,
+        group_size=G,
+        seed=info.seed,
+        lr=run_lr,
+        steps=tuple(steps),
+        source=source,
+        critic_lr=info.critic_lr or None,
+    )

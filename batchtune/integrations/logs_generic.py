@@ -1,0 +1,252 @@
+"""Generic per-step logs: CSV or JSON lines, one row per optimiser step, any trainer.
+
+Columns (logical name -> default column; rename with ``columns={"reward": "train/acc", ...}``):
+
+    run         run name (optional: one run per file otherwise)
+    prompts     P per step         group_size  G         lr     actor LR at the step
+    seed        seed               samples     responses consumed so far (or give step)
+    step        optimiser step; samples = step * prompts * group_size when no samples column
+    grad_norm, critic_grad_norm    pre-clip norms (optional)
+    tokens      generated tokens so far (optional)     gen_s, train_s, other_s  seconds (optional)
+
+Every other numeric column is kept as a metric under its own name; a logical name that is none of the
+above maps a metric, e.g. ``eval_reward="val/acc"`` (that column is then required). prompts,
+group_size, lr and seed may come from ``RunInfo`` instead of columns. Input is validated whole before
+anything is returned: a bad file raises one InputError naming the file, line and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from batchtune.errors import InputError
+from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, as_number, build_run
+
+COLUMNS: dict[str, str] = {
+    "run": "run",
+    "prompts": "prompts",
+    "group_size": "group_size",
+    "lr": "lr",
+    "seed": "seed",
+    "samples": "samples",
+    "step": "step",
+    "grad_norm": "grad_norm",
+    "critic_grad_norm": "critic_grad_norm",
+    "tokens": "tokens",
+    "gen_s": "gen_s",
+    "train_s": "train_s",
+    "other_s": "other_s",
+}
+_INTEGER = ("prompts", "group_size", "seed", "samples", "step")
+
+
+def _rows_csv(path: Path, text: str, partial: bool) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    if partial and text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise InputError(f"{path} is empty: expected a header line and one row per step") from None
+    header = [h.strip() for h in header]
+    dupes = sorted({h for h in header if header.count(h) > 1})
+    if dupes:
+        raise InputError(f"{path}:1: duplicate column(s) {', '.join(dupes)}")
+    rows = []
+    for cells in reader:
+        line = reader.line_num
+        if not any(c.strip() for c in cells):
+            continue
+        if len(cells) != len(header):
+            raise InputError(f"{path}:{line}: {len(cells)} fields, the header has {len(header)}")
+        rows.append((line, dict(zip(header, cells, strict=True))))
+    return header, rows
+
+
+def _flatten(obj: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in obj.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
+def _rows_jsonl(
+    path: Path, text: str, partial: bool
+) -> tuple[list[str], list[tuple[int, dict[str, object]]]]:
+    lines = text.split("\n")
+    if partial and lines and lines[-1].strip():
+        lines = lines[:-1]  # still being written
+    rows = []
+    header: list[str] = []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{path}:{i}: expected a JSON object per line, got {type(obj).__name__}")
+        flat = _flatten(obj)
+        header.extend(k for k in flat if k not in header)
+        rows.append((i, flat))
+    if not rows:
+        raise InputError(f"{path} is empty: expected one JSON object per step")
+    return header, rows
+
+
+def read_table(
+    path: str | Path,
+    columns: Mapping[str, str] | None = None,
+    info: RunInfo | None = None,
+    fmt: str = "",
+    partial: bool = False,
+) -> list[ImportedRun]:
+    """Read a generic per-step CSV (``fmt="csv"``) or JSONL (``"jsonl"``; default: by suffix).
+
+    ``partial=True`` ignores a last line still being written (for tailing a live log).
+    """
+    path = Path(path)
+    info = info or RunInfo()
+    fmt = fmt or ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl")
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    text = path.read_text()
+    if not text.strip():
+        raise InputError(f"{path} is empty: expected a header line and one row per step")
+    header, rows = (_rows_csv if fmt == "csv" else _rows_jsonl)(path, text, partial)
+
+    cols = dict(COLUMNS)
+    metric_cols: dict[str, str] = {}
+    for name, col in (columns or {}).items():
+        if name in COLUMNS:
+            cols[name] = col
+        else:
+            metric_cols[name] = col
+    for name, col in metric_cols.items():
+        if col not in header:
+            raise InputError(
+                f"{path}:1: no column {col!r} for metric {name}; columns are {', '.join(header)}"
+            )
+    has = {name: col in header for name, col in cols.items()}
+    if not (has["step"] or has["samples"]):
+        raise InputError(
+            f"{path}:1: missing column {cols['step']!r} (or {cols['samples']!r}); columns are "
+            f"{', '.join(header)}; map yours, e.g. step=global_step"
+        )
+    given = {"prompts": info.prompts, "group_size": info.group_size, "lr": info.lr}
+    for name in ("prompts", "group_size", "lr"):
+        if not has[name] and not given[name]:
+            raise InputError(
+                f"{path}:1: missing column {cols[name]!r} and no {name} given; add the column, map it "
+                f"({name}=COLUMN) or pass {name}"
+            )
+
+    reserved = {cols[n] for n in cols if has[n]} | set(metric_cols.values())
+    extra = [c for c in header if c not in reserved]
+    numeric_extra = [c for c in extra if any(as_number(r.get(c)) is not None for _, r in rows)]
+
+    def number(line: int, col: str, raw: object, required: bool, integer: bool = False) -> float | None:
+        value = as_number(raw)
+        blank = raw is None or (isinstance(raw, str) and not raw.strip())
+        if value is None and not blank:
+            raise InputError(f"{path}:{line}: column {col!r}: {raw!r} is not a number")
+        if value is None and required:
+            raise InputError(f"{path}:{line}: column {col!r} is empty")
+        if value is not None and integer and value != int(value):
+            raise InputError(f"{path}:{line}: column {col!r}: {raw!r} is not a whole number")
+        return value
+
+    runs: dict[str, list[StepEntry]] = {}
+    fixed: dict[str, dict[str, float]] = {}
+    for line, row in rows:
+        name = str(row.get(cols["run"], "")).strip() if has["run"] else ""
+        name = name or info.run_id or path.stem
+        where = f"{path}:{line}"
+        values: dict[str, float] = {}
+        for logical in ("prompts", "group_size", "seed", "lr", "samples", "step"):
+            if has[logical]:
+                integer = logical in _INTEGER
+                required = logical != "samples" or not has["step"]
+                required = required and (logical != "step" or not has["samples"])
+                v = number(line, cols[logical], row.get(cols[logical]), required, integer)
+                if v is not None:
+                    values[logical] = v
+        for logical in ("grad_norm", "critic_grad_norm", "tokens", "gen_s", "train_s", "other_s"):
+            if has[logical]:
+                v = number(line, cols[logical], row.get(cols[logical]), False)
+                if v is not None:
+                    values[logical] = v
+        for metric, col in metric_cols.items():
+            v = number(line, col, row.get(col), False)
+            if v is not None:
+                values[metric] = v
+        for col in numeric_extra:
+            v = number(line, col, row.get(col), False)
+            if v is not None:
+                values[col] = v
+        run_fixed = fixed.setdefault(name, {})
+        for logical in ("prompts", "group_size", "seed"):
+            if logical in values:
+                old = run_fixed.setdefault(logical, values[logical])
+                if old != values[logical]:
+                    raise InputError(
+                        f"{where}: column {cols[logical]!r} changes within run {name!r} "
+                        f"({old:g} -> {values[logical]:g}); one run has one batch and seed"
+                    )
+        samples = int(values["samples"]) if "samples" in values else None
+        step = int(values["step"]) if "step" in values else None
+        if step is None:
+            step = len(runs.get(name, [])) + 1
+        if "other_s" in values:
+            values["step_s_total"] = values["other_s"] + values.get("gen_s", 0.0) + values.get("train_s", 0.0)
+        runs.setdefault(name, []).append(StepEntry(step=step, values=values, where=where, samples=samples))
+
+    # the rows already carry logical names: identity keys (step_s_total gives other_s back)
+    keys = LogKeys(
+        grad_norm=("grad_norm",),
+        critic_grad_norm=("critic_grad_norm",),
+        lr=("lr",) if has["lr"] else (),
+        gen_s=("gen_s",),
+        train_s=("train_s",),
+        step_s=("step_s_total",),
+    )
+    out = []
+    for name, entries in runs.items():
+        run_fixed = fixed.get(name, {})
+        run_info = RunInfo(
+            prompts=int(run_fixed.get("prompts", info.prompts)),
+            group_size=int(run_fixed.get("group_size", info.group_size)),
+            lr=info.lr,
+            seed=int(run_fixed.get("seed", info.seed)),
+            critic_lr=info.critic_lr,
+            run_id=name,
+            candidate=info.candidate,
+            samples_per_step=info.samples_per_step,
+        )
+        if has["step"]:
+            entries = sorted(entries, key=lambda e: e.step)
+            for a, b in zip(entries, entries[1:], strict=False):
+                if a.step == b.step:
+                    raise InputError(f"{b.where}: step {b.step} appears twice in run {name!r}")
+        run = build_run(entries, run_info, keys, str(path), name)
+        out.append(_strip_bookkeeping(run))
+    return out
+
+
+def _strip_bookkeeping(run: ImportedRun) -> ImportedRun:
+    """Drop the reader's own helper values (batch, seed, timing totals) from the metrics."""
+    skip = set(COLUMNS) | {"step_s_total"}
+    steps = tuple(
+        replace(s, metrics={k: v for k, v in s.metrics.items() if k not in skip}) for s in run.steps
+    )
+    return replace(run, steps=steps)

@@ -1,0 +1,81 @@
+"""`batchtune import-logs` then `recommend`: runs users already have, analysed like probe runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+
+
+def _write_sweep(path, rng):
+    """A generic per-step CSV: three batch sizes x two seeds, reward curves with a known R(B)."""
+    rows = ["run,prompts,group_size,lr,seed,step,score,gen_s,train_s"]
+    true_r = {4: 2000.0, 16: 2100.0, 64: 6000.0}  # responses to reach 0.6
+    for p, r in true_r.items():
+        n = p * 8
+        for seed in (0, 1):
+            r_seed = r * rng.uniform(0.97, 1.03)
+            for step in range(0, int(3 * r / n) + 2):
+                score = 0.6 * min(1.5, step * n / r_seed)
+                rows.append(
+                    f"P{p}-s{seed},{p},8,{1e-4 * (p / 4) ** 0.5},{seed},{step},{score:.4f},"
+                    f"{0.5 + 0.002 * n},{0.01 * n}"
+                )
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_import_then_recommend(tmp_path):
+    rng = np.random.default_rng(0)
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, rng)
+    results = tmp_path / "res"
+    runner = CliRunner()
+    out = runner.invoke(
+        app,
+        [
+            "import-logs",
+            str(log),
+            "--format",
+            "csv",
+            "--results",
+            str(results),
+            "--metric",
+            "score",
+            "--target",
+            "0.6",
+            "--json",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    assert len(json.loads(out.stdout)["added"]) == 6
+    again = runner.invoke(app, ["import-logs", str(log), "--format", "csv", "-r", str(results), "--json"])
+    assert again.exit_code == 0, again.output
+    assert len(json.loads(again.stdout)["skipped"]) == 6  # nothing is imported twice
+
+    rec = runner.invoke(app, ["recommend", "--results", str(results), "--json"])
+    assert rec.exit_code == 0, rec.output
+    data = json.loads(rec.stdout)
+    by = {c["name"]: c for c in data["candidates"]}
+    assert by["P4xG8"]["samples_to_target"] == __import__("pytest").approx(2000, rel=0.06)
+    assert by["P64xG8"]["status"] == "deviates"
+    assert data["throughput_source"] == "probe timings"
+    # 16 prompts: same samples, more throughput per response than 4 prompts; 64 needs 3x samples
+    assert data["recommended"]["prompts"] == 16
+
+
+def test_bad_log_is_one_line_and_writes_nothing(tmp_path):
+    log = tmp_path / "bad.csv"
+    log.write_text("run,prompts,group_size,lr,step,reward\nr,4,8,1e-4,0,0.1\nr,4,8,abc,1,0.2\n")
+    results = tmp_path / "res"
+    out = CliRunner().invoke(app, ["import-logs", str(log), "--format", "csv", "-r", str(results)])
+    assert out.exit_code == 2
+    assert "Traceback" not in out.output and "bad.csv:3" in out.output
+    assert not results.exists()
+
+
+def test_missing_file(tmp_path):
+    out = CliRunner().invoke(app, ["import-logs", str(tmp_path / "nope.csv"), "-f", "csv"])
+    assert out.exit_code == 2 and "not found" in out.output
