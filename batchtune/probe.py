@@ -24,7 +24,7 @@ from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.errors import AnalysisError, InputError
 from batchtune.plan import Plan, plan_candidates, run_id
 from batchtune.recipe import Recipe, recipe_from_dict
-from batchtune.records import ResultsStore, RunRecord
+from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord
 
 # Recipe sections whose change makes earlier runs incomparable with new ones.
 _RUN_DEFINING = ("model", "task", "algorithm", "optimizer", "lr_scaling", "nqm", "target")
@@ -335,7 +335,6 @@ def run_probe(
     check_manifest(store, recipe)
     plan = plan_candidates(recipe)
     seeds = recipe.budget.seeds
-    by_label = plan.by_label()
     jobs = [(c, s) for c in plan.candidates for s in seeds]
     todo = [(c, s) for c, s in jobs if not store.is_finished(run_id(c, s))]
     if progress is not None:
@@ -351,7 +350,6 @@ def run_probe(
         plot_path = plot_probe(store, recipe, efficiency)
     except ImportError:
         plot_path = None
-    assert set(by_label)  # the plan is never empty (recipe validation)
     return ProbeResult(
         plan=plan,
         efficiency=efficiency,
@@ -367,6 +365,8 @@ def plot_probe(store: ResultsStore, recipe: Recipe, efficiency: SampleEfficiency
 
     curves: dict[str, list[tuple[list[float], list[float]]]] = {}
     for run in load_run_data(store):
+        if run.record.status in FAILED_STATUSES:  # reported in the table; would wreck the axes
+            continue
         s, v = run.curve(efficiency.metric)
         curves.setdefault(run.record.candidate, []).append((s.tolist(), v.tolist()))
     order = [c.label for c in efficiency.candidates if c.label in curves]

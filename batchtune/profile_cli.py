@@ -53,7 +53,8 @@ def run_profile_command(
 def render_profile(console: Console, result: Any) -> None:
     hw = result.hardware.name if result.hardware else "none"
     console.print(
-        f"Profile {result.profile_id}: {result.backend} on {result.device}, model {result.model}, "
+        f"Profile {result.profile_id}: {result.backend} on {result.device}, model "
+        f"{result.model_info.name if result.model_info else result.model}, "
         f"roofline hardware: {hw}, {result.wall_s:.1f} s"
     )
     for name, mode in result.modes.items():
@@ -82,7 +83,7 @@ def render_profile(console: Console, result: Any) -> None:
         if mode.note:
             console.print(f"[yellow]note:[/] {mode.note}")
     if result.train_points:
-        table = Table(title="Training step time (forward + backward + AdamW step)")
+        table = Table(title="Training step time (forward + backward + optimiser step)")
         for col in ("batch (responses)", "step s", "peak mem", "status"):
             table.add_column(col, justify="right")
         for p in result.train_points:

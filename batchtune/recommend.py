@@ -199,8 +199,9 @@ def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput,
         text += f"; {est.confidence:.0%} CI {est.ci_low:,.0f}-{est.ci_high:,.0f}"
     text += ")"
     if absolute and math.isfinite(est.samples_to_target):
-        hours = est.samples_to_target / wt.responses_per_s / 3600
-        text += f", about {hours:.2f} h at the predicted throughput"
+        seconds = est.samples_to_target / wt.responses_per_s
+        when = f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+        text += f", about {when} at the predicted throughput"
     text += ". If it needs clearly more, the probe was too short or too noisy: add seeds and probe again."
     return text
 

@@ -70,7 +70,9 @@ def efficiency_table(eff: SampleEfficiency) -> Table:
             seeds,
             fmt_n(est.samples_to_target) if est else "-",
             fmt_ci(est.ci_low, est.ci_high) if est else "",
-            (fmt_n(ratio.ratio) + " " + fmt_ci(ratio.ci_low, ratio.ci_high)) if ratio else "1",
+            (fmt_n(ratio.ratio) + " " + fmt_ci(ratio.ci_low, ratio.ci_high))
+            if ratio
+            else ("1" if c.label == eff.reference else "-"),
             f"[{STATUS_STYLE.get(status, '')}]{status}[/]",
         )
     return table
@@ -95,10 +97,7 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
         lines.append(f"  {crit.reason}")
     if eff.grad_slope is not None:
         g = eff.grad_slope
-        lines.append(
-            f"Gradient norm vs batch at matched samples: slope {g.slope:.2f} "
-            f"[{g.slope_ci[0]:.2f}, {g.slope_ci[1]:.2f}] (-0.5 = noise-dominated). {g.reason}"
-        )
+        lines.append(f"Gradient norm vs batch at matched samples (-0.5 = noise-dominated): {g.reason}")
     if eff.noise_scale is not None:
         lines.append(
             f"Gradient noise scale B_simple ~ {fmt_n(eff.noise_scale.b_simple)} responses "
