@@ -1,0 +1,146 @@
+"""The probe driver on the NQM simulation: critical batch, failures as data, resume, kill -9, parallel."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.probe import run_probe
+from batchtune.recipe import load_recipe, shipped_recipes
+
+NQM = str(shipped_recipes()["nqm"])
+
+
+def _summary(data: dict) -> dict:
+    return {c["name"]: (c["status"], c["per_seed_samples_to_target"]) for c in data["candidates"]}
+
+
+def _probe_json(results: Path, *extra: str) -> dict:
+    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(results), "--json", *extra])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+def test_nqm_probe_finds_critical_batch_and_records_divergence(tmp_path):
+    data = _probe_json(tmp_path / "r")
+    crit = data["critical_training_batch"]
+    # analytic critical batch of this recipe: 431 responses (docs/nqm.md); probed grid doubles
+    assert crit["lower"] == 256 and crit["upper"] == 512
+    by = {c["name"]: c for c in data["candidates"]}
+    assert by["P1xG8"]["status"] == "reference"
+    assert all(by[f"P{p}xG8"]["status"] == "invariant" for p in (2, 4, 8, 16, 32))
+    assert by["P64xG8"]["status"] == "deviates"
+    assert by["P128xG8"]["status"] == "failed"
+    assert all("diverged" in f for f in by["P128xG8"]["failures"])  # data, not a crash
+    assert Path(data["plot"]).is_file()
+    runs = list((tmp_path / "r/runs").glob("*/run.json"))
+    assert len(runs) == 24
+
+
+def test_resume_redoes_only_unfinished_runs(tmp_path):
+    results = tmp_path / "r"
+    first = _probe_json(results)
+    finished = sorted((results / "runs").glob("*/run.json"))
+    stamps = {p: p.stat().st_mtime_ns for p in finished}
+    victims = [results / "runs/P4xG8-s1/run.json", results / "runs/P64xG8-s0/run.json"]
+    for v in victims:
+        v.unlink()  # as if the process died before sealing them
+    second = _probe_json(results)
+    assert second["runs_done"] == 2 and second["runs_reused"] == 22
+    for p, stamp in stamps.items():
+        if p not in victims:
+            assert p.stat().st_mtime_ns == stamp  # never rewritten
+    assert _summary(second) == _summary(first)
+    assert list((results / "runs/P4xG8-s1").glob("steps.stale-*.jsonl"))  # old attempt kept
+
+
+def test_kill_minus_nine_then_resume_gives_the_same_answer(tmp_path):
+    slow = ["--set", "nqm.dim=3000"]  # ~10 s in all, so the kill lands mid-probe
+    reference = _probe_json(tmp_path / "whole", *slow)
+    results = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "batchtune", "probe", NQM, "-r", str(results), "--json", *slow],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(results.glob("runs/*/run.json"))) < 4:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = len(list(results.glob("runs/*/run.json")))
+    assert 4 <= done_before < 24, "the kill should land mid-probe"
+    resumed = _probe_json(results, *slow)
+    assert resumed["runs_reused"] == done_before
+    assert _summary(resumed) == _summary(reference)
+
+
+def test_parallel_workers_give_the_same_answer(tmp_path):
+    serial = _probe_json(tmp_path / "serial")
+    parallel = _probe_json(tmp_path / "parallel", "--workers", "2")
+    assert _summary(parallel) == _summary(serial)
+
+
+def test_two_processes_on_one_directory(tmp_path):
+    results = tmp_path / "shared"
+    cmd = [sys.executable, "-m", "batchtune", "probe", NQM, "-r", str(results), "--json"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+    runs = [json.loads(p.read_text()) for p in results.glob("runs/*/run.json")]
+    assert len(runs) == 24 and len({r["run_id"] for r in runs}) == 24
+    for run_dir in results.glob("runs/*"):
+        steps = (run_dir / "steps.jsonl").read_text().splitlines()
+        assert [json.loads(s)["step"] for s in steps] == sorted({json.loads(s)["step"] for s in steps})
+
+
+def test_a_different_recipe_is_refused_in_the_same_directory(tmp_path):
+    _probe_json(tmp_path / "r")
+    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(tmp_path / "r"), "--set", "optimizer.lr=0.01"])
+    assert out.exit_code == 2
+    assert "different recipe" in out.output and "optimizer.lr" in out.output
+
+
+def test_probe_output_feeds_recommend(tmp_path):
+    results = tmp_path / "r"
+    _probe_json(results)
+    out = CliRunner().invoke(app, ["recommend", "-r", str(results), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["recommended"]["prompts"] in (16, 32, 64)
+    assert data["throughput_source"] == "probe timings"  # no profile run yet
+
+
+def test_tune_runs_all_three(tmp_path):
+    out = CliRunner().invoke(app, ["tune", NQM, "-r", str(tmp_path / "t"), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["throughput_source"] == "profile"
+    assert data["critical_generation_batch"]["concurrency"] > 8
+    assert data["recommended"]["generation_concurrency"] >= 1
+
+
+def test_library_api(tmp_path):
+    recipe = load_recipe(NQM, [f"run.results_dir={json.dumps(str(tmp_path / 'lib'))}"])
+    events = []
+    result = run_probe(recipe, progress=lambda kind, info: events.append(kind))
+    assert result.efficiency.critical.batch == 256
+    assert {"plan", "start", "step", "end"} <= set(events)
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [("budget.seeds=[]", "needs at least one seed"), ("target.tolerance=0", "tolerance")],
+)
+def test_bad_recipe_values(tmp_path, override, fragment):
+    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(tmp_path), "--set", override])
+    assert out.exit_code == 2 and fragment in out.output and "Traceback" not in out.output
