@@ -127,6 +127,11 @@ def samples_to_target(
         R = s0 + (target - e0) / (e1 - e0) * (s1 - s0).
     If the first point already meets the target, R is its samples. Meeting means >= target
     (<= when lower is better). Never reached: censored at the last point's samples.
+
+    The EMA lags a trend by (1 - alpha) / alpha points, i.e. by that many times the spacing of the
+    points in samples. Runs logged per step are spaced by their batch, so an uncorrected crossing
+    would penalise large batches by about one batch of samples; the crossing is moved back by the
+    lag at its own spacing (never before the first point). A linear trend is then recovered exactly.
     """
     if not math.isfinite(target):
         raise AnalysisError(f"the target must be a finite number, got {target}")
@@ -142,6 +147,8 @@ def samples_to_target(
     e0, e1 = env[i - 1], env[i]
     frac = (target - e0) / (e1 - e0)  # e0 misses, e1 meets, so e1 != e0 and 0 < frac <= 1
     r = float(s[i - 1] + frac * (s[i] - s[i - 1]))
+    if 0.0 < ema_alpha < 1.0:
+        r = max(float(s[0]), r - (1.0 - ema_alpha) / ema_alpha * float(s[i] - s[i - 1]))
     return TargetCrossing(samples_to_target=r, censored=False, max_samples=max_samples)
 
 

@@ -162,3 +162,12 @@ def test_estimate_from_value():
     for bad in [(math.nan, None), (-1.0, None), (10.0, (11.0, 12.0))]:
         with pytest.raises(AnalysisError):
             estimate_from_value(*bad)
+
+
+def test_ema_lag_is_corrected_so_spacing_does_not_bias_r():
+    """Per-step logs are spaced by the batch: without the lag correction a batch of 128 would read
+    ~128 samples late, a bias that grows with the batch and would fake a large-batch penalty."""
+    for spacing in (8.0, 32.0, 128.0):
+        s = np.arange(0.0, 2000.0 + spacing, spacing)
+        crossing = samples_to_target(s, s / 1000.0, 0.5, ema_alpha=0.5)
+        assert crossing.samples_to_target == pytest.approx(500.0, rel=1e-5)  # start-up transient
