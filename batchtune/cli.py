@@ -334,6 +334,47 @@ def import_logs_cmd(
     console.print(f"Next: batchtune recommend --results {results}")
 
 
+@app.command()
+@handle_errors
+def pretrain(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Per-step loss logs (CSV or JSONL).")
+    ],
+    targets: Annotated[
+        str, typer.Option(help="Target losses, comma-separated (default: three levels the runs reach).")
+    ] = "",
+    base_lr: Annotated[float, typer.Option(help="LR tuned at the schedule's first batch.")] = 3e-4,
+    rule: Annotated[str, typer.Option(help="LR rule across stages: sqrt | linear | none.")] = "sqrt",
+    map_: Annotated[
+        list[str] | None,
+        typer.Option("--map", help="NAME=COLUMN for run, batch_tokens, step, loss (repeatable)."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Pre-training: critical batch per target loss, B_opt/B_min (WSD), and a token-keyed schedule.
+
+    Each run (one batch size, in tokens) gives the steps and tokens it took to first reach each target
+    loss; the McCandlish hyperbola gives S_min, E_min and B_crit, the three-stage WSD fit of E(S) gives
+    B_opt and B_min. See docs/pretraining.md.
+    """
+    from batchtune.errors import InputError
+    from batchtune.importing import parse_mapping
+    from batchtune.pretraining import analyse, read_runs
+    from batchtune.report import render_pretrain
+
+    try:
+        levels = [float(t) for t in targets.split(",") if t.strip()]
+    except ValueError:
+        raise InputError(f"--targets {targets!r}: expected numbers separated by commas") from None
+    result = analyse(read_runs(paths, parse_mapping(map_ or [])), levels, base_lr=base_lr, rule=rule)
+    if json_out:
+        from batchtune.profile_analysis import _plain
+
+        _print_json(_plain(result))
+        return
+    render_pretrain(console, result)
+
+
 @recipes_app.command("list")
 @handle_errors
 def recipes_list() -> None:

@@ -195,3 +195,44 @@ def kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
     for k, v in rows:
         table.add_row(k, str(v))
     return table
+
+
+def render_pretrain(console: Console, result: Any) -> None:
+    table = Table(title="Pre-training: the batch each target loss calls for (tokens)")
+    for col in (
+        "target loss",
+        "runs reaching",
+        "S_min steps",
+        "E_min tokens",
+        "B_crit",
+        "B_crit CI",
+        "B_opt (WSD)",
+        "B_min (WSD)",
+        "Kaplan prior",
+    ):
+        table.add_column(col, justify="right")
+    for f in result.fits:
+        h, w = f.hyperbola, f.wsd
+        table.add_row(
+            f"{f.target_loss:g}",
+            f"{len(f.points)}/{len(f.points) + len(f.never_reached)}",
+            fmt_n(h.s_min_steps) if h else "-",
+            fmt_n(h.e_min_tokens) if h else "-",
+            fmt_n(h.b_crit_tokens) if h else "-",
+            fmt_ci(*h.b_crit_ci) if h else "",
+            fmt_n(w.b_opt_tokens) if w else "-",
+            fmt_n(w.b_min_tokens) if w else "-",
+            fmt_n(f.kaplan_b_crit_tokens),
+        )
+    console.print(table)
+    for f in result.fits:
+        for n in f.notes:
+            console.print(f"[yellow]loss {f.target_loss:g}:[/] {n}")
+    if result.schedule:
+        sched = Table(title="Batch schedule keyed by tokens consumed")
+        for col in ("from tokens", "batch tokens", "lr"):
+            sched.add_column(col, justify="right")
+        for st in result.schedule:
+            sched.add_row(fmt_n(st.start_tokens), fmt_n(st.batch_tokens), f"{st.lr:.3g}")
+        console.print(sched)
+    console.print(result.schedule_note)
