@@ -163,7 +163,7 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
         [c.label for c in ranked],
         [c.batch_responses for c in ranked],
         [c.estimate.samples_to_target for c in ranked],
-        [c.estimate.ci_low for c in ranked],
+        [_lower_bound(c.estimate) for c in ranked],
         [c.estimate.ci_high for c in ranked],
         [throughput.per_candidate[c.label].responses_per_s for c in ranked],
         reference=efficiency.reference,
@@ -184,6 +184,15 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
         confirm=_confirm_text(efficiency, winner, wt, throughput.absolute),
         notes=tuple(notes),
     )
+
+
+def _lower_bound(est: Any) -> float:
+    """The CI's low end, or, when most seeds never reached the target, the samples they ran for:
+    R is at least that much (censoring), which is what ranks such a candidate among the slow ones."""
+    if math.isfinite(est.ci_low):
+        return est.ci_low
+    bounds = [b for b in est.censored_at if b is not None and math.isfinite(b)]
+    return max(bounds) if bounds else math.inf
 
 
 def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput, absolute: bool) -> str:

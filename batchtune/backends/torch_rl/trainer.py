@@ -1,0 +1,200 @@
+"""The training loop of the torch RL backend: one RunSpec in, one StepRecord per optimiser step out.
+
+Each step: draw P prompts (a seeded torch.Generator walking shuffled epochs of the train set), sample
+G responses each, score them, update (GRPO or PPO), evaluate on the held-out set when due, and yield
+the step's record. Step 0 is an evaluation before any update (samples = 0, lr = 0), so every
+candidate's curve starts from the same point. Determinism: the run's seed sets torch's global RNG
+(generation sampling) and the prompt generator; the warm start never touches either.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Iterator
+
+import torch
+
+from batchtune.backends.models import LoadedModel, load_model, resolve_device, resolve_dtype
+from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec
+from batchtune.backends.torch_rl.grpo import GRPOLearner, UpdateStats
+from batchtune.backends.torch_rl.ppo import PPOLearner
+from batchtune.backends.torch_rl.rollout import chunks, generate
+from batchtune.backends.torch_rl.tasks import Example, Task, make_task
+from batchtune.backends.torch_rl.warmstart import warm_start_state
+from batchtune.lr import warmup_factor
+from batchtune.records import StepRecord
+
+
+class PromptSampler:
+    """Prompts without replacement within an epoch; a fresh seeded permutation for each epoch."""
+
+    def __init__(self, n: int, seed: int):
+        self.n = n
+        self.gen = torch.Generator().manual_seed(seed)
+        self.order: list[int] = []
+
+    def take(self, k: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < k:
+            if not self.order:
+                self.order = torch.randperm(self.n, generator=self.gen).tolist()
+            out.append(self.order.pop())
+        return out
+
+
+def _sync(lm: LoadedModel) -> None:
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize(lm.device)
+
+
+def cache_dir(spec: RunSpec):
+    """<results>/cache: run_dir is <results>/runs/<run_id>."""
+    return spec.run_dir.parent.parent / "cache"
+
+
+def evaluate(lm: LoadedModel, task: Task, spec: RunSpec, compute_dtype: torch.dtype) -> float:
+    """Mean reward of greedy responses on the held-out set."""
+    rewards: list[float] = []
+    micro = spec.recipe.algorithm.micro_batch_responses
+    max_new = spec.recipe.generation.max_new_tokens
+    for idx in chunks(len(task.eval), micro):
+        batch: list[Example] = [task.eval[i] for i in idx.tolist()]
+        out = generate(lm, [e.prompt for e in batch], max_new, compute_dtype, sample=False)
+        rewards.extend(task.reward(e, text) for e, text in zip(batch, out.texts, strict=True))
+    value = sum(rewards) / len(rewards)
+    if not math.isfinite(value):
+        raise RunFailed("failed", f"the reward function {task.reward_name} returned a non-finite value")
+    return value
+
+
+def _setup(spec: RunSpec) -> tuple[Task, LoadedModel, torch.dtype]:
+    recipe = spec.recipe
+    if recipe.hardware.threads > 0:
+        torch.set_num_threads(recipe.hardware.threads)
+    task = make_task(recipe.task)
+    device = resolve_device(recipe.hardware.device)
+    compute_dtype = resolve_dtype(recipe.model.dtype, device)
+    # float32 master weights; bf16/fp16 only inside autocast (pure-bf16 Adam loses small updates)
+    lm = load_model(dataclasses.replace(recipe.model, dtype="float32"), str(device), spec.seed)
+    state = warm_start_state(recipe, task, cache_dir(spec), lm.is_tiny)
+    if state is not None:
+        lm.model.load_state_dict(state)
+    return task, lm, compute_dtype
+
+
+def train(spec: RunSpec) -> Iterator[StepRecord]:
+    try:
+        yield from _train(spec)
+    except torch.cuda.OutOfMemoryError as exc:
+        c = spec.candidate
+        raise OutOfMemory(
+            f"out of GPU memory at {c.batch_responses} responses per step ({c.prompts}x{c.group_size}): "
+            f"{str(exc).splitlines()[0]}; set algorithm.micro_batch_responses to trade memory for time"
+        ) from None
+    finally:
+        if torch.cuda.is_initialized():  # never create a CUDA context in a CPU run
+            torch.cuda.empty_cache()
+
+
+def _train(spec: RunSpec) -> Iterator[StepRecord]:
+    recipe, cand, seed = spec.recipe, spec.candidate, spec.seed
+    alg, gen_cfg = recipe.algorithm, recipe.generation
+    task, lm, compute_dtype = _setup(spec)
+    torch.manual_seed(seed)
+    sampler = PromptSampler(len(task.train), seed)
+    ref = None
+    if alg.kl_coef > 0:
+        ref = copy.deepcopy(lm.model).eval().requires_grad_(False)
+    # dropout off in every pass: the policy that samples must be the one whose log-probs train
+    lm.model.eval()
+    batch = cand.batch_responses
+    ref_batch = spec.reference_batch or batch
+    critic_lr = cand.critic_lr if cand.critic_lr is not None else cand.lr
+    if alg.name == "ppo":
+        learner = PPOLearner(lm, ref, recipe, batch, ref_batch, cand.lr, critic_lr)
+    else:
+        learner = GRPOLearner(lm, ref, recipe, batch, ref_batch, cand.lr)
+
+    def record(step: int, samples: int, tokens: int, lr: float, metrics, **timing) -> StepRecord:
+        return StepRecord(
+            run_id=spec.run_id,
+            step=step,
+            samples=samples,
+            tokens=tokens,
+            lr=lr,
+            prompts=cand.prompts,
+            group_size=cand.group_size,
+            seed=seed,
+            metrics=metrics,
+            **timing,
+        )
+
+    t0 = time.perf_counter()
+    eval_reward = evaluate(lm, task, spec, compute_dtype)
+    yield record(0, 0, 0, 0.0, {"eval_reward": eval_reward}, other_s=time.perf_counter() - t0)
+
+    step = samples = tokens = last_eval = 0
+    max_samples = recipe.budget.max_samples
+    while samples < max_samples:
+        step += 1
+        examples = [task.train[i] for i in sampler.take(cand.prompts)]
+        group = [e for e in examples for _ in range(cand.group_size)]
+
+        t0 = time.perf_counter()
+        rollout = generate(
+            lm, [e.prompt for e in group], gen_cfg.max_new_tokens, compute_dtype, True,
+            gen_cfg.temperature, gen_cfg.top_p,
+        )  # fmt: skip
+        _sync(lm)
+        gen_s = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        scores = [task.reward(e, text) for e, text in zip(group, rollout.texts, strict=True)]
+        bad = [s for s in scores if not math.isfinite(s)]
+        if bad:
+            raise RunFailed("failed", f"the reward function {task.reward_name} returned {bad[0]}")
+        rewards = torch.tensor(scores, dtype=torch.float32, device=lm.device)
+        other_s = time.perf_counter() - t0
+
+        samples += len(group)
+        lengths = rollout.response_lengths
+        tokens += int(lengths.sum())
+        factor = warmup_factor(samples, recipe.optimizer.warmup_samples)
+        lr = cand.lr * factor
+
+        t0 = time.perf_counter()
+        if isinstance(learner, PPOLearner):
+            stats: UpdateStats = learner.update(
+                rollout, rewards, cand.group_size, lr, critic_lr * factor, step, compute_dtype
+            )
+        else:
+            stats = learner.update(rollout, rewards, cand.group_size, lr, step, compute_dtype)
+        _sync(lm)
+        train_s = time.perf_counter() - t0 - stats.ref_s
+        other_s += stats.ref_s
+
+        metrics = {
+            "reward": float(rewards.mean()),
+            "loss": stats.loss,
+            "response_len": float(lengths.float().mean()),
+            "clip_frac": stats.clip_frac,
+        }
+        if stats.kl is not None:
+            metrics["kl"] = stats.kl
+        if stats.value_loss is not None:
+            metrics["value_loss"] = stats.value_loss
+            metrics["critic_lr"] = critic_lr * factor
+        every = recipe.task.eval_every_samples
+        if every <= 0 or samples - last_eval >= every or samples >= max_samples:
+            t0 = time.perf_counter()
+            metrics["eval_reward"] = evaluate(lm, task, spec, compute_dtype)
+            other_s += time.perf_counter() - t0
+            last_eval = samples
+        yield record(
+            step, samples, tokens, lr, metrics,
+            grad_norm=stats.grad_norm, critic_grad_norm=stats.critic_grad_norm,
+            gen_s=gen_s, train_s=train_s, other_s=other_s,
+        )  # fmt: skip
