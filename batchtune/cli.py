@@ -91,9 +91,9 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _recipe(recipe: str | None, overrides: list[str] | None, results: str | None):
     from batchtune.probe import replace_results_dir
-    from batchtune.recipe import load_recipe
+    from batchtune.recipe import DEFAULT_RECIPE, load_recipe
 
-    return replace_results_dir(load_recipe(recipe, overrides or []), results)
+    return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides or []), results)
 
 
 def _print_json(data: Any) -> None:
@@ -398,9 +398,9 @@ def recipes_list() -> None:
 @handle_errors
 def recipes_show(recipe: RecipeArg = None, set_: SetOpt = None) -> None:
     """Print a recipe with every default filled in (after --set overrides)."""
-    from batchtune.recipe import load_recipe, recipe_to_toml
+    from batchtune.recipe import DEFAULT_RECIPE, load_recipe, recipe_to_toml
 
-    sys.stdout.write(recipe_to_toml(load_recipe(recipe, set_ or [])))
+    sys.stdout.write(recipe_to_toml(load_recipe(recipe or DEFAULT_RECIPE, set_ or [])))
 
 
 @recipes_app.command("validate")

@@ -209,7 +209,11 @@ def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput,
     text += ")"
     if absolute and math.isfinite(est.samples_to_target):
         seconds = est.samples_to_target / wt.responses_per_s
-        when = f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+        when = (
+            f"{seconds / 3600:.2f} h"
+            if seconds >= 3600
+            else (f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s")
+        )
         text += f", about {when} at the predicted throughput"
     text += ". If it needs clearly more, the probe was too short or too noisy: add seeds and probe again."
     return text

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from batchtune.errors import InputError
-from batchtune.recipe import Recipe, load_recipe, recipe_from_dict
+from batchtune.recipe import DEFAULT_RECIPE, Recipe, load_recipe, recipe_from_dict
 from batchtune.recommend import (
     Recommendation,
     ThroughputModel,
@@ -30,7 +30,7 @@ def _recipe_for_results(recipe: str | None, overrides: list[str], results: str |
 
             data = apply_overrides(manifest["recipe"], overrides)
             return replace_results_dir(recipe_from_dict(data, f"{results}/manifest.json"), results)
-    return replace_results_dir(load_recipe(recipe, overrides), results)
+    return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
 
 
 def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> ThroughputModel:
