@@ -144,3 +144,11 @@ def test_library_api(tmp_path):
 def test_bad_recipe_values(tmp_path, override, fragment):
     out = CliRunner().invoke(app, ["probe", NQM, "-r", str(tmp_path), "--set", override])
     assert out.exit_code == 2 and fragment in out.output and "Traceback" not in out.output
+
+
+def test_ray_executor_gives_the_same_answer(tmp_path):
+    """The optional Ray executor (`pip install 'batchtune[ray]'`), on a local Ray instance."""
+    pytest.importorskip("ray")
+    serial = _probe_json(tmp_path / "serial")
+    on_ray = _probe_json(tmp_path / "ray", "--set", "run.executor=ray")
+    assert _summary(on_ray) == _summary(serial)
