@@ -337,9 +337,7 @@ def import_logs_cmd(
 @app.command()
 @handle_errors
 def pretrain(
-    paths: Annotated[
-        list[Path], typer.Argument(help="Per-step loss logs (CSV or JSONL).")
-    ],
+    paths: Annotated[list[Path], typer.Argument(help="Per-step loss logs (CSV or JSONL).")],
     targets: Annotated[
         str, typer.Option(help="Target losses, comma-separated (default: three levels the runs reach).")
     ] = "",

@@ -170,4 +170,5 @@ def test_ema_lag_is_corrected_so_spacing_does_not_bias_r():
     for spacing in (8.0, 32.0, 128.0):
         s = np.arange(0.0, 2000.0 + spacing, spacing)
         crossing = samples_to_target(s, s / 1000.0, 0.5, ema_alpha=0.5)
-        assert crossing.samples_to_target == pytest.approx(500.0, rel=0.02)  # uncorrected: +spacing (26% at 128)
+        # uncorrected, the crossing reads one spacing late (26% at 128)
+        assert crossing.samples_to_target == pytest.approx(500.0, rel=0.02)
