@@ -45,13 +45,11 @@ def import_logs(
         raise InputError(f"no runs found in {', '.join(map(str, paths))}")
     store = ResultsStore(results)
     manifest = store.read_manifest()
+    base = manifest["recipe"] if manifest else {}
+    recipe = recipe_from_dict(apply_overrides(base, target_overrides), "import-logs")  # checked first
+    result = import_runs(store, runs)  # validates every run before writing any
     if manifest is None:
-        data = apply_overrides({}, target_overrides)
-        recipe = recipe_from_dict(data, "import-logs")
-        store.root.mkdir(parents=True, exist_ok=True)
         store.write_manifest({"recipe": recipe.to_dict(), "source": "import-logs", "created": time.time()})
-    else:
-        recipe = recipe_from_dict(apply_overrides(manifest["recipe"], target_overrides), "manifest")
-        if target_overrides:
-            store.write_manifest({**manifest, "recipe": recipe.to_dict()})
-    return import_runs(store, runs), recipe
+    elif target_overrides:
+        store.write_manifest({**manifest, "recipe": recipe.to_dict()})
+    return result, recipe

@@ -70,6 +70,7 @@ class Study:
     reference: str
     unit: str
     source: str
+    algorithm: str  # grpo | ppo: what an emitted trainer config is for
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,10 @@ class Measurements:
     study: Study
     candidates: tuple[MeasuredCandidate, ...]
     path: str
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _check(table: dict[str, Any], schema: dict[str, tuple[type, ...]], where: str, errors: list[str]) -> None:
@@ -112,6 +117,9 @@ def load_measurements(path: str | Path) -> Measurements:
         if key not in ("study", "candidate"):
             errors.append(f"{key}: unknown table (expected [study] and [[candidate]])")
     study_raw = data.get("study", {})
+    if not isinstance(study_raw, dict):
+        errors.append("study: expected a [study] table")
+        study_raw = {}
     _check(study_raw, STUDY_KEYS, "study", errors)
     cands_raw = data.get("candidate", [])
     if not isinstance(cands_raw, list) or len(cands_raw) < 2:
@@ -119,7 +127,13 @@ def load_measurements(path: str | Path) -> Measurements:
         cands_raw = []
     for i, c in enumerate(cands_raw):
         where = f"candidate[{i}]"
+        if not isinstance(c, dict):
+            errors.append(f"{where}: expected a [[candidate]] table")
+            continue
+        n_before = len(errors)
         _check(c, CANDIDATE_KEYS, where, errors)
+        if len(errors) > n_before:
+            continue  # wrong types: the checks below would read them
         for key in ("prompts", "group_size"):
             if key not in c:
                 errors.append(f"{where}.{key}: required")
@@ -134,12 +148,19 @@ def load_measurements(path: str | Path) -> Measurements:
                 continue
             _check(curve, CURVE_KEYS, f"{where}.curve[{j}]", errors)
             s, m = curve.get("samples", []), curve.get("metric", [])
-            if len(s) != len(m) or not s:
+            if not isinstance(s, list) or not isinstance(m, list) or len(s) != len(m) or not s:
                 errors.append(f"{where}.curve[{j}]: samples and metric need the same non-zero length")
+            elif not all(_is_num(v) for v in [*s, *m]):
+                errors.append(f"{where}.curve[{j}]: samples and metric must be numbers")
+        ci = c.get("samples_ci")
+        if ci is not None and (len(ci) != 2 or not all(_is_num(v) for v in ci)):
+            errors.append(f"{where}.samples_ci: expected [low, high] numbers")
         positive = ("prompts", "group_size", "samples_to_target", "responses_per_s")
         if any(isinstance(c.get(k, 1), (int, float)) and c.get(k, 1) <= 0 for k in positive):
             errors.append(f"{where}: prompts, group_size, samples_to_target, responses_per_s must be > 0")
-    if any("curve" in c for c in cands_raw) and "target" not in study_raw:
+    if study_raw.get("algorithm", "grpo") not in ("grpo", "ppo"):
+        errors.append(f"study.algorithm: {study_raw['algorithm']!r} is not 'grpo' or 'ppo'")
+    if any("curve" in c for c in cands_raw if isinstance(c, dict)) and "target" not in study_raw:
         errors.append("study.target: required when a candidate gives curves")
     if errors:
         raise InputError(f"{len(errors)} problem(s) in {p}: " + "; ".join(errors))
@@ -154,6 +175,7 @@ def load_measurements(path: str | Path) -> Measurements:
         reference=study_raw.get("reference", ""),
         unit=study_raw.get("unit", "responses"),
         source=study_raw.get("source", ""),
+        algorithm=study_raw.get("algorithm", "grpo"),
     )
     out = [_candidate(c, study, float(study_raw.get("ema_alpha", 0.5)), p) for c in cands_raw]
     labels = [m.efficiency.label for m in out]

@@ -231,9 +231,9 @@ def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None)
         raise InputError(f"{store.root} has no finished runs; run `batchtune probe` first")
     families = None
     if plan is not None:
-        families = {lab: "main" for lab in plan.main}
-        families.update({lab: "group_sweep" for lab in plan.group_sweep})
+        families = {lab: "group_sweep" for lab in plan.group_sweep}
         families.update({lab: "fixed_lr" for lab in plan.fixed_lr})
+        families.update({lab: "main" for lab in plan.main})  # a label in two sweeps is main
     t = recipe.target
     return analyse_runs(
         runs,
@@ -246,6 +246,25 @@ def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None)
         reference=plan.reference if plan else None,
         families=families,
     )
+
+
+def _check_finished_runs_match(store: ResultsStore, plan: Plan) -> None:
+    """A finished run is reused only if it was made at the LR the plan now gives its candidate.
+
+    Adding a smaller batch moves the reference batch, and with it every scaled LR: earlier runs then
+    belong to another experiment."""
+    planned = plan.by_label()
+    for rec in store.runs():
+        cand = planned.get(rec.candidate)
+        if cand is None:
+            continue
+        if not math.isclose(rec.lr, cand.lr, rel_tol=1e-9) or rec.reference_batch != plan.reference_batch:
+            raise InputError(
+                f"{store.root}: run {rec.run_id} used lr {rec.lr:.4g} (reference batch "
+                f"{rec.reference_batch}) but this plan gives {cand.lr:.4g} (reference batch "
+                f"{plan.reference_batch}); keep the smallest batch, set lr_scaling.reference_batch, "
+                "or use another --results directory"
+            )
 
 
 def _band_samples(store: ResultsStore, recipe: Recipe, plan: Plan) -> float:
@@ -336,6 +355,7 @@ def run_probe(
     plan = plan_candidates(recipe)
     seeds = recipe.budget.seeds
     jobs = [(c, s) for c in plan.candidates for s in seeds]
+    _check_finished_runs_match(store, plan)
     todo = [(c, s) for c, s in jobs if not store.is_finished(run_id(c, s))]
     if progress is not None:
         progress("plan", {"total": len(jobs), "todo": len(todo), "max_samples": recipe.budget.max_samples})

@@ -68,7 +68,7 @@ class AlgorithmConfig:
     gamma: float = 1.0  # PPO discount
     lam: float = 0.95  # PPO GAE lambda
     critic_lr: float = 0.0  # PPO critic base LR; 0 = same as the actor's base LR
-    critic_lr_rule: str = ""  # PPO critic scaling rule; "" = the actor's rule
+    critic_lr_rule: str = ""  # PPO critic scaling rule: sqrt|linear|none; "" = the actor's (not table)
     value_clip: float = 0.2
     # responses per forward/backward pass (gradient accumulation; changes memory, not the maths);
     # 0 = a whole mini-batch at once
@@ -219,7 +219,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "run.executor": ("local", "ray"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "algorithm.name": ("grpo", "ppo"),
-    "algorithm.critic_lr_rule": ("", "sqrt", "linear", "none", "table"),
+    "algorithm.critic_lr_rule": ("", "sqrt", "linear", "none"),
     "optimizer.name": ("adamw", "adam", "sgd"),
     "lr_scaling.rule": ("sqrt", "linear", "none", "table"),
     "generation.backend": ("transformers", "vllm", "simulated"),
@@ -311,8 +311,21 @@ def _validate(recipe: Recipe) -> list[str]:
         errors.append("candidates.group_size: must be positive")
     if recipe.algorithm.name == "grpo" and c.group_size < 2:
         errors.append("candidates.group_size: GRPO needs at least 2 responses per prompt")
-    if c.group_sweep_total and any(c.group_sweep_total % g for g in c.group_sweep_sizes):
+    min_g = 2 if recipe.algorithm.name == "grpo" else 1
+    if any(g < min_g for g in c.group_sweep_sizes):
+        errors.append(f"candidates.group_sweep_sizes: each must be at least {min_g}")
+    elif c.group_sweep_total < 0 or (
+        c.group_sweep_total and any(c.group_sweep_total % g for g in c.group_sweep_sizes)
+    ):
         errors.append("candidates.group_sweep_sizes: each must divide group_sweep_total")
+    if (
+        recipe.algorithm.name == "ppo"
+        and not recipe.algorithm.critic_lr_rule
+        and recipe.lr_scaling.rule == "table"
+    ):
+        errors.append("algorithm.critic_lr_rule: the actor's LR table does not apply to the critic; set one")
+    if any(p <= 0 for p in c.fixed_lr_prompts):
+        errors.append("candidates.fixed_lr_prompts: must be positive numbers of prompts")
     if recipe.optimizer.lr <= 0:
         errors.append("optimizer.lr: must be positive")
     if recipe.target.tolerance <= 0:

@@ -123,10 +123,25 @@ def throughput_from_probe(cands: Sequence[CandidateEfficiency], other_s: float) 
     return ThroughputModel("probe timings", True, per)
 
 
+def measurements_reference(m: Measurements) -> str:
+    """study.reference, else the smallest LR-scaled candidate (as the invariance test uses)."""
+    if m.study.reference:
+        return m.study.reference
+    main = [mc.efficiency for mc in m.candidates if mc.efficiency.family == "main"]
+    if not main:
+        raise AnalysisError(f"{m.path}: every candidate is a fixed-LR control; name study.reference")
+    return min(main, key=lambda e: e.batch_responses).label
+
+
 def throughput_from_measurements(m: Measurements) -> ThroughputModel:
     by = {mc.efficiency.label: mc for mc in m.candidates}
-    ref = by[m.study.reference] if m.study.reference else None
-    ref_rps = ref.responses_per_s if ref else None
+    ref = by[measurements_reference(m)]
+    ref_rps = ref.responses_per_s
+    if ref_rps is None and any(mc.responses_per_s is not None for mc in m.candidates):
+        raise AnalysisError(
+            f"{m.path}: the reference {ref.efficiency.label} has only a throughput_ratio while others "
+            "give responses_per_s; give the reference an absolute throughput (or all of them ratios)"
+        )
     per: dict[str, Throughput] = {}
     absolute = True
     for label, mc in by.items():
@@ -287,5 +302,5 @@ def assess_measurements(m: Measurements) -> SampleEfficiency:
         higher_is_better=s.higher_is_better,
         tolerance=s.tolerance,
         confidence=s.confidence,
-        reference=s.reference or None,
+        reference=measurements_reference(m),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,11 @@ def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> T
         raise InputError(f"--throughput {source!r}: choose auto, profile or probe")
     other = cfg.generation.other_s_per_step
     if source in ("auto", "profile"):
-        model = throughput_from_profile(
-            store.throughput(), eff.candidates, other, cfg.generation.knee_threshold
-        )
+        points = store.throughput()
+        if points:  # the latest profile only: a results dir can hold several
+            latest = points[-1].profile_id
+            points = [p for p in points if p.profile_id == latest]
+        model = throughput_from_profile(points, eff.candidates, other, cfg.generation.knee_threshold)
         if model is not None:
             return model
         if source == "profile":
@@ -61,7 +64,8 @@ def recommend_for_recipe(
         raise InputError(f"no results in {store.root}: run `batchtune probe` first, or pass --results")
     plan = plan_candidates(cfg)
     labels = {r.candidate for r in store.runs()}
-    eff = analyse_store(store, cfg, plan if labels <= set(plan.by_label()) else None)
+    use_plan = labels <= set(plan.by_label()) and plan.reference in labels
+    eff = analyse_store(store, cfg, plan if use_plan else None)
     rec = recommend(eff, throughput_for(cfg, store, eff, throughput))
     return (rec, *_emit(rec, emit, gpus, cfg))
 
@@ -82,7 +86,16 @@ def recommend_from_args(
 
         m = load_measurements(measurements)
         rec = recommend(assess_measurements(m), throughput_from_measurements(m))
-        return (rec, *_emit(rec, emit, gpus, None))
+        if emit is None:
+            return rec, None, None
+        from batchtune.integrations.emit import emit as emit_config
+        from batchtune.integrations.emit import recommendation_input
+
+        winner = next(mc for mc in m.candidates if mc.efficiency.label == rec.winner.label)
+        base = recommendation_input(rec, None)
+        spec = dataclasses.replace(base, algorithm=m.study.algorithm, critic_lr=winner.critic_lr or 0.0)
+        out = emit_config(emit, spec, gpus)
+        return rec, out.text, out.values
     cfg = _recipe_for_results(recipe, overrides, results)
     return recommend_for_recipe(cfg, throughput, emit, gpus)
 

@@ -75,3 +75,58 @@ def test_bad_files_give_one_line_and_nonzero_exit(tmp_path, case):
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert result.output.strip().startswith("error:")
+
+
+def _two(reference_line: str = "", extra: str = "") -> str:
+    return (
+        f"[study]\n{reference_line}\n{extra}"
+        "[[candidate]]\nprompts=128\ngroup_size=8\nlr_rule='sqrt'\nsamples_to_target=1000\nresponses_per_s=10\n"
+        "[[candidate]]\nprompts=256\ngroup_size=8\nlr_rule='sqrt'\nsamples_to_target=1000\n"
+        "throughput_ratio=1.5\n"
+    )
+
+
+def test_ratio_is_relative_to_the_default_reference(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(_two())
+    m = load_measurements(path)
+    rec = recommend(assess_measurements(m), throughput_from_measurements(m))
+    by = {c.name: c for c in rec.ranking.candidates}
+    assert by["P256xG8"].responses_per_s == pytest.approx(15.0)
+    assert by["P256xG8"].time_ratio == pytest.approx(1 / 1.5)
+
+
+def test_ppo_study_is_emitted_as_ppo(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(
+        _two(extra='algorithm = "ppo"\n').replace(
+            "lr_rule='sqrt'\n", "lr_rule='sqrt'\nlr=1e-6\ncritic_lr=1e-5\n"
+        )
+    )
+    out = CliRunner().invoke(app, ["recommend", "-m", str(path), "--emit", "verl", "--gpus", "8", "--json"])
+    assert out.exit_code == 0, out.output
+    text = __import__("json").loads(out.stdout)["emitted"]["text"]
+    assert "adv_estimator=grpo" not in text and "critic.optim.lr" in text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "study = 3\n",
+        "[[candidate]]\nprompts=1\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n"
+        "curve=[{samples=5, metric=1}]\n"
+        "[[candidate]]\nprompts=2\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n",
+        "[study]\ntarget=1\n[[candidate]]\nprompts=1\ngroup_size=2\nresponses_per_s=1\n"
+        "curve=[{samples=[1,2], metric=['x','y']}]\n"
+        "[[candidate]]\nprompts=2\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n",
+        "[[candidate]]\nprompts=1\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n"
+        "samples_ci=['a', 9]\n"
+        "[[candidate]]\nprompts=2\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n",
+    ],
+)
+def test_malformed_values_are_reported_not_crashed(tmp_path, text):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    out = CliRunner().invoke(app, ["recommend", "--measurements", str(path)])
+    assert out.exit_code == 2, out.output
+    assert out.output.startswith("error:")

@@ -152,3 +152,28 @@ def test_ray_executor_gives_the_same_answer(tmp_path):
     serial = _probe_json(tmp_path / "serial")
     on_ray = _probe_json(tmp_path / "ray", "--set", "run.executor=ray")
     assert _summary(on_ray) == _summary(serial)
+
+
+def test_runs_at_another_lr_are_not_reused(tmp_path):
+    """Adding a smaller batch moves the reference batch and every scaled LR: refuse to mix."""
+    results = tmp_path / "r"
+    _probe_json(results, "--set", "candidates.prompts=[4, 8]", "--set", "budget.seeds=[0]")
+    out = CliRunner().invoke(
+        app,
+        ["probe", NQM, "-r", str(results), "--set", "candidates.prompts=[2, 4, 8]"]
+        + ["--set", "budget.seeds=[0]"],
+    )
+    assert out.exit_code == 2 and "reference batch" in out.output
+
+
+def test_a_batch_in_both_sweeps_stays_in_the_main_sweep(tmp_path):
+    data = _probe_json(
+        tmp_path / "r",
+        "--set", "candidates.prompts=[1, 2, 4, 8]",
+        "--set", "candidates.group_sweep_total=32",
+        "--set", "candidates.group_sweep_sizes=[4, 8, 16]",
+        "--set", "budget.seeds=[0]",
+    )  # fmt: skip
+    by = {c["name"]: c for c in data["candidates"]}
+    assert by["P4xG8"]["family"] == "main"
+    assert by["P8xG4"]["family"] == "group_sweep"

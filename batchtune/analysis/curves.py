@@ -131,7 +131,8 @@ def samples_to_target(
     The EMA lags a trend by (1 - alpha) / alpha points, i.e. by that many times the spacing of the
     points in samples. Runs logged per step are spaced by their batch, so an uncorrected crossing
     would penalise large batches by about one batch of samples; the crossing is moved back by the
-    lag at its own spacing (never before the first point). A linear trend is then recovered exactly.
+    lag at its own spacing, but never before the raw curve's own first crossing. A linear trend is
+    then recovered exactly.
     """
     if not math.isfinite(target):
         raise AnalysisError(f"the target must be a finite number, got {target}")
@@ -148,7 +149,14 @@ def samples_to_target(
     frac = (target - e0) / (e1 - e0)  # e0 misses, e1 meets, so e1 != e0 and 0 < frac <= 1
     r = float(s[i - 1] + frac * (s[i] - s[i - 1]))
     if 0.0 < ema_alpha < 1.0:
-        r = max(float(s[0]), r - (1.0 - ema_alpha) / ema_alpha * float(s[i] - s[i - 1]))
+        # never earlier than the raw (unsmoothed) curve's own first crossing
+        _, raw = clean_curve(samples, metric)
+        raw_met = raw >= target if higher_is_better else raw <= target
+        j = int(np.argmax(raw_met))
+        floor = float(s[0])
+        if j > 0:
+            floor = float(s[j - 1] + (target - raw[j - 1]) / (raw[j] - raw[j - 1]) * (s[j] - s[j - 1]))
+        r = max(floor, r - (1.0 - ema_alpha) / ema_alpha * float(s[i] - s[i - 1]))
     return TargetCrossing(samples_to_target=r, censored=False, max_samples=max_samples)
 
 

@@ -95,6 +95,11 @@ def check_recommendation(rec: RecommendationInput, num_gpus: int) -> None:
         problems.append(f"learning rates cannot be negative, got lr={rec.lr} critic_lr={rec.critic_lr}")
     if rec.algorithm not in ("grpo", "ppo"):
         problems.append(f"algorithm must be 'grpo' or 'ppo', got {rec.algorithm!r}")
+    if rec.algorithm == "grpo" and rec.group_size < 2:
+        problems.append(
+            f"GRPO needs at least 2 responses per prompt (rollout.n, num_generations >= 2), "
+            f"got group_size={rec.group_size}"
+        )
     if rec.mini_batches < 1 or rec.critic_mini_batches < 0:
         problems.append("mini_batches must be at least 1 (critic_mini_batches at least 0)")
     if rec.micro_batch_per_gpu < 0 or rec.generation_concurrency < 0:

@@ -172,3 +172,10 @@ def test_ema_lag_is_corrected_so_spacing_does_not_bias_r():
         crossing = samples_to_target(s, s / 1000.0, 0.5, ema_alpha=0.5)
         # uncorrected, the crossing reads one spacing late (26% at 128)
         assert crossing.samples_to_target == pytest.approx(500.0, rel=0.02)
+
+
+def test_lag_correction_never_goes_before_the_raw_crossing():
+    """A step-0 evaluation at samples 0: the corrected crossing stays where the raw data cross."""
+    s = np.array([0.0, 64.0, 128.0, 192.0])
+    crossing = samples_to_target(s, [0.1, 0.6, 0.7, 0.8], 0.3, ema_alpha=0.5)
+    assert crossing.samples_to_target == pytest.approx(0.4 * 64.0)
