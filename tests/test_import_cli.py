@@ -79,3 +79,35 @@ def test_bad_log_is_one_line_and_writes_nothing(tmp_path):
 def test_missing_file(tmp_path):
     out = CliRunner().invoke(app, ["import-logs", str(tmp_path / "nope.csv"), "-f", "csv"])
     assert out.exit_code == 2 and "not found" in out.output
+
+
+def test_failed_import_leaves_the_manifest_alone(tmp_path):
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, np.random.default_rng(1))
+    results = tmp_path / "res"
+    runner = CliRunner()
+    ok = runner.invoke(app, ["import-logs", str(log), "-f", "csv", "-r", str(results), "--target", "0.6"])
+    assert ok.exit_code == 0, ok.output
+    before = (results / "manifest.json").read_text()
+    clash = tmp_path / "clash.csv"
+    clash.write_text(log.read_text())
+    bad = runner.invoke(
+        app, ["import-logs", str(log), str(clash), "-f", "csv", "-r", str(results), "--target", "0.95"]
+    )
+    assert bad.exit_code == 2, bad.output
+    assert (results / "manifest.json").read_text() == before
+
+
+def test_imported_subset_of_the_default_plan_still_recommends(tmp_path):
+    """Imported P16/P64 runs: the default recipe's plan (reference P4) does not apply to them."""
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, np.random.default_rng(2))
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join([lines[0], *[ln for ln in lines[1:] if not ln.startswith("P4-")]]) + "\n")
+    results = tmp_path / "res"
+    runner = CliRunner()
+    assert runner.invoke(app, ["import-logs", str(log), "-f", "csv", "-r", str(results), "--metric",
+                               "score", "--target", "0.6"]).exit_code == 0  # fmt: skip
+    out = runner.invoke(app, ["recommend", "-r", str(results), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["reference"] == "P16xG8"
