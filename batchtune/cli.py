@@ -134,7 +134,7 @@ def probe(
     cfg = _recipe(recipe, overrides, results)
     from batchtune.probe import run_probe
     from batchtune.progress import probe_progress
-    from batchtune.report import render_efficiency
+    from batchtune.report import render_efficiency, render_probe_cost
 
     with probe_progress(console, enabled=not json_out) as progress:
         result = run_probe(cfg, progress=progress)
@@ -157,6 +157,7 @@ def probe(
         f"in {result.wall_s:.0f} s"
     )
     render_efficiency(console, result.efficiency)
+    render_probe_cost(console, result.efficiency, None)
     if result.plot_path:
         console.print(f"Learning curves: {result.plot_path}")
 

@@ -180,6 +180,15 @@ def render_recommendation(console: Console, rec: Recommendation, emitted: str | 
 
 def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendation | None) -> None:
     text = f"Probe cost: {eff.total_samples:,} samples, {fmt_time(eff.total_wall_s)} of run time"
+    crit = eff.critical.batch if eff.critical is not None else None
+    at_crit = [c for c in eff.candidates if c.family == "main" and c.batch_responses == crit and c.estimate]
+    if rec is None and at_crit and math.isfinite(at_crit[0].estimate.samples_to_target):
+        c = at_crit[0]
+        r = c.estimate.samples_to_target
+        text += f"; one full run at the critical batch ({c.label}): ~{r:,.0f} samples"
+        step_s = c.gen_s_per_step + c.train_s_per_step
+        if step_s > 0:
+            text += f", ~{fmt_time(r / c.batch_responses * step_s)} at the probe's step time"
     if rec is not None and math.isfinite(rec.winner.estimate.samples_to_target):
         r = rec.winner.estimate.samples_to_target
         text += f"; one full run at {rec.winner.label}: ~{r:,.0f} samples"
