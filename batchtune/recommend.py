@@ -186,6 +186,13 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
     winner = efficiency.get(ranking.winner)
     wt = throughput.per_candidate[winner.label]
     notes = list(efficiency.notes) + list(throughput.notes)
+    cs = efficiency.critic_grad_slope
+    if cs is not None and not cs.noise_dominated:
+        notes.append(
+            "the PPO critic's gradient norm does not fall like B^-1/2 over this range: its critical batch "
+            "is smaller than the actor's; give it smaller mini-batches (verl critic.ppo_mini_batch_size) "
+            "and its own LR rule (METHOD §3.5)"
+        )
     if winner.family == "fixed_lr":
         notes.append("the winner is a fixed-LR control: check the LR scaling rule")
     if not math.isfinite(winner.estimate.samples_to_target):

@@ -98,6 +98,8 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
     if eff.grad_slope is not None:
         g = eff.grad_slope
         lines.append(f"Gradient norm vs batch at matched samples (-0.5 = noise-dominated): {g.reason}")
+    if eff.critic_grad_slope is not None:
+        lines.append(f"Critic gradient norm vs batch (PPO, on its own): {eff.critic_grad_slope.reason}")
     if eff.noise_scale is not None:
         lines.append(
             f"Gradient noise scale B_simple ~ {fmt_n(eff.noise_scale.b_simple)} responses "

@@ -66,6 +66,7 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
             "grad_norm_slope": num(eff.grad_slope.slope) if eff.grad_slope else None,
             "grad_norm_slope_ci": [num(v) for v in eff.grad_slope.slope_ci] if eff.grad_slope else None,
             "b_simple": num(eff.noise_scale.b_simple) if eff.noise_scale else None,
+            "critic_grad_norm_slope": num(eff.critic_grad_slope.slope) if eff.critic_grad_slope else None,
         },
         "probe_cost": {"samples": eff.total_samples, "wall_s": eff.total_wall_s},
         "candidates": candidates,

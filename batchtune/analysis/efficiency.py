@@ -89,6 +89,7 @@ class SampleEfficiency:
     grad_slope: GradNormSlope | None
     noise_scale: NoiseScale | None
     notes: tuple[str, ...]
+    critic_grad_slope: GradNormSlope | None = None  # PPO: the critic's own batch scale (METHOD §3.5)
 
     def get(self, label: str) -> CandidateEfficiency:
         for c in self.candidates:
@@ -257,6 +258,13 @@ def assess(
     ordered = sorted(cands, key=lambda c: (FAMILIES.index(c.family), c.batch_responses, c.label))
     result = tuple(dataclasses.replace(c, verdict=verdicts.get(c.label)) for c in ordered)
     slope, noise = _gradient_diagnostics(runs, {c.label for c in main}, notes)
+    critic_slope = None
+    if any(s.critic_grad_norm is not None for r in runs for s in r.steps):
+        critic_notes: list[str] = []
+        critic_slope, _ = _gradient_diagnostics(
+            runs, {c.label for c in main}, critic_notes, attr="critic_grad_norm"
+        )
+        notes.extend(f"critic: {n}" for n in critic_notes)
     return SampleEfficiency(
         metric=metric,
         target=target,
@@ -268,6 +276,7 @@ def assess(
         grad_slope=slope,
         noise_scale=noise,
         notes=tuple(notes),
+        critic_grad_slope=critic_slope,
     )
 
 
@@ -306,7 +315,7 @@ def analyse_runs(
 
 
 def _gradient_diagnostics(
-    runs: Sequence[RunData], main_labels: set[str], notes: list[str]
+    runs: Sequence[RunData], main_labels: set[str], notes: list[str], attr: str = "grad_norm"
 ) -> tuple[GradNormSlope | None, NoiseScale | None]:
     """Gradient-norm slope at matched samples, and B_simple from the first step of each batch.
 
@@ -317,7 +326,7 @@ def _gradient_diagnostics(
     first: dict[float, list[float]] = defaultdict(list)
     for run in runs:
         if run.record.candidate in main_labels and run.record.status not in FAILED_STATUSES:
-            pts = [(s.samples, s.grad_norm) for s in run.steps if s.grad_norm is not None]
+            pts = [(s.samples, getattr(s, attr)) for s in run.steps if getattr(s, attr) is not None]
             if not pts:
                 continue
             arr = np.asarray(pts, dtype=float)
