@@ -57,6 +57,9 @@ ResultsOpt = Annotated[
     str | None,
     typer.Option("--results", "-r", help="Results directory (default: the recipe's run.results_dir)."),
 ]
+GpusPerNodeOpt = Annotated[
+    int, typer.Option(help="GPUs per node, for the node layout of --emit verl|openrlhf.")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead.")]
 
 
@@ -207,6 +210,7 @@ def recommend(
         str | None, typer.Option(help="Print the winner as trainer config: verl | trl | openrlhf.")
     ] = None,
     gpus: Annotated[int, typer.Option(help="GPUs the trainer runs on (for --emit divisibility checks).")] = 8,
+    gpus_per_node: GpusPerNodeOpt = 8,
     json_out: JsonOpt = False,
 ) -> None:
     """Rank every candidate by predicted time-to-target and print the winner, the reasons, and the config.
@@ -217,7 +221,7 @@ def recommend(
     from batchtune.workflow import recommend_from_args
 
     rec, emitted, emitted_values = recommend_from_args(
-        recipe, set_ or [], results, measurements, throughput, emit, gpus
+        recipe, set_ or [], results, measurements, throughput, emit, gpus, gpus_per_node
     )
     _show_recommendation(rec, emitted, emitted_values, json_out)
 
@@ -244,6 +248,7 @@ def tune(
     results: ResultsOpt = None,
     emit: Annotated[str | None, typer.Option(help="Also print trainer config: verl|trl|openrlhf.")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs for --emit divisibility checks.")] = 8,
+    gpus_per_node: GpusPerNodeOpt = 8,
     json_out: JsonOpt = False,
 ) -> None:
     """Probe, profile and recommend in a row (the whole measurement on one recipe).
@@ -269,7 +274,7 @@ def tune(
     run_profile_command(cfg, console, json_out=json_out, quiet_json=True)
     if not json_out:
         console.rule("3/3 recommend: time-to-target")
-    rec, emitted, values = recommend_for_recipe(cfg, "auto", emit, gpus)
+    rec, emitted, values = recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)
     _show_recommendation(rec, emitted, values, json_out)
 
 

@@ -200,7 +200,7 @@ def known_hardware_for_device(device: str) -> str | None:
     A100 80GB PCIe) are left to ``hardware.name`` or explicit overrides.
     """
     k = re.sub(r"[^a-z0-9]", "", device.lower())
-    if "nvl" in k:
+    if "nvl" in k or "gh200" in k or "gb200" in k:  # Grace superchips: other memory and bandwidth
         return None
     if "h200" in k:
         return "H200"

@@ -326,6 +326,12 @@ def _validate(recipe: Recipe) -> list[str]:
         errors.append("algorithm.critic_lr_rule: the actor's LR table does not apply to the critic; set one")
     if any(p <= 0 for p in c.fixed_lr_prompts):
         errors.append("candidates.fixed_lr_prompts: must be positive numbers of prompts")
+    if recipe.generation.temperature <= 0:
+        errors.append("generation.temperature: must be positive (RL needs sampled responses)")
+    if recipe.algorithm.mini_batches < 1:
+        errors.append("algorithm.mini_batches: must be at least 1")
+    if recipe.algorithm.micro_batch_responses < 0:
+        errors.append("algorithm.micro_batch_responses: must be 0 (no accumulation) or more")
     if recipe.optimizer.lr <= 0:
         errors.append("optimizer.lr: must be positive")
     if recipe.target.tolerance <= 0:

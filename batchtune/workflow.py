@@ -54,7 +54,7 @@ def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> T
 
 
 def recommend_for_recipe(
-    cfg: Recipe, throughput: str, emit: str | None, gpus: int
+    cfg: Recipe, throughput: str, emit: str | None, gpus: int, gpus_per_node: int = 8
 ) -> tuple[Recommendation, str | None, Any]:
     from batchtune.plan import plan_candidates
     from batchtune.probe import analyse_store
@@ -67,7 +67,7 @@ def recommend_for_recipe(
     use_plan = labels <= set(plan.by_label()) and plan.reference in labels
     eff = analyse_store(store, cfg, plan if use_plan else None)
     rec = recommend(eff, throughput_for(cfg, store, eff, throughput))
-    return (rec, *_emit(rec, emit, gpus, cfg))
+    return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
 
 
 def recommend_from_args(
@@ -78,6 +78,7 @@ def recommend_from_args(
     throughput: str,
     emit: str | None,
     gpus: int,
+    gpus_per_node: int = 8,
 ) -> tuple[Recommendation, str | None, Any]:
     if measurements is not None:
         if results is not None:
@@ -94,16 +95,18 @@ def recommend_from_args(
         winner = next(mc for mc in m.candidates if mc.efficiency.label == rec.winner.label)
         base = recommendation_input(rec, None)
         spec = dataclasses.replace(base, algorithm=m.study.algorithm, critic_lr=winner.critic_lr or 0.0)
-        out = emit_config(emit, spec, gpus)
+        out = emit_config(emit, spec, gpus, gpus_per_node=gpus_per_node)
         return rec, out.text, out.values
     cfg = _recipe_for_results(recipe, overrides, results)
-    return recommend_for_recipe(cfg, throughput, emit, gpus)
+    return recommend_for_recipe(cfg, throughput, emit, gpus, gpus_per_node)
 
 
-def _emit(rec: Recommendation, trainer: str | None, gpus: int, cfg: Recipe | None) -> tuple[str | None, Any]:
+def _emit(
+    rec: Recommendation, trainer: str | None, gpus: int, cfg: Recipe | None, gpus_per_node: int
+) -> tuple[str | None, Any]:
     if trainer is None:
         return None, None
     from batchtune.integrations.emit import emit_for_recommendation
 
-    out = emit_for_recommendation(rec, trainer, gpus, cfg)
+    out = emit_for_recommendation(rec, trainer, gpus, cfg, gpus_per_node=gpus_per_node)
     return out.text, out.values

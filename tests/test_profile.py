@@ -227,3 +227,10 @@ def test_plots_write_pngs(tmp_path, fake, monkeypatch):
     curves = {"P4xG8": [([32.0, 64.0, 96.0], [0.1, 0.3, 0.5]), ([32.0, 64.0], [0.2, 0.4])]}
     out = plot_learning_curves(curves, 0.45, "eval_reward", tmp_path / "lc.png")
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_grace_superchips_are_not_mistaken_for_h200():
+    from batchtune.profile_analysis import known_hardware_for_device
+
+    assert known_hardware_for_device("NVIDIA H200") == "H200"
+    assert known_hardware_for_device("NVIDIA GH200 480GB") is None

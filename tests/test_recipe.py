@@ -47,6 +47,21 @@ def test_invalid_toml_and_missing_file(tmp_path):
         load_recipe(None, ["optimizer.lr"])
 
 
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("generation.temperature=0", "temperature"),
+        ("algorithm.mini_batches=0", "mini_batches"),
+        ("candidates.group_sweep_sizes=[0, 8]", "group_sweep_sizes"),
+        ("candidates.fixed_lr_prompts=[0]", "fixed_lr_prompts"),
+        ("algorithm.critic_lr_rule=table", "critic_lr_rule"),
+    ],
+)
+def test_values_that_would_crash_a_backend_are_rejected(override, fragment):
+    with pytest.raises(RecipeError, match=fragment):
+        load_recipe(None, [override, "candidates.group_sweep_total=64"])
+
+
 def test_semantic_validation():
     with pytest.raises(RecipeError, match="GRPO needs at least 2"):
         load_recipe(None, ["candidates.group_size=1"])

@@ -19,6 +19,7 @@ timed-out one; closing the generator stops the whole process group.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -102,8 +103,11 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop the command and everything it started (it runs in its own session)."""
+    """Stop the command and everything it started (it runs in its own session), also when the
+    command itself has already exited but left children behind."""
     if proc.poll() is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
         return
     for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
         try:
@@ -133,6 +137,11 @@ class CommandBackend:
         env = dict(os.environ)
         env.update({k: fill(v, values, f"backend.command_env.{k}") for k, v in cfg.command_env.items()})
         output_dir = Path(values["output_dir"])
+        if output_dir.exists() and any(output_dir.iterdir()):
+            # an interrupted earlier attempt of this run: keep it aside, never read its log
+            output_dir.rename(
+                output_dir.with_name(f"{output_dir.name}.stale-{time.strftime('%Y%m%dT%H%M%S')}")
+            )
         output_dir.mkdir(parents=True, exist_ok=True)
         log_path = output_dir / fill(cfg.command_log, values, "backend.command_log")
         fmt = cfg.command_log_format

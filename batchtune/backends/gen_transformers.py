@@ -199,16 +199,18 @@ class TransformersGeneration:
     def train_step_s(self, batch_responses: int, seq_tokens: int) -> float:
         if self._optimizer is None:
             self._optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-6)
-        elapsed, self._micro = timing.time_train_step(
+        elapsed, used = timing.time_train_step(
             self.model,
             self._optimizer,
             batch_responses,
             seq_tokens,
             self.vocab_size,
             self.device,
-            micro_batch=self._micro or batch_responses,
+            micro_batch=min(self._micro or batch_responses, batch_responses),
             seed=self.recipe.generation.seed,
         )
+        if used < batch_responses:  # only an OOM-lowered micro-batch carries over to larger batches
+            self._micro = used
         self.model.eval()
         return elapsed
 

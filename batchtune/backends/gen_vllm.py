@@ -237,16 +237,18 @@ class VLLMGeneration:
                 "micro": 0,
             }
         tr = self._trainer
-        elapsed, tr["micro"] = timing.time_train_step(
+        elapsed, used = timing.time_train_step(
             tr["model"],
             tr["opt"],
             batch_responses,
             seq_tokens,
             self.vocab_size,
             torch.device("cuda"),
-            micro_batch=tr["micro"] or batch_responses,
+            micro_batch=min(tr["micro"] or batch_responses, batch_responses),
             seed=self.recipe.generation.seed,
         )
+        if used < batch_responses:  # only an OOM-lowered micro-batch carries over to larger batches
+            tr["micro"] = used
         return elapsed
 
     def close(self) -> None:

@@ -296,7 +296,9 @@ class TRLBackend:
     def _record(spec: RunSpec, p: _Pending, per_step: int, tokens: float) -> tuple[StepRecord, float]:
         c = spec.candidate
         samples = p.step * per_step
-        tokens += p.logs.get("completions/mean_length", 0.0) * per_step
+        # TRL logs the mean length on the steps that generate; it covers all P*G completions of that
+        # generation, which feeds `mini_batches` optimiser steps
+        tokens += p.logs.get("completions/mean_length", 0.0) * c.batch_responses
         step_time = p.logs.get("step_time", 0.0)
         record = StepRecord(
             run_id=spec.run_id,

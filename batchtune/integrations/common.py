@@ -274,7 +274,10 @@ def build_run(
         if "tokens" in v and len_key == "":
             tokens = v["tokens"]
         elif len_key in v:
-            tokens += v[len_key] * (samples - prev_samples)
+            # a logged mean length covers one generation of P*G responses, even when the log counts
+            # several optimiser steps per generation (TRL's steps_per_generation)
+            per_generation = P * G if info.samples_per_step and info.samples_per_step < P * G else 0
+            tokens += v[len_key] * (per_generation or (samples - prev_samples))
         lr = v.get(lr_key, lr) if lr_key else lr
         gen_s = sum((v[k] for k in gen_keys if k in v and math.isfinite(v[k])), 0.0)
         train_s = sum((v[k] for k in train_keys if k in v and math.isfinite(v[k])), 0.0)

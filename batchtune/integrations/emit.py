@@ -141,7 +141,10 @@ def micro_hint(name: str, per_gpu: int, micro: int) -> str:
 
 
 def emit(trainer: str, rec: RecommendationInput, num_gpus: int, **options: Any) -> EmittedConfig:
-    """``options``: verl ``gpus_per_node``; openrlhf ``legacy_flags`` (names before 0.10.2)."""
+    """``options``: verl and openrlhf ``gpus_per_node``; openrlhf ``legacy_flags`` (names before
+    0.10.2). TRL has no node layout here (accelerate's num_processes is the GPU count)."""
+    if trainer == "trl":
+        options.pop("gpus_per_node", None)
     if trainer == "verl":
         from batchtune.integrations.verl import emit_verl
 

@@ -48,6 +48,7 @@ _LEGACY = {
     "--vllm.gpu_memory_utilization": "--vllm_gpu_memory_utilization",
     "--algo.advantage.estimator": "--advantage_estimator",
     "--actor.num_gpus_per_node": "--actor_num_gpus_per_node",
+    "--actor.num_nodes": "--actor_num_nodes",
 }
 
 
@@ -74,7 +75,9 @@ def _openrlhf_problem(P: int, G: int, mini_batches: int, dp: int, micro: int) ->
     return ""
 
 
-def emit_openrlhf(rec: RecommendationInput, num_gpus: int, legacy_flags: bool = False) -> EmittedConfig:
+def emit_openrlhf(
+    rec: RecommendationInput, num_gpus: int, legacy_flags: bool = False, gpus_per_node: int = 0
+) -> EmittedConfig:
     """Flags for ``python3 -m openrlhf.cli.train_ppo_ray`` (actor on ``num_gpus`` GPUs, colocated)."""
     check_recommendation(rec, num_gpus)
     P, G = rec.prompts, rec.group_size
@@ -98,6 +101,9 @@ def emit_openrlhf(rec: RecommendationInput, num_gpus: int, legacy_flags: bool = 
                 lambda p: not _openrlhf_problem(p, G, rec.mini_batches, num_gpus, rec.micro_batch_per_gpu),
             )
         raise InputError(f"OpenRLHF cannot run P={P} x G={G} on {num_gpus} GPUs: {problem}{hint}")
+    per_node = min(gpus_per_node or num_gpus, num_gpus)
+    if num_gpus % per_node:
+        raise InputError(f"{num_gpus} GPUs do not fill nodes of {per_node}; give a multiple of {per_node}")
     train_batch = P * G // rec.mini_batches
     micro = rec.micro_batch_per_gpu or train_batch // num_gpus
     values: dict[str, object] = {
@@ -106,7 +112,8 @@ def emit_openrlhf(rec: RecommendationInput, num_gpus: int, legacy_flags: bool = 
         "--rollout.n_samples_per_prompt": G,
         "--train.batch_size": train_batch,
         "--train.micro_batch_size": micro,
-        "--actor.num_gpus_per_node": num_gpus,
+        "--actor.num_nodes": num_gpus // per_node,
+        "--actor.num_gpus_per_node": per_node,
     }
     if rec.lr_known:
         values["--actor.adam.lr"] = rec.lr

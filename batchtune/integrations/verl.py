@@ -115,7 +115,7 @@ def emit_verl(rec: RecommendationInput, num_gpus: int, gpus_per_node: int = 0) -
     micro-batch (responses per GPU), as verl counts them."""
     check_recommendation(rec, num_gpus)
     P, G, dp = rec.prompts, rec.group_size, num_gpus
-    per_node = gpus_per_node or num_gpus
+    per_node = min(gpus_per_node or num_gpus, num_gpus)
     if num_gpus % per_node:
         raise InputError(f"{num_gpus} GPUs do not fill nodes of {per_node}; give a multiple of {per_node}")
     critic_mb = rec.critic_mini_batches or rec.mini_batches

@@ -31,7 +31,8 @@ from batchtune.integrations.openrlhf import OPENRLHF_KEYS
 from batchtune.integrations.trl import TRL_KEYS
 from batchtune.integrations.verl import VERL_KEYS
 
-STEP_COLUMNS = ("Step", "_step", "train/global_step", "global_step", "step")
+# the trainer's own step first: W&B's _step counts log calls (from 0), not optimiser steps
+STEP_COLUMNS = ("train/global_step", "global_step", "Step", "_step", "step")
 WALL_KEY = "wandb/step_wall_s"
 WANDB_KEYS = merge_keys(OPENRLHF_KEYS, VERL_KEYS, TRL_KEYS, LogKeys(step_s=(WALL_KEY,)))
 _SUFFIXES = ("__MIN", "__MAX", "__STEP")

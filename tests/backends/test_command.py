@@ -177,3 +177,42 @@ def test_shipped_command_recipes_fill(tmp_path):
     ]
     assert "data.train_batch_size=64" in argv and "actor_rollout_ref.rollout.n=8" in argv
     assert "trainer.logger=['console','file']" in argv and "++data.seed=1" in argv
+
+
+def test_a_stale_log_from_an_interrupted_attempt_is_never_read(tmp_path):
+    spec = make_spec(tmp_path, TRAIN_ARGV)
+    out = spec.run_dir / "output"
+    out.mkdir(parents=True)
+    (out / "log.jsonl").write_text(
+        "".join(
+            f'{{"step": {i}, "samples": {8 * i}, "prompts": 2, "group_size": 4, "lr": 0.01, "seed": 3, '
+            f'"reward": 0.999}}\n'
+            for i in range(1, 9)
+        )
+    )
+    steps = list(CommandBackend().train(spec))
+    assert [s.step for s in steps] == [1, 2, 3, 4, 5]
+    assert all(s.metrics["reward"] < 0.999 for s in steps)
+    assert list(spec.run_dir.glob("output.stale-*/log.jsonl"))  # kept aside, not deleted
+
+
+def test_children_left_behind_are_stopped(tmp_path):
+    script = tmp_path / "spawn.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import json, os, subprocess, sys
+            p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+            open(os.path.join(sys.argv[1], "child"), "w").write(str(p.pid))
+            row = {"step": 1, "samples": 8, "prompts": 2, "group_size": 4, "lr": 0.01, "reward": 0.5}
+            open(os.path.join(sys.argv[1], "log.jsonl"), "w").write(json.dumps(row) + "\\n")
+            """
+        )
+    )
+    spec = make_spec(tmp_path, ["PY", str(script), "{output_dir}"])
+    list(CommandBackend().train(spec))
+    child = int((spec.run_dir / "output" / "child").read_text())
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):
+            os.kill(child, 0)
+            time.sleep(0.1)

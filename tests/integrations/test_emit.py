@@ -121,6 +121,7 @@ def test_openrlhf_values_both_flag_styles():
         "--train.batch_size": 128,  # responses: 1024 / 8 updates
         "--train.micro_batch_size": 8,
         "--actor.adam.lr": 5e-7,
+        "--actor.num_nodes": 1,
         "--actor.num_gpus_per_node": 8,
         "--critic.adam.lr": 9e-6,
         "--vllm.gpu_memory_utilization": 0.5,
@@ -165,3 +166,15 @@ def test_recommend_emits_for_the_winner():
     rec, text, values = recommend_from_args(None, [], None, measurements, "auto", "verl", 8)
     assert (values["data.train_batch_size"], values["actor_rollout_ref.rollout.n"]) == (1024, 8)
     assert "data.train_batch_size=1024" in text and "no learning rate" in text  # the study gives no LRs
+
+
+def test_multi_node_layout():
+    r = rec(prompts=32, group_size=8, lr=1e-6)
+    verl = emit("verl", r, num_gpus=16, gpus_per_node=8)
+    assert verl.values["trainer.n_gpus_per_node"] == 8 and verl.values["trainer.nnodes"] == 2
+    orl = emit("openrlhf", r, num_gpus=16, gpus_per_node=8)
+    assert orl.values["--actor.num_nodes"] == 2 and orl.values["--actor.num_gpus_per_node"] == 8
+    legacy = emit("openrlhf", r, num_gpus=16, gpus_per_node=8, legacy_flags=True)
+    assert legacy.values["--actor_num_nodes"] == 2
+    with pytest.raises(InputError, match="do not fill nodes"):
+        emit("verl", r, num_gpus=12, gpus_per_node=8)

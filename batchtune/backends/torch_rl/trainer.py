@@ -132,9 +132,11 @@ def _train(spec: RunSpec) -> Iterator[StepRecord]:
             **timing,
         )
 
-    t0 = time.perf_counter()
-    eval_reward = evaluate(lm, task, spec, compute_dtype)
-    yield record(0, 0, 0, 0.0, {"eval_reward": eval_reward}, other_s=time.perf_counter() - t0)
+    has_eval = len(task.eval) > 0  # task.eval_size = 0: no held-out set, target the training reward
+    if has_eval:
+        t0 = time.perf_counter()
+        eval_reward = evaluate(lm, task, spec, compute_dtype)
+        yield record(0, 0, 0, 0.0, {"eval_reward": eval_reward}, other_s=time.perf_counter() - t0)
 
     step = samples = tokens = last_eval = 0
     max_samples = recipe.budget.max_samples
@@ -188,7 +190,7 @@ def _train(spec: RunSpec) -> Iterator[StepRecord]:
             metrics["value_loss"] = stats.value_loss
             metrics["critic_lr"] = critic_lr * factor
         every = recipe.task.eval_every_samples
-        if every <= 0 or samples - last_eval >= every or samples >= max_samples:
+        if has_eval and (every <= 0 or samples - last_eval >= every or samples >= max_samples):
             t0 = time.perf_counter()
             metrics["eval_reward"] = evaluate(lm, task, spec, compute_dtype)
             other_s += time.perf_counter() - t0
