@@ -43,7 +43,7 @@ from batchtune.integrations.emit import (
 TRL_KEYS = LogKeys(
     metrics={"reward": ("reward",), "eval_reward": ("eval_reward",), "loss": ("loss",)},
     grad_norm=("grad_norm",),
-    lr=("learning_rate",),
+    lr=("learning_rate", "train/learning_rate"),  # trainer_state.json; W&B and TensorBoard add train/
     step_s=("step_time",),  # TRL times generation and update together; imported as other_s
     response_length=("completions/mean_length",),
 )
