@@ -302,68 +302,6 @@ def _build(cls: Any, data: dict[str, Any], prefix: str, errors: list[str]) -> An
         return None
 
 
-def _validate(recipe: Recipe) -> list[str]:
-    errors: list[str] = []
-    c = recipe.candidates
-    if not c.prompts or any(p <= 0 for p in c.prompts):
-        errors.append("candidates.prompts: needs at least one positive number of prompts")
-    if c.group_size <= 0:
-        errors.append("candidates.group_size: must be positive")
-    if recipe.algorithm.name == "grpo" and c.group_size < 2:
-        errors.append("candidates.group_size: GRPO needs at least 2 responses per prompt")
-    min_g = 2 if recipe.algorithm.name == "grpo" else 1
-    if any(g < min_g for g in c.group_sweep_sizes):
-        errors.append(f"candidates.group_sweep_sizes: each must be at least {min_g}")
-    elif c.group_sweep_total < 0 or (
-        c.group_sweep_total and any(c.group_sweep_total % g for g in c.group_sweep_sizes)
-    ):
-        errors.append("candidates.group_sweep_sizes: each must divide group_sweep_total")
-    if (
-        recipe.algorithm.name == "ppo"
-        and not recipe.algorithm.critic_lr_rule
-        and recipe.lr_scaling.rule == "table"
-    ):
-        errors.append("algorithm.critic_lr_rule: the actor's LR table does not apply to the critic; set one")
-    if any(p <= 0 for p in c.fixed_lr_prompts):
-        errors.append("candidates.fixed_lr_prompts: must be positive numbers of prompts")
-    if recipe.generation.temperature <= 0:
-        errors.append("generation.temperature: must be positive (RL needs sampled responses)")
-    if recipe.algorithm.mini_batches < 1:
-        errors.append("algorithm.mini_batches: must be at least 1")
-    if recipe.algorithm.micro_batch_responses < 0:
-        errors.append("algorithm.micro_batch_responses: must be 0 (no accumulation) or more")
-    if recipe.optimizer.lr <= 0:
-        errors.append("optimizer.lr: must be positive")
-    if recipe.target.tolerance <= 0:
-        errors.append("target.tolerance: must be positive (about 0.1)")
-    if not 0 < recipe.target.confidence < 1:
-        errors.append("target.confidence: must lie between 0 and 1")
-    if not recipe.budget.seeds:
-        errors.append("budget.seeds: needs at least one seed")
-    if recipe.budget.max_samples <= 0:
-        errors.append("budget.max_samples: must be positive")
-    if recipe.run.workers < 1:
-        errors.append("run.workers: must be at least 1")
-    g = recipe.generation
-    if not g.concurrency or any(x <= 0 for x in g.concurrency):
-        errors.append("generation.concurrency: needs positive concurrencies")
-    if any(m not in ("fixed", "eos") for m in g.modes):
-        errors.append("generation.modes: each must be 'fixed' or 'eos'")
-    if not 0 < g.gpu_memory_utilization <= 1:
-        errors.append("generation.gpu_memory_utilization: must lie in (0, 1]")
-    if not 0 <= g.eos_stop_prob < 1:
-        errors.append("generation.eos_stop_prob: must lie in [0, 1) (0 = the model's own EOS)")
-    if g.prompt_tokens < 1 or g.max_new_tokens < 1:
-        errors.append("generation.prompt_tokens and max_new_tokens: must be at least 1")
-    if g.repeats < 1 or g.warmup < 0:
-        errors.append("generation.repeats: must be at least 1 (and warmup at least 0)")
-    if recipe.lr_scaling.rule == "table" and not recipe.lr_scaling.table:
-        errors.append("lr_scaling.table: rule 'table' needs {\"N\" = lr, ...} entries")
-    if recipe.backend.training == "command" and not recipe.backend.command:
-        errors.append("backend.command: the command backend needs an argv list")
-    return errors
-
-
 def _parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
         raise RecipeError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optimizer.lr=3e-4")
@@ -395,7 +333,9 @@ def recipe_from_dict(data: dict[str, Any], source: str = "") -> Recipe:
     errors: list[str] = []
     recipe = _build(Recipe, data, "", errors)
     if not errors:
-        errors = _validate(recipe)
+        from batchtune.recipe_checks import check_recipe
+
+        errors = check_recipe(recipe)
     if errors:
         where = f" in {source}" if source else ""
         raise RecipeError(f"{len(errors)} problem(s){where}: " + "; ".join(errors))
