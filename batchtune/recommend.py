@@ -15,16 +15,10 @@ import numpy as np
 
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
 from batchtune.analysis.ranking import Ranking, rank_time_to_target
-from batchtune.analysis.throughput import (
-    Knee,
-    find_knee,
-    fit_gen_throughput,
-    fit_train_time,
-    generation_time_s,
-)
+from batchtune.analysis.throughput import Knee, generation_time_s
 from batchtune.errors import AnalysisError
 from batchtune.measurements import Measurements
-from batchtune.records import ThroughputPoint
+from batchtune.profile_analysis import ProfileResult
 from batchtune.serialize import efficiency_to_dict, num
 
 
@@ -64,46 +58,38 @@ class Recommendation:
 
 
 def throughput_from_profile(
-    points: Sequence[ThroughputPoint], cands: Sequence[CandidateEfficiency], other_s: float, threshold: float
+    profile: ProfileResult | None, cands: Sequence[CandidateEfficiency], other_s: float
 ) -> ThroughputModel | None:
-    """Predict Θ(N) from measured generation and training curves (METHOD §5 step 2).
+    """Predict Θ(N) from the measured generation and training curves of a profile (METHOD §5.2).
 
     Generation uses the EOS sweep when there is one (real RL lengths are long-tailed), else the
-    fixed-length one, at the largest concurrency that fitted in memory: min(N, c_max).
+    fixed-length one, at the largest concurrency that fitted in memory: min(N, c_max). The fits and
+    the knee are the profile's own (profile_analysis.analyse_throughput), not refitted here.
     """
-    ok = [p for p in points if p.status == "ok"]
-    train = [p for p in ok if p.kind == "training"]
-    notes: list[str] = []
+    if profile is None or profile.train_fit is None:
+        return None
     for mode in ("eos", "fixed"):
-        gen = [p for p in ok if p.kind == "generation" and p.mode == mode]
-        gen.sort(key=lambda p: p.concurrency)
-        if len({p.concurrency for p in gen}) >= 2 and train:
+        m = profile.modes.get(mode)
+        if m is not None and m.fit is not None and len({p.concurrency for p in m.ok_points}) >= 2:
             break
     else:
         return None
-    conc = np.array([p.concurrency for p in gen], float)
-    rps = np.array([p.responses_per_s for p in gen], float)
-    ooms = [p.concurrency for p in points if p.kind == "generation" and p.status == "oom"]
-    ceiling = min(ooms, default=None)
-    gen_fit = fit_gen_throughput(conc, rps)
-    knee = find_knee(conc, rps, threshold=threshold, ceiling=ceiling)
-    train_fit = fit_train_time(
-        np.array([p.concurrency for p in train], float), np.array([p.step_latency_s for p in train], float)
-    )
-    c_max = float(conc.max())
+    c_max = float(max(p.concurrency for p in m.ok_points))
+    notes: list[str] = []
     per: dict[str, Throughput] = {}
     for c in cands:
         n = c.batch_responses
-        gen_s = generation_time_s(n, gen_fit, c_max)
-        train_s = float(np.asarray(train_fit.predict(n)).reshape(-1)[0])
-        total = gen_s + train_s + other_s
-        per[c.label] = Throughput(n / total, gen_s, train_s, other_s, int(min(n, c_max)))
+        gen_s = generation_time_s(n, m.fit, c_max)
+        train_s = float(np.asarray(profile.train_fit.predict(n)).reshape(-1)[0])
+        per[c.label] = Throughput(
+            n / (gen_s + train_s + other_s), gen_s, train_s, other_s, int(min(n, c_max))
+        )
     if max(c.batch_responses for c in cands) > c_max:
         notes.append(
             f"batches above {int(c_max)} responses are generated in waves of {int(c_max)} "
             "(the largest measured concurrency)"
         )
-    return ThroughputModel("profile", True, per, knee, mode, tuple(notes))
+    return ThroughputModel("profile", True, per, m.knee, mode, tuple(notes))
 
 
 def throughput_from_probe(cands: Sequence[CandidateEfficiency], other_s: float) -> ThroughputModel:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from batchtune.errors import InputError
+from batchtune.profile_analysis import analyse_throughput
 from batchtune.recipe import DEFAULT_RECIPE, Recipe, load_recipe, recipe_from_dict
 from batchtune.recommend import (
     Recommendation,
@@ -39,11 +40,9 @@ def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> T
         raise InputError(f"--throughput {source!r}: choose auto, profile or probe")
     other = cfg.generation.other_s_per_step
     if source in ("auto", "profile"):
-        points = store.throughput()
-        if points:  # the latest profile only: a results dir can hold several
-            latest = points[-1].profile_id
-            points = [p for p in points if p.profile_id == latest]
-        model = throughput_from_profile(points, eff.candidates, other, cfg.generation.knee_threshold)
+        points = store.throughput()  # analyse_throughput keeps the latest profile of the directory
+        profile = analyse_throughput(points, cfg) if points else None
+        model = throughput_from_profile(profile, eff.candidates, other)
         if model is not None:
             return model
         if source == "profile":
