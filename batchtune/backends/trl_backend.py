@@ -22,7 +22,6 @@ of TRL's ``step_time``, other_s the evaluation.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import queue
 import threading
@@ -167,22 +166,12 @@ class TRLBackend:
         from transformers import PrinterCallback, ProgressCallback
         from trl import GRPOConfig, GRPOTrainer
 
-        from batchtune.backends.models import load_model, resolve_device, resolve_dtype
-        from batchtune.backends.torch_rl.tasks import make_task
-        from batchtune.backends.torch_rl.trainer import cache_dir
         from batchtune.backends.torch_rl.trainer import evaluate as greedy_eval
-        from batchtune.backends.torch_rl.warmstart import warm_start_state
+        from batchtune.backends.torch_rl.trainer import setup_run
 
         r, c = spec.recipe, spec.candidate
-        if r.hardware.threads > 0:
-            torch.set_num_threads(r.hardware.threads)
-        task = make_task(r.task)
-        device = resolve_device(r.hardware.device)
-        compute_dtype = resolve_dtype(r.model.dtype, device)
-        lm = load_model(dataclasses.replace(r.model, dtype="float32"), str(device), spec.seed)
-        state = warm_start_state(r, task, cache_dir(spec), lm.is_tiny)
-        if state is not None:
-            lm.model.load_state_dict(state)
+        task, lm, compute_dtype = setup_run(spec)
+        device = lm.device
         tok = char_tokenizer(lm.tokenizer) if lm.is_tiny else lm.tokenizer
         prefix = BOS_TEXT if lm.is_tiny else ""
         rows = [

@@ -70,7 +70,8 @@ def evaluate(lm: LoadedModel, task: Task, spec: RunSpec, compute_dtype: torch.dt
     return value
 
 
-def _setup(spec: RunSpec) -> tuple[Task, LoadedModel, torch.dtype]:
+def setup_run(spec: RunSpec) -> tuple[Task, LoadedModel, torch.dtype]:
+    """Threads, task, device, float32 model with the shared warm start (also the TRL backend's)."""
     recipe = spec.recipe
     if recipe.hardware.threads > 0:
         torch.set_num_threads(recipe.hardware.threads)
@@ -102,7 +103,7 @@ def train(spec: RunSpec) -> Iterator[StepRecord]:
 def _train(spec: RunSpec) -> Iterator[StepRecord]:
     recipe, cand, seed = spec.recipe, spec.candidate, spec.seed
     alg, gen_cfg = recipe.algorithm, recipe.generation
-    task, lm, compute_dtype = _setup(spec)
+    task, lm, compute_dtype = setup_run(spec)
     torch.manual_seed(seed)
     sampler = PromptSampler(len(task.train), seed)
     ref = None
