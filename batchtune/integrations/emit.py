@@ -130,6 +130,23 @@ def describe_nearest(name: str, value: int, ok: Callable[[int], bool]) -> str:
     return f"; nearest valid {name}: {' or '.join(options)} (instead of {value})"
 
 
+def unfit_hint(
+    problem: Callable[[int, int, int, int, int], str],
+    rec: RecommendationInput,
+    dp: int,
+    mini_batches: int,
+    micro_name: str,
+    per_gpu: int,
+    batch_name: str,
+) -> str:
+    """How to make an unexpressible winner fit: the micro-batch alone when that suffices, else the
+    nearest number of prompts. ``problem(P, G, mini_batches, dp, micro)`` is the trainer's rule."""
+    P, G, micro = rec.prompts, rec.group_size, rec.micro_batch_per_gpu
+    if not problem(P, G, mini_batches, dp, 0):
+        return micro_hint(micro_name, per_gpu, micro)
+    return describe_nearest(batch_name, P, lambda p: not problem(p, G, mini_batches, dp, micro))
+
+
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 

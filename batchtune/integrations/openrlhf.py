@@ -24,9 +24,8 @@ from batchtune.integrations.emit import (
     RecommendationInput,
     check_recommendation,
     commented,
-    describe_nearest,
-    micro_hint,
     micro_note,
+    unfit_hint,
 )
 
 OPENRLHF_KEYS = LogKeys(
@@ -90,16 +89,11 @@ def emit_openrlhf(
         )
     problem = _openrlhf_problem(P, G, rec.mini_batches, num_gpus, rec.micro_batch_per_gpu)
     if problem:
-        if not _openrlhf_problem(P, G, rec.mini_batches, num_gpus, 0):
-            hint = micro_hint(
-                "train.micro_batch_size", P * G // rec.mini_batches // num_gpus, rec.micro_batch_per_gpu
-            )
-        else:
-            hint = describe_nearest(
-                "rollout.batch_size",
-                P,
-                lambda p: not _openrlhf_problem(p, G, rec.mini_batches, num_gpus, rec.micro_batch_per_gpu),
-            )
+        per_gpu = P * G // rec.mini_batches // num_gpus
+        hint = unfit_hint(
+            _openrlhf_problem, rec, num_gpus, rec.mini_batches, "train.micro_batch_size", per_gpu,
+            "rollout.batch_size",
+        )  # fmt: skip
         raise InputError(f"OpenRLHF cannot run P={P} x G={G} on {num_gpus} GPUs: {problem}{hint}")
     per_node = min(gpus_per_node or num_gpus, num_gpus)
     if num_gpus % per_node:

@@ -35,9 +35,8 @@ from batchtune.integrations.emit import (
     RecommendationInput,
     check_recommendation,
     commented,
-    describe_nearest,
-    micro_hint,
     micro_note,
+    unfit_hint,
 )
 
 TRL_KEYS = LogKeys(
@@ -172,16 +171,10 @@ def emit_trl(rec: RecommendationInput, num_gpus: int) -> EmittedConfig:
     P, G = rec.prompts, rec.group_size
     problem = _trl_problem(P, G, rec.mini_batches, num_gpus, rec.micro_batch_per_gpu)
     if problem:
-        if not _trl_problem(P, G, rec.mini_batches, num_gpus, 0):
-            hint = micro_hint(
-                "per_device_train_batch_size", P * G // rec.mini_batches // num_gpus, rec.micro_batch_per_gpu
-            )
-        else:
-            hint = describe_nearest(
-                "prompts",
-                P,
-                lambda p: not _trl_problem(p, G, rec.mini_batches, num_gpus, rec.micro_batch_per_gpu),
-            )
+        per_gpu = P * G // rec.mini_batches // num_gpus
+        hint = unfit_hint(
+            _trl_problem, rec, num_gpus, rec.mini_batches, "per_device_train_batch_size", per_gpu, "prompts"
+        )
         raise InputError(f"TRL cannot run P={P} x G={G} on {num_gpus} GPUs: {problem}{hint}")
     N = P * G
     per_gpu = N // rec.mini_batches // num_gpus

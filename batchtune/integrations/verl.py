@@ -31,9 +31,8 @@ from batchtune.integrations.emit import (
     RecommendationInput,
     check_recommendation,
     commented,
-    describe_nearest,
-    micro_hint,
     micro_note,
+    unfit_hint,
 )
 
 VERL_KEYS = LogKeys(
@@ -124,14 +123,10 @@ def emit_verl(rec: RecommendationInput, num_gpus: int, gpus_per_node: int = 0) -
             continue
         problem = _verl_problem(P, G, mb, dp, rec.micro_batch_per_gpu)
         if problem:
-            if not _verl_problem(P, G, mb, dp, 0):  # only the micro-batch is wrong
-                hint = micro_hint("ppo_micro_batch_size_per_gpu", P // mb * G // dp, rec.micro_batch_per_gpu)
-            else:
-                hint = describe_nearest(
-                    "data.train_batch_size",
-                    P,
-                    lambda p, mb=mb: not _verl_problem(p, G, mb, dp, rec.micro_batch_per_gpu),
-                )
+            hint = unfit_hint(
+                _verl_problem, rec, dp, mb, "ppo_micro_batch_size_per_gpu", P // mb * G // dp,
+                "data.train_batch_size",
+            )  # fmt: skip
             raise InputError(f"verl cannot run P={P} x G={G} on {dp} GPUs ({role}): {problem}{hint}")
     mini = P // rec.mini_batches
     per_gpu = mini * G // dp
