@@ -16,6 +16,7 @@ import numpy as np
 from scipy import stats
 
 from batchtune.analysis.curves import TargetEstimate, bootstrap_medians, percentile_interval
+from batchtune.analysis.joint import JointFit, fit_joint
 from batchtune.analysis.scaling import McCandlishFit, fit_mccandlish
 from batchtune.errors import AnalysisError
 
@@ -67,6 +68,40 @@ def _divide(num: np.ndarray, den: np.ndarray, nan_as: float) -> np.ndarray:
     return np.where(np.isnan(out), nan_as, out)
 
 
+def _log_ratio_interval(
+    ref: TargetEstimate, cand: TargetEstimate, confidence: float
+) -> tuple[float, ...] | None:
+    """exp of a t interval of the mean log ratio: paired over common seeds, else Welch; None if n/a.
+
+    Paired (seeds shared, >= 2 of them, none censored): d_i = log R_i(B) - log R_i(B0),
+        ratio = exp(mean d), interval exp(mean d +- t_{n-1} sd(d) / sqrt(n)).
+    Unpaired (no seed ids in common, >= 2 uncensored seeds each, none censored): Welch's t on
+    log R with Welch-Satterthwaite degrees of freedom. Exact coverage for log-normal seed noise
+    (Student 1908; Welch 1947), which a bootstrap of 3 seeds (10 distinct resamples) is not.
+    """
+    q = (1.0 + confidence) / 2.0
+    if ref.n_censored or cand.n_censored:
+        return None
+    common = sorted(set(ref.seed_ids) & set(cand.seed_ids))
+    if len(common) >= 2:
+        r0 = dict(zip(ref.seed_ids, ref.per_seed, strict=True))
+        r1 = dict(zip(cand.seed_ids, cand.per_seed, strict=True))
+        d = np.log([r1[i] / r0[i] for i in common])  # type: ignore[operator]
+        half = float(stats.t.ppf(q, d.size - 1)) * float(np.std(d, ddof=1)) / math.sqrt(d.size)
+        m = float(np.mean(d))
+        return math.exp(m), math.exp(m - half), math.exp(m + half)
+    if common or not (ref.has_spread and cand.has_spread):
+        return None
+    a, c = np.log(ref.seed_values()), np.log(cand.seed_values())
+    va, vc = np.var(a, ddof=1) / a.size, np.var(c, ddof=1) / c.size
+    if va + vc <= 0:
+        return None
+    dof = (va + vc) ** 2 / (va**2 / (a.size - 1) + vc**2 / (c.size - 1))
+    m = float(np.mean(c) - np.mean(a))
+    half = float(stats.t.ppf(q, dof)) * math.sqrt(va + vc)
+    return math.exp(m), math.exp(m - half), math.exp(m + half)
+
+
 def ratio_to_reference(
     ref: TargetEstimate,
     cand: TargetEstimate,
@@ -75,14 +110,16 @@ def ratio_to_reference(
     n_boot: int = 2000,
     seed: int = 0,
 ) -> RatioEstimate:
-    """R(B)/R(B0): ratio of the two medians; interval by independent bootstrap over each's seeds.
+    """R(B)/R(B0) with an interval of stated coverage, pairing seeds when their ids match.
 
-    Each bootstrap draw is median(resampled cand seeds) / median(resampled ref seeds), censored
-    seeds as inf. A draw of inf/inf says nothing, so it counts as 0 for the lower percentile and
-    inf for the upper (the interval widens rather than guesses). When either side has one seed,
-    the interval comes from the estimates' own intervals: [cand.ci_low / ref.ci_high,
-    cand.ci_high / ref.ci_low]. The interval is widened to contain the point if needed.
-    A reference that never reached the target (R0 = inf) gives no ratio: AnalysisError.
+    Every seed reached the target on both sides: the geometric-mean ratio with a t interval of
+    the log ratios, paired over common seed ids (a seed's luck cancels), else Welch's unpaired t
+    (`_log_ratio_interval`); its coverage is checked by simulation in tests/analysis.
+    With censored seeds (R = inf): ratio of medians, interval by bootstrap over seeds, resampling
+    common seed ids jointly when there are any; inf/inf draws count as 0 for the lower percentile
+    and inf for the upper (the interval widens rather than guesses). When either side has one
+    seed: [cand.ci_low / ref.ci_high, cand.ci_high / ref.ci_low]. The interval always contains
+    the point. A reference that never reached the target (R0 = inf) gives no ratio: AnalysisError.
     """
     if not 0.0 < confidence < 1.0:
         raise AnalysisError(f"confidence must lie in (0, 1), got {confidence}")
@@ -92,16 +129,28 @@ def ratio_to_reference(
             "(R0 = inf), so no ratio to it exists; lower the target or choose a reference batch "
             "that reaches it"
         )
+    t_based = _log_ratio_interval(ref, cand, confidence)
+    if t_based is not None:
+        point, lo, hi = t_based
+        return RatioEstimate(ratio=point, ci_low=min(lo, point), ci_high=max(hi, point))
     point = float(_divide(np.array(cand.samples_to_target), np.array(ref.samples_to_target), 0))
-    if ref.has_spread and cand.has_spread:
-        rng = np.random.default_rng(seed)
+    common = sorted(set(ref.seed_ids) & set(cand.seed_ids))
+    rng = np.random.default_rng(seed)
+    if len(common) >= 2:
+        v0 = dict(zip(ref.seed_ids, ref.seed_values(), strict=True))
+        v1 = dict(zip(cand.seed_ids, cand.seed_values(), strict=True))
+        idx = rng.integers(0, len(common), size=(n_boot, len(common)))
+        mr = np.median(np.array([v0[i] for i in common])[idx], axis=1)
+        mc = np.median(np.array([v1[i] for i in common])[idx], axis=1)
+    elif ref.has_spread and cand.has_spread:
         mr = bootstrap_medians(ref.seed_values(), n_boot, rng)
         mc = bootstrap_medians(cand.seed_values(), n_boot, rng)
-        lo, _ = percentile_interval(_divide(mc, mr, 0.0), confidence)
-        _, hi = percentile_interval(_divide(mc, mr, math.inf), confidence)
     else:
         lo = float(_divide(np.array(cand.ci_low), np.array(ref.ci_high), 0.0))
         hi = float(_divide(np.array(cand.ci_high), np.array(ref.ci_low), math.inf))
+        return RatioEstimate(ratio=point, ci_low=min(lo, point), ci_high=max(hi, point))
+    lo, _ = percentile_interval(_divide(mc, mr, 0.0), confidence)
+    _, hi = percentile_interval(_divide(mc, mr, math.inf), confidence)
     return RatioEstimate(ratio=point, ci_low=min(lo, point), ci_high=max(hi, point))
 
 
@@ -134,19 +183,21 @@ def classify(ratio: RatioEstimate, *, tol: float = 0.1) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class CriticalBatch:
-    """The critical training batch from measured batches, with its bracket and a model estimate.
+    """The critical training batch: a joint estimate with an interval, and per-batch evidence.
 
-    Rule (walk up from the reference B0 in increasing batch order):
-      - "invariant": the batch becomes the critical batch and the walk goes on;
-      - "inconclusive" with point ratio <= 1 + tol: passed over (not adopted), the walk goes on;
-      - "deviates", or "inconclusive" with point ratio > 1 + tol: the walk stops.
-    `batch`: the last adopted batch, or B0 itself when none above it was shown invariant (B0
-    trivially overlays itself). None only when the reference never reached the target.
-    `lower` = `batch`; `upper`: the smallest "deviates" batch above it, None when none deviates
-    ("at least `lower`"). `interpolated`: where the McCandlish fit crosses R/R0 = 1 + tol
-    (None when the fit failed or shows no large-batch penalty; `reason` says which).
-    `verdicts[i]` is for `batches[i]` (input order). Batches below a non-smallest reference get
-    verdicts but take no part in the walk. `fit` is the McCandlish fit behind `interpolated`.
+    Estimate (`joint.fit_joint` over every run that reached the target, seeds paired): `crossing`
+    is where the chosen fit of R(B)/R(B0) reaches 1 + tol, `crossing_ci` its profile interval at
+    `joint.confidence`; `batch` is the largest measured batch at or below the crossing and below
+    `failed_from` (the smallest batch that diverged, ran out of memory or never reached the
+    target in every seed: an upper bound, the critical batch is below it). `lower` / `upper`:
+    the largest measured batch below the interval (at least B0) and the smallest measured batch
+    above it (or `failed_from`; None when none: "at least"). `interpolated` = `crossing`.
+    Without a joint fit (too few runs: `joint` None, `reason` says why) the walk decides:
+    `walk_batch` is the last batch adopted walking up from B0 through "invariant" verdicts
+    (passing over inconclusive ones whose point is within 1 + tol, stopping at the first other),
+    a lower bound kept as evidence. `verdicts[i]` is for `batches[i]` (input order). `fit`: the
+    per-point McCandlish least-squares fit of the seed medians (`scaling.fit_mccandlish`).
+    `batch` is None only when the reference never reached the target.
     """
 
     batch: float | None
@@ -158,35 +209,64 @@ class CriticalBatch:
     reason: str
     reference_batch: float
     fit: McCandlishFit | None
+    crossing: float | None = None
+    crossing_ci: tuple[float, float] | None = None
+    joint: JointFit | None = None
+    failed_from: float | None = None
+    walk_batch: float | None = None
 
 
 def _model_crossing(
-    batches: np.ndarray, estimates: Sequence[TargetEstimate], b0: float, tol: float, conf: float
-) -> tuple[float | None, McCandlishFit | None, str]:
-    """Fit R(B) on the finite points and solve R(B)/R(B0) = 1 + tol; never raises."""
+    batches: np.ndarray, estimates: Sequence[TargetEstimate], conf: float
+) -> McCandlishFit | None:
+    """The per-point McCandlish fit of the finite medians, or None when it cannot be made."""
     finite = [i for i, e in enumerate(estimates) if math.isfinite(e.samples_to_target)]
     if len({batches[i] for i in finite}) < 2:
-        return None, None, "no model estimate (fewer than two batches reached the target)"
+        return None
     b = batches[finite]
     r = np.array([estimates[i].samples_to_target for i in finite])
-    lo = np.array([estimates[i].ci_low for i in finite])
-    hi = np.array([estimates[i].ci_high for i in finite])
-    # Seed spread as absolute sigma when every point has one; otherwise relative errors.
-    sigma = None
-    if all(estimates[i].has_spread for i in finite) and np.all(np.isfinite(hi)):
-        sigma = (hi - lo) / (2.0 * float(stats.norm.ppf((1.0 + conf) / 2.0)))
-        if np.any(sigma <= 0):
-            sigma = None
     try:
-        fit = fit_mccandlish(b, r, sigma=sigma, confidence=conf)
-    except AnalysisError as err:
-        return None, None, f"model fit failed ({err})"
-    if fit.unbounded:
-        return None, fit, "model shows no large-batch penalty (B_crit unbounded)"
-    cross = fit.crossing_batch(b0, tol)
-    where = "extrapolated beyond" if cross > batches.max() else "within"
-    why = f"model B_crit = {fit.b_crit:.4g} crosses 1+tol at B = {cross:.4g} ({where} the range)"
-    return cross, fit, why
+        return fit_mccandlish(b, r, confidence=conf)
+    except AnalysisError:
+        return None
+
+
+def _walk(ascending: list[Verdict], b0: float, tol: float) -> tuple[float, float | None, list[str]]:
+    """The walk up from B0 (see CriticalBatch): adopted batch, first deviating above it, notes."""
+    crit, stop, passed = b0, None, []
+    for v in ascending:
+        if v.batch <= b0:
+            continue
+        if v.status == INVARIANT:
+            crit = v.batch
+        elif v.status == INCONCLUSIVE and v.ratio is not None and v.ratio.ratio <= 1.0 + tol:
+            passed.append(v.batch)
+        else:
+            stop = v
+            break
+    upper = next((v.batch for v in ascending if v.batch > crit and v.status == DEVIATES), None)
+    notes = []
+    if passed:
+        notes.append("inconclusive but within tolerance on the point: " + ", ".join(f"{x:g}" for x in passed))
+    if stop is not None and stop.status == INCONCLUSIVE:
+        notes.append(f"walk stopped at {stop.batch:g} (inconclusive, point above 1+tol)")
+    return crit, upper, notes
+
+
+def _joint_runs(
+    b: np.ndarray, estimates: Sequence[TargetEstimate], usable: np.ndarray
+) -> tuple[list[float], list[float], list[int] | None]:
+    """One (batch, R, seed id) per uncensored run of the usable batches; ids None if any unknown."""
+    bb, rr, ss = [], [], []
+    known = all(estimates[i].seed_ids for i in range(b.size) if usable[i])
+    for i in np.flatnonzero(usable):
+        e = estimates[i]
+        for k, v in enumerate(e.per_seed):
+            if v is not None and v > 0:
+                bb.append(float(b[i]))
+                rr.append(float(v))
+                ss.append(e.seed_ids[k] if known else len(ss))
+    return bb, rr, ss if known else None
 
 
 def critical_batch(
@@ -197,10 +277,13 @@ def critical_batch(
     tol: float = 0.1,
     confidence: float = 0.9,
     seed: int = 0,
+    failed_batches: Sequence[float] = (),
 ) -> CriticalBatch:
-    """Verdict for every batch against the reference, the critical batch, its bracket, the model.
+    """Verdict for every batch against the reference, the joint estimate and its interval.
 
-    `reference_index` defaults to the smallest batch. See CriticalBatch for the exact rule.
+    `reference_index` defaults to the smallest batch. `failed_batches`: batches with no usable run
+    (every seed diverged or ran out of memory); with batches whose seeds mostly never reached
+    the target (R = inf) they bound the critical batch from above. See CriticalBatch.
     """
     b = np.asarray(batches, dtype=float)
     if b.ndim != 1 or b.size != len(estimates):
@@ -250,45 +333,61 @@ def critical_batch(
         verdicts.append(Verdict(float(b[i]), status, ratio, why))
 
     ascending = [verdicts[i] for i in order]
-    crit, stop, passed = b0, None, []
-    for v in ascending:
-        if v.batch <= b0:
-            continue
-        if v.status == INVARIANT:
-            crit = v.batch
-        elif v.status == INCONCLUSIVE and v.ratio is not None and v.ratio.ratio <= 1.0 + tol:
-            passed.append(v.batch)
-        else:
-            stop = v
-            break
-    upper = next((v.batch for v in ascending if v.batch > crit and v.status == DEVIATES), None)
-
-    parts = [f"critical batch {crit:g}" + (" (the reference)" if crit == b0 else "")]
-    if upper is None:
-        parts.append(f"no measured batch deviates: at least {crit:g}")
+    walk, walk_upper, notes = _walk(ascending, b0, tol)
+    never = [float(b[i]) for i in range(b.size) if math.isinf(estimates[i].samples_to_target)]
+    failed_from = min([*never, *(float(x) for x in failed_batches)], default=None)
+    usable = np.array([math.isfinite(e.samples_to_target) for e in estimates]) & (
+        b < (failed_from if failed_from is not None else math.inf)
+    )
+    joint = None
+    try:
+        joint = fit_joint(
+            *_joint_runs(b, estimates, usable), reference_batch=b0, tol=tol, confidence=confidence
+        )
+    except AnalysisError as err:
+        notes.insert(0, f"no joint fit ({err}): the walk decides")
+    fit = _model_crossing(b, estimates, confidence)
+    measured = np.sort(b[usable])
+    if joint is None:
+        crit, lower, upper, cross, cross_ci = walk, walk, walk_upper, None, None
+        head = f"critical batch {crit:g}" + (" (the reference)" if crit == b0 else "") + " by the walk"
     else:
-        parts.append(f"first deviating batch above it: {upper:g}")
-    if passed:
-        shown = ", ".join(f"{x:g}" for x in passed)
-        parts.append(f"inconclusive but within tolerance on the point: {shown}")
-    if stop is not None and stop.status == INCONCLUSIVE:
-        parts.append(f"walk stopped at {stop.batch:g} (inconclusive, point above 1+tol)")
-    later = [v.batch for v in ascending if v.batch > crit and v.status == INVARIANT]
+        best = joint.best
+        cross, cross_ci = best.crossing, best.crossing_ci
+        crit = float(measured[measured <= cross].max())
+        lower = float(max(measured[measured <= cross_ci[0]].max(initial=b0), b0))
+        above = measured[measured > cross_ci[1]]
+        upper = float(above.min()) if above.size else failed_from
+        head = f"critical batch {crit:g}" + (" (the reference)" if crit == b0 else "")
+        head += f": {joint.describe()}"
+        if crit != walk:
+            notes.append(f"the verdict walk alone would say {walk:g} (a lower bound)")
+    parts = [head]
+    if failed_from is not None:
+        parts.append(
+            f"every seed failed or never reached the target from {failed_from:g}: "
+            "the critical batch is below it"
+        )
+    elif upper is None:
+        parts.append(f"no measured batch is above the interval: at least {crit:g}")
+    later = [v.batch for v in ascending if v.batch > walk and v.status == INVARIANT]
     if later:
         shown = ", ".join(f"{x:g}" for x in later)
         parts.append(f"larger batches {shown} test invariant again: noisy data, add seeds")
-    interpolated, fit, model_why = _model_crossing(b, estimates, b0, tol, confidence)
-    parts.append(model_why)
-    if interpolated is not None and not crit <= interpolated <= (upper or math.inf):
-        parts.append("the model disagrees with the measured bracket: trust the measurements")
+    parts.extend(notes)
     return CriticalBatch(
         batch=crit,
-        lower=crit,
+        lower=lower,
         upper=upper,
-        interpolated=interpolated,
+        interpolated=cross,
         verdicts=tuple(verdicts),
         tol=tol,
         reason="; ".join(parts),
         reference_batch=b0,
         fit=fit,
+        crossing=cross,
+        crossing_ci=cross_ci,
+        joint=joint,
+        failed_from=failed_from,
+        walk_batch=walk,
     )

@@ -1,11 +1,12 @@
-"""Quality curves against samples consumed: smoothed monotone envelope, samples-to-target R, seeds.
+"""Quality curves against samples consumed: samples-to-target R, a smoothed envelope, seeds.
 
-R(B) (METHOD §3.2) is read from a smoothed, monotone envelope of the metric plotted against samples
-consumed (responses for RL, tokens for pre-training), never against steps. A run that stops before
-the target is *censored*: it says "R > samples consumed", it is not discarded.
+R(B) is read off a fitted monotone curve of the metric against samples consumed (responses for
+RL, tokens for pre-training), never against steps: isotonic regression plus a monotone cubic
+(`monotone.py`), whose bias is measured on curves of known R. A run that stops before the target
+is *censored*: it says "R > samples consumed", it is not discarded.
 
-Smoothing: EMA with alpha 0.5 as in Merrill et al. 2025 ("Critical Batch Size Revisited"), then a
-running max (min when lower is better) so noise cannot un-reach a target.
+The envelope (for plots and matched-samples comparisons): EMA with alpha 0.5 as in Merrill et al.
+2025 ("Critical Batch Size Revisited"), then a running max (min when lower is better).
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.signal import lfilter
 
+from batchtune.analysis.monotone import monotone_crossing, noise_sd
 from batchtune.errors import AnalysisError
+
+CROSSING_METHODS = ("isotonic", "running_best")
+CONFIRM_MARGIN = 0.2  # a probe run stops once it has gone 20% past its estimated R
 
 
 def ema(values: ArrayLike, alpha: float) -> np.ndarray:
@@ -99,6 +104,8 @@ class TargetCrossing:
     samples_to_target: float | None
     censored: bool
     max_samples: float
+    method: str = "isotonic"  # how R was read off the curve, one of CROSSING_METHODS
+    noise_sd: float | None = None  # per-point metric noise estimated from the curve (metric units)
 
     def __post_init__(self) -> None:
         if self.censored != (self.samples_to_target is None):
@@ -120,44 +127,70 @@ def samples_to_target(
     *,
     higher_is_better: bool = True,
     ema_alpha: float = 0.5,
+    method: str = "isotonic",
 ) -> TargetCrossing:
-    """First crossing of the envelope with `target`, linearly interpolated on the samples axis.
+    """Samples-to-target R of one run, read off a fitted monotone curve (METHOD §8).
 
-    With bracketing points (s0, e0) before and (s1, e1) at the crossing:
-        R = s0 + (target - e0) / (e1 - e0) * (s1 - s0).
-    If the first point already meets the target, R is its samples. Meeting means >= target
-    (<= when lower is better). Never reached: censored at the last point's samples.
-
-    The EMA lags a trend by (1 - alpha) / alpha points, i.e. by that many times the spacing of the
-    points in samples. Runs logged per step are spaced by their batch, so an uncorrected crossing
-    would penalise large batches by about one batch of samples; the crossing is moved back by the
-    lag at its own spacing, but never before the raw curve's own first crossing. A linear trend is
-    then recovered exactly.
+    method "isotonic" (the default): the crossing of the isotonic regression of the metric on
+    samples, interpolated by a monotone cubic through the fitted blocks (`monotone.py`). Noise
+    cannot make it cross early, and it needs no smoothing, so `ema_alpha` is ignored. Measured
+    bias on curves of known R: benchmarks/out/recovery_samples_to_target.txt.
+    method "running_best" (the former estimator, kept for comparison): first crossing of the
+    EMA-smoothed running best, linearly interpolated between the bracketing points and moved back
+    by the EMA lag (1 - alpha) / alpha points, never before the raw curve's own first crossing.
+    It reads noisy small batches early and concave curves at large batches late.
+    Meeting means >= target (<= when lower is better). Never reached: censored at the last
+    point's samples. `noise_sd` on the result is the per-point noise estimated from the curve.
     """
     if not math.isfinite(target):
         raise AnalysisError(f"the target must be a finite number, got {target}")
-    s, _ = clean_curve(samples, metric)
-    env = monotone_envelope(samples, metric, higher_is_better=higher_is_better, ema_alpha=ema_alpha)
-    met = env >= target if higher_is_better else env <= target
+    if method not in CROSSING_METHODS:
+        raise AnalysisError(f"unknown samples-to-target method {method!r}; use one of {CROSSING_METHODS}")
+    s, m = clean_curve(samples, metric)
     max_samples = float(s[-1])
+    sd = noise_sd(m)
+    if method == "isotonic":
+        sign = 1.0 if higher_is_better else -1.0
+        r = monotone_crossing(s, sign * m, sign * target)
+    else:
+        r = _running_best_crossing(s, m, target, higher_is_better, ema_alpha)
+    return TargetCrossing(
+        samples_to_target=r, censored=r is None, max_samples=max_samples, method=method, noise_sd=sd
+    )
+
+
+def target_confirmed(crossing: TargetCrossing, *, margin: float = CONFIRM_MARGIN) -> bool:
+    """True when the run reached the target and went on for `margin` x R samples past it.
+
+    The isotonic fit's last block is biased up when the curve stops right at the crossing (the
+    fit's boundary effect), so a probe that stops early waits until samples >= (1 + margin) R.
+    """
+    if crossing.censored or crossing.samples_to_target is None:
+        return False
+    return crossing.max_samples >= (1.0 + margin) * crossing.samples_to_target
+
+
+def _running_best_crossing(
+    s: np.ndarray, m: np.ndarray, target: float, higher_is_better: bool, ema_alpha: float
+) -> float | None:
+    env = monotone_envelope(s, m, higher_is_better=higher_is_better, ema_alpha=ema_alpha)
+    met = env >= target if higher_is_better else env <= target
     if not np.any(met):
-        return TargetCrossing(samples_to_target=None, censored=True, max_samples=max_samples)
+        return None
     i = int(np.argmax(met))
     if i == 0:
-        return TargetCrossing(samples_to_target=float(s[0]), censored=False, max_samples=max_samples)
+        return float(s[0])
     e0, e1 = env[i - 1], env[i]
     frac = (target - e0) / (e1 - e0)  # e0 misses, e1 meets, so e1 != e0 and 0 < frac <= 1
     r = float(s[i - 1] + frac * (s[i] - s[i - 1]))
     if 0.0 < ema_alpha < 1.0:
-        # never earlier than the raw (unsmoothed) curve's own first crossing
-        _, raw = clean_curve(samples, metric)
-        raw_met = raw >= target if higher_is_better else raw <= target
+        raw_met = m >= target if higher_is_better else m <= target
         j = int(np.argmax(raw_met))
         floor = float(s[0])
         if j > 0:
-            floor = float(s[j - 1] + (target - raw[j - 1]) / (raw[j] - raw[j - 1]) * (s[j] - s[j - 1]))
+            floor = float(s[j - 1] + (target - m[j - 1]) / (m[j] - m[j - 1]) * (s[j] - s[j - 1]))
         r = max(floor, r - (1.0 - ema_alpha) / ema_alpha * float(s[i] - s[i - 1]))
-    return TargetCrossing(samples_to_target=r, censored=False, max_samples=max_samples)
+    return r
 
 
 def curve_at(
@@ -204,6 +237,7 @@ class TargetEstimate:
     per_seed: tuple[float | None, ...]
     censored_at: tuple[float | None, ...]
     confidence: float
+    seed_ids: tuple[int, ...] = ()  # the run seed of each entry; () when unknown (no pairing)
 
     def __post_init__(self) -> None:
         vals = (self.samples_to_target, self.ci_low, self.ci_high)
@@ -218,6 +252,8 @@ class TargetEstimate:
             raise AnalysisError(f"bad seed counts: n_seeds={self.n_seeds}, n_censored={self.n_censored}")
         if len(self.per_seed) != self.n_seeds or len(self.censored_at) != self.n_seeds:
             raise AnalysisError("per_seed and censored_at must have one entry per seed")
+        if self.seed_ids and (len(self.seed_ids) != self.n_seeds or len(set(self.seed_ids)) != self.n_seeds):
+            raise AnalysisError(f"seed_ids must be empty or one distinct id per seed, got {self.seed_ids}")
         if not 0.0 < self.confidence < 1.0:
             raise AnalysisError(f"confidence must lie in (0, 1), got {self.confidence}")
 
@@ -256,8 +292,14 @@ def estimate_over_seeds(
     confidence: float = 0.9,
     n_boot: int = 2000,
     seed: int = 0,
+    seed_ids: Sequence[int] | None = None,
 ) -> TargetEstimate:
     """Median R over seeds (censored = +inf) with a percentile bootstrap CI over seeds.
+
+    `seed_ids[i]` is the run seed of `crossings[i]`: runs with one seed id at different batches
+    share the sample stream, so ratios and the joint fit pair them (critical.py, joint.py).
+    The median's interval is descriptive: with 3 seeds it is [min, max], a 75% interval. The
+    decisions use the paired ratio interval of `critical.ratio_to_reference` instead.
 
     Point: median_i R_i. CI: the (1-c)/2 and (1+c)/2 quantiles of medians of seeds resampled with
     replacement; censored draws stay +inf, so `ci_high` may be inf. One seed: CI = the point.
@@ -291,6 +333,7 @@ def estimate_over_seeds(
         per_seed=tuple(c.samples_to_target for c in crossings),
         censored_at=tuple(c.max_samples if c.censored else None for c in crossings),
         confidence=confidence,
+        seed_ids=() if seed_ids is None else tuple(int(i) for i in seed_ids),
     )
 
 

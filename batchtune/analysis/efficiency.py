@@ -65,6 +65,7 @@ class CandidateEfficiency:
     other_s_per_step: float
     samples_consumed: int  # what probing this candidate cost, all seeds
     wall_s: float
+    critic_lr: float | None = None  # PPO: the critic's LR as the runs used it (carried, never re-planned)
 
     @property
     def batch_responses(self) -> int:
@@ -168,7 +169,9 @@ def candidates_from_runs(
         estimate = None
         if usable:
             crossings = [_crossing(r, metric, target, higher_is_better, ema_alpha) for r in usable]
-            estimate = estimate_over_seeds(crossings, confidence=confidence)
+            estimate = estimate_over_seeds(
+                crossings, confidence=confidence, seed_ids=[r.record.seed for r in usable]
+            )
         steps = [s for r in group for s in r.steps if s.step > 0 or s.samples > 0]
         out.append(
             CandidateEfficiency(
@@ -187,6 +190,7 @@ def candidates_from_runs(
                 other_s_per_step=_median([s.other_s for s in steps]),
                 samples_consumed=sum(r.record.samples for r in group),
                 wall_s=sum(r.record.wall_s for r in group),
+                critic_lr=rec0.critic_lr,
             )
         )
     return out
@@ -239,6 +243,7 @@ def assess(
             reference_index=ref_index,
             tol=tolerance,
             confidence=confidence,
+            failed_batches=[c.batch_responses for c in main if c.estimate is None],
         )
     except AnalysisError as exc:
         notes.append(f"critical batch not estimated: {exc}")

@@ -55,25 +55,41 @@ def test_envelope_is_monotone_and_sorted_with_nan_dropped(higher):
 def test_noiseless_crossing_is_exact():
     s = np.linspace(0, 5000, 51)
     target = 0.8
-    got = samples_to_target(s, _reward(s), target, ema_alpha=1.0)
-    # Linear interpolation between the two bracketing points, computed by hand.
+    got = samples_to_target(s, _reward(s), target)
+    # The monotone cubic through the points recovers the concave curve's crossing (1000 ln 5)
+    # far better than a chord would (0.2% late here).
+    assert not got.censored and got.method == "isotonic"
+    assert got.samples_to_target == pytest.approx(1000.0 * math.log(5.0), rel=2e-4)
+    assert got.max_samples == 5000 and got.noise_sd is not None
+    # On a linear curve the crossing is exactly the true one.
+    lin = samples_to_target([0, 100, 200], [0.0, 0.5, 1.0], 0.7)
+    assert lin.samples_to_target == pytest.approx(140.0)
+    # The former estimator: linear interpolation between the two bracketing points.
+    old = samples_to_target(s, _reward(s), target, ema_alpha=1.0, method="running_best")
     i = int(np.argmax(_reward(s) >= target))
     e0, e1 = _reward(s[i - 1 : i + 1])
     want = s[i - 1] + (target - e0) / (e1 - e0) * (s[i] - s[i - 1])
-    assert not got.censored
-    assert got.samples_to_target == pytest.approx(want, rel=1e-12)
-    assert got.max_samples == 5000
-    # On a piecewise-linear curve the crossing is exactly the true one.
-    lin = samples_to_target([0, 100, 200], [0.0, 0.5, 1.0], 0.7, ema_alpha=1.0)
-    assert lin.samples_to_target == pytest.approx(140.0)
+    assert old.samples_to_target == pytest.approx(want, rel=1e-12)
 
 
 def test_lower_is_better_crossing():
     s, loss = [0, 10, 20], [3.0, 2.0, 1.0]
-    got = samples_to_target(s, loss, 1.5, higher_is_better=False, ema_alpha=1.0)
+    got = samples_to_target(s, loss, 1.5, higher_is_better=False)
     assert got.samples_to_target == pytest.approx(15.0)
-    # The EMA lags: smoothed 3, 2.5, 1.75 never gets down to 1.5, so the run is censored.
-    assert samples_to_target(s, loss, 1.5, higher_is_better=False).censored
+    # The former estimator's EMA lags: smoothed 3, 2.5, 1.75 never gets down to 1.5 (censored).
+    assert samples_to_target(s, loss, 1.5, higher_is_better=False, method="running_best").censored
+
+
+def test_isotonic_is_not_fooled_by_one_lucky_point():
+    """A noise spike above the target early on moves the isotonic crossing by little; the
+    running best crosses at the spike."""
+    s = np.arange(1.0, 201.0)
+    m = s / 200.0
+    m[20] = 0.9  # a lucky point at s = 21, target 0.8 (true crossing at 160)
+    iso = samples_to_target(s, m, 0.8)
+    best = samples_to_target(s, m, 0.8, ema_alpha=1.0, method="running_best")
+    assert iso.samples_to_target == pytest.approx(160.0, rel=0.05)
+    assert best.samples_to_target < 25.0
 
 
 def test_noisy_crossing_within_five_percent():
@@ -89,9 +105,11 @@ def test_noisy_crossing_within_five_percent():
 def test_censored_and_first_point():
     s = np.array([10.0, 20.0, 30.0])
     never = samples_to_target(s, [0.1, 0.2, 0.3], 0.9)
-    assert never == TargetCrossing(None, True, 30.0)
-    first = samples_to_target(s, [0.95, 0.2, 0.99], 0.9)
+    assert (never.samples_to_target, never.censored, never.max_samples) == (None, True, 30.0)
+    first = samples_to_target(s, [0.95, 0.97, 0.99], 0.9)
     assert first.samples_to_target == 10.0 and not first.censored
+    # One high first point followed by low ones is noise: pooled, the fit crosses later.
+    assert samples_to_target(s, [0.95, 0.2, 0.99], 0.9).samples_to_target > 10.0
 
 
 def test_degenerate_curves_raise():
@@ -169,7 +187,7 @@ def test_ema_lag_is_corrected_so_spacing_does_not_bias_r():
     ~128 samples late, a bias that grows with the batch and would fake a large-batch penalty."""
     for spacing in (8.0, 32.0, 128.0):
         s = np.arange(0.0, 2000.0 + spacing, spacing)
-        crossing = samples_to_target(s, s / 1000.0, 0.5, ema_alpha=0.5)
+        crossing = samples_to_target(s, s / 1000.0, 0.5, ema_alpha=0.5, method="running_best")
         # uncorrected, the crossing reads one spacing late (26% at 128)
         assert crossing.samples_to_target == pytest.approx(500.0, rel=0.02)
 
@@ -177,5 +195,5 @@ def test_ema_lag_is_corrected_so_spacing_does_not_bias_r():
 def test_lag_correction_never_goes_before_the_raw_crossing():
     """A step-0 evaluation at samples 0: the corrected crossing stays where the raw data cross."""
     s = np.array([0.0, 64.0, 128.0, 192.0])
-    crossing = samples_to_target(s, [0.1, 0.6, 0.7, 0.8], 0.3, ema_alpha=0.5)
+    crossing = samples_to_target(s, [0.1, 0.6, 0.7, 0.8], 0.3, ema_alpha=0.5, method="running_best")
     assert crossing.samples_to_target == pytest.approx(0.4 * 64.0)

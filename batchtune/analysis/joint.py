@@ -1,0 +1,248 @@
+"""R(B) fitted over every batch and seed at once, and its 1+tol crossing with a profile interval.
+
+Model (log scale, one cell per run that reached the target):
+    log R[b, s] = u_s + h(B_b; theta) + e[b, s],   e ~ N(0, sigma^2) independent,
+u_s = log E_min of seed s. Seeds are paired (the same seed at every batch shares the sample
+stream, warm start and prompt order), so a seed's luck moves all its batches together and
+cancels from R(B)/R(B0) = exp(h(B) - h(B0)); with unpaired seeds one u is shared. Two shapes:
+    mccandlish  h = log(1 + B / B_crit)          McCandlish et al. 2018, R = E_min (1 + B/B_crit)
+    power       h = log(1 + (B / B_crit)^a)      a more flexible monotone alternative (a > 0)
+For fixed theta the u_s are group means, so the residual sum of squares RSS(theta) is closed form
+and is profiled on a grid (log-spaced B_crit, with B_crit = inf for "no penalty"; a in [0.25, 4]).
+Interval for any function g(theta) (B_crit, the crossing): the profile-likelihood set
+    {theta: (RSS(theta) - RSS_min) / (RSS_min / dof) <= F_{1, dof}(confidence)},
+dof = cells - seed effects - shape parameters; its coverage is measured by
+benchmarks/coverage_critical.py. Model choice by AIC = n log(RSS/n) + 2k; the power shape is
+taken only when it beats McCandlish by more than 2 (it has one parameter more).
+Crossing of R(B)/R(B0) = 1 + tol: mccandlish B* = B0 (1 + tol) + tol B_crit;
+power B* = B_crit ((1 + tol)(1 + (B0/B_crit)^a) - 1)^(1/a).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import stats
+from scipy.optimize import minimize_scalar
+
+from batchtune.errors import AnalysisError
+
+MODELS = ("mccandlish", "power")
+_AIC_MARGIN = 2.0  # the flexible shape must beat McCandlish by this much AIC to be chosen
+_N_BCRIT = 321  # grid points of log B_crit, from B_min / 256 to B_max * 256
+_EXPONENTS = np.exp(np.linspace(math.log(0.25), math.log(4.0), 41))
+
+
+@dataclass(frozen=True)
+class ShapeFit:
+    """One model's joint fit of R(B): the estimate, its profile intervals and its quality.
+
+    B_crit and crossings are in the caller's batch unit; `crossing_ci` is the interval of the
+    1+tol crossing. `residual_rms_log`: sqrt(RSS / cells), the rms relative residual of a run
+    about the fit after its seed effect. `sigma_log`: sqrt(RSS / dof), the per-run noise.
+    `exponent` is 1 for mccandlish. inf B_crit / crossing: no large-batch penalty found.
+    """
+
+    model: str
+    b_crit: float
+    b_crit_ci: tuple[float, float]
+    exponent: float
+    crossing: float
+    crossing_ci: tuple[float, float]
+    rss_log: float
+    residual_rms_log: float
+    sigma_log: float
+    aic: float
+    n_params: int
+
+
+@dataclass(frozen=True)
+class JointFit:
+    """Both shapes fitted to every run, and which one is used (`chosen`).
+
+    `delta_aic` = AIC(mccandlish) - AIC(power): > 2 means the flexible shape fits better.
+    `paired`: seed effects were fitted (seed ids shared across batches). `n_cells`: runs used;
+    `dof`: cells - seed effects - shape parameters of McCandlish.
+    """
+
+    mccandlish: ShapeFit
+    power: ShapeFit | None
+    chosen: str
+    delta_aic: float
+    paired: bool
+    n_cells: int
+    n_batches: int
+    dof: int
+    reference_batch: float
+    tol: float
+    confidence: float
+
+    @property
+    def best(self) -> ShapeFit:
+        return self.power if self.chosen == "power" and self.power is not None else self.mccandlish
+
+    def describe(self) -> str:
+        """One line: the chosen model, its crossing with interval, and its fit quality."""
+        f = self.best
+        other = (
+            f"power a={self.power.exponent:.2f} dAIC(mcc-pow)={self.delta_aic:+.1f}"
+            if self.power is not None
+            else "power not fitted"
+        )
+        return (
+            f"joint {f.model} fit: B_crit {_g(f.b_crit)} [{_g(f.b_crit_ci[0])}, {_g(f.b_crit_ci[1])}], "
+            f"1+tol crossing {_g(f.crossing)} [{_g(f.crossing_ci[0])}, {_g(f.crossing_ci[1])}] "
+            f"({100 * self.confidence:.0f}%), residual rms {100 * f.residual_rms_log:.1f}% over "
+            f"{self.n_cells} runs ({'paired' if self.paired else 'unpaired'} seeds); {other}"
+        )
+
+
+def _g(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:.4g}"
+
+
+def _crossing(b0: float, tol: float, b_crit: np.ndarray, a: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inner = (1.0 + tol) * (1.0 + (b0 / b_crit) ** a) - 1.0
+        out = b_crit * inner ** (1.0 / a)
+    return np.where(np.isinf(b_crit), math.inf, out)
+
+
+def _profile_rss(y: np.ndarray, bidx: np.ndarray, onehot: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """RSS for each shape row of h (G, n_batches), seed effects profiled out (group means)."""
+    resid = y[None, :] - h[:, bidx]  # (G, cells)
+    u = (resid @ onehot) / onehot.sum(axis=0)  # (G, seeds)
+    return np.sum((resid - u @ onehot.T) ** 2, axis=1)
+
+
+def _interval(values: np.ndarray, keep: np.ndarray) -> tuple[float, float]:
+    v = values[keep]
+    return float(np.min(v)), float(np.max(v))
+
+
+def fit_joint(
+    batches: ArrayLike,
+    samples_to_target: ArrayLike,
+    seeds: ArrayLike | None = None,
+    *,
+    reference_batch: float | None = None,
+    tol: float = 0.1,
+    confidence: float = 0.9,
+) -> JointFit:
+    """Fit R(B) jointly over runs (one entry per run that reached the target) and find the crossing.
+
+    `seeds[i]` is run i's seed id; runs sharing a seed id at different batches are paired. None
+    (or every id used once) fits one shared E_min. The reference B0 defaults to the smallest batch.
+    Raises AnalysisError when fewer than two batches, or no degree of freedom is left for the
+    noise, or the values are not finite and positive.
+    """
+    b = np.asarray(batches, dtype=float)
+    r = np.asarray(samples_to_target, dtype=float)
+    if b.ndim != 1 or b.shape != r.shape or b.size == 0:
+        raise AnalysisError("fit_joint needs 1-D batches and samples_to_target of equal length, one per run")
+    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(r)) and np.all(b > 0) and np.all(r > 0)):
+        raise AnalysisError("fit_joint needs finite, positive batches and R; drop censored runs first")
+    if not 0.0 < confidence < 1.0 or math.isnan(tol) or tol < 0:
+        raise AnalysisError(f"need 0 < confidence < 1 and tol >= 0, got {confidence}, {tol}")
+    ub, bidx = np.unique(b, return_inverse=True)
+    if ub.size < 2:
+        raise AnalysisError(
+            f"a joint fit needs at least two batches that reached the target, got {ub.tolist()}"
+        )
+    sid = (
+        np.zeros(b.size, dtype=int) if seeds is None else np.unique(np.asarray(seeds), return_inverse=True)[1]
+    )
+    counts = np.bincount(sid)
+    paired = bool(np.sum(counts >= 2) >= 2)
+    if not paired:
+        sid = np.zeros(b.size, dtype=int)
+    onehot = np.eye(sid.max() + 1)[sid]
+    onehot = onehot[:, onehot.sum(axis=0) > 0]
+    n, n_u = b.size, onehot.shape[1]
+    dof = n - n_u - 1
+    if dof < 1:
+        raise AnalysisError(
+            f"{n} runs over {ub.size} batches leave no degree of freedom for the noise after "
+            f"{n_u} seed effect(s) and B_crit; run more seeds or batches"
+        )
+    b0 = float(ub[0] if reference_batch is None else reference_batch)
+    y = np.log(r)
+    fcrit = float(stats.f.ppf(confidence, 1, dof))
+
+    grid = np.r_[np.exp(np.linspace(math.log(ub[0] / 256), math.log(ub[-1] * 256), _N_BCRIT)), math.inf]
+    h1 = np.log1p(ub[None, :] / grid[:, None])
+    rss1 = _profile_rss(y, bidx, onehot, h1)
+    i = int(np.argmin(rss1))
+    if 0 < i < _N_BCRIT - 1:  # refine the optimum between its grid neighbours (finite B_crit)
+
+        def rss_at(log_bc: float) -> float:
+            return float(_profile_rss(y, bidx, onehot, np.log1p(ub[None, :] / math.exp(log_bc)))[0])
+
+        opt = minimize_scalar(rss_at, bounds=(math.log(grid[i - 1]), math.log(grid[i + 1])), method="bounded")
+        if opt.success and opt.fun < rss1[i]:
+            grid, rss1 = np.r_[grid, math.exp(opt.x)], np.r_[rss1, opt.fun]
+    mcc = _shape_fit("mccandlish", grid, np.ones_like(grid), rss1, n, n_u + 1, dof, fcrit, b0, tol)
+
+    power = None
+    dof2 = n - n_u - 2
+    if dof2 >= 1 and ub.size >= 3:
+        gb, ga = np.meshgrid(grid, _EXPONENTS, indexing="ij")
+        gb, ga = gb.ravel(), ga.ravel()
+        with np.errstate(over="ignore"):
+            h2 = np.log1p((ub[None, :] / gb[:, None]) ** ga[:, None])
+        rss2 = _profile_rss(y, bidx, onehot, h2)
+        power = _shape_fit(
+            "power", gb, ga, rss2, n, n_u + 2, dof2, float(stats.f.ppf(confidence, 1, dof2)), b0, tol
+        )
+    delta = mcc.aic - power.aic if power is not None else math.nan
+    chosen = "power" if power is not None and delta > _AIC_MARGIN else "mccandlish"
+    return JointFit(
+        mccandlish=mcc,
+        power=power,
+        chosen=chosen,
+        delta_aic=delta,
+        paired=paired,
+        n_cells=n,
+        n_batches=int(ub.size),
+        dof=dof,
+        reference_batch=b0,
+        tol=tol,
+        confidence=confidence,
+    )
+
+
+def _shape_fit(
+    model: str,
+    b_crit: np.ndarray,
+    a: np.ndarray,
+    rss: np.ndarray,
+    n: int,
+    k: int,
+    dof: int,
+    fcrit: float,
+    b0: float,
+    tol: float,
+) -> ShapeFit:
+    if not np.all(np.isfinite(rss)):
+        raise AnalysisError(f"the {model} joint fit produced a non-finite residual; check the inputs")
+    i = int(np.argmin(rss))
+    rss_min = float(rss[i])
+    floor = max(rss_min, 1e-12 * n)  # exact data: an interval of the grid's resolution
+    keep = (rss - rss_min) / (floor / dof) <= fcrit
+    cross = _crossing(b0, tol, b_crit, a)
+    return ShapeFit(
+        model=model,
+        b_crit=float(b_crit[i]),
+        b_crit_ci=_interval(b_crit, keep),
+        exponent=float(a[i]),
+        crossing=float(cross[i]),
+        crossing_ci=_interval(cross, keep),
+        rss_log=rss_min,
+        residual_rms_log=math.sqrt(rss_min / n),
+        sigma_log=math.sqrt(rss_min / dof),
+        aic=n * math.log(floor / n) + 2 * k,
+        n_params=k,
+    )

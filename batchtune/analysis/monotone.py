@@ -1,0 +1,99 @@
+"""A monotone curve fitted to a noisy learning curve, and where it crosses a target.
+
+The estimator behind `curves.samples_to_target` (METHOD §8, "samples-to-target is an estimate, not
+a first crossing"):
+  1. isotonic regression of the metric on samples (pool-adjacent-violators, Ayer et al. 1955;
+     Barlow et al. 1972, "Statistical Inference under Order Restrictions"): the least-squares
+     non-decreasing fit, min sum_i (m_i - f_i)^2 s.t. f_1 <= ... <= f_n;
+  2. one knot per fitted block at (mean samples, mean metric) of its points;
+  3. a monotone cubic (PCHIP, Fritsch & Carlson 1980) through the knots, solved for f(R) = target.
+Unlike the first crossing of a running best, noise cannot make the fit cross early: a block
+pools points until their means are ordered, so a single lucky point lifts a block by
+sigma / sqrt(points in it) only. The recovery study (benchmarks/recovery_samples_to_target.py)
+measures the residual bias per batch and logging interval.
+
+The noise level is estimated from the data as the robust spread of consecutive differences,
+sigma = 1.4826 * MAD(diff(m)) / sqrt(2) (a trend adds only its slope times the spacing).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.interpolate import PchipInterpolator
+from scipy.optimize import brentq
+
+from batchtune.errors import AnalysisError
+
+_MAD_TO_SD = 1.4826
+
+
+def isotonic_increasing(y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Weighted least-squares non-decreasing fit of `y` (pool-adjacent-violators, O(n))."""
+    y = np.asarray(y, dtype=float)
+    w = np.ones_like(y) if weights is None else np.asarray(weights, dtype=float)
+    if y.ndim != 1 or w.shape != y.shape or np.any(w <= 0) or not np.all(np.isfinite(y)):
+        raise AnalysisError("isotonic regression needs finite 1-D values and positive weights")
+    means: list[float] = []
+    wsum: list[float] = []
+    count: list[int] = []
+    for v, wi in zip(y.tolist(), w.tolist(), strict=True):
+        means.append(v)
+        wsum.append(wi)
+        count.append(1)
+        while len(means) > 1 and means[-2] >= means[-1]:
+            tw = wsum[-2] + wsum[-1]
+            means[-2] = (means[-2] * wsum[-2] + means[-1] * wsum[-1]) / tw
+            wsum[-2] = tw
+            count[-2] += count[-1]
+            means.pop(), wsum.pop(), count.pop()
+    return np.repeat(np.asarray(means), np.asarray(count))
+
+
+def noise_sd(metric: np.ndarray) -> float:
+    """Per-point noise from consecutive differences: 1.4826 * MAD(diff) / sqrt(2); 0 below 3 points."""
+    m = np.asarray(metric, dtype=float)
+    if m.size < 3:
+        return 0.0
+    d = np.diff(m)
+    return float(_MAD_TO_SD * np.median(np.abs(d - np.median(d))) / math.sqrt(2.0))
+
+
+def block_knots(samples: np.ndarray, fitted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Knots of an isotonic fit: per block (mean samples, block value, first samples of the block)."""
+    starts = np.r_[0, np.flatnonzero(np.diff(fitted) != 0) + 1]
+    counts = np.diff(np.r_[starts, fitted.size])
+    centres = np.add.reduceat(samples, starts) / counts
+    return centres, fitted[starts], samples[starts]
+
+
+def monotone_crossing(samples: np.ndarray, metric: np.ndarray, target: float) -> float | None:
+    """Samples where the monotone (isotonic + PCHIP) fit of an increasing metric reaches `target`.
+
+    `samples` sorted ascending, `metric` finite, higher is better (negate both metric and target
+    for a loss). None when the fit never reaches the target (censored). When the first block
+    already meets it, the first logged samples (the crossing happened before the first point).
+    Points that share a samples value are averaged first, so the knots are strictly increasing.
+    """
+    s = np.asarray(samples, dtype=float)
+    m = np.asarray(metric, dtype=float)
+    xs, inv, cnt = np.unique(s, return_inverse=True, return_counts=True)
+    ys = np.bincount(inv, weights=m) / cnt
+    fitted = isotonic_increasing(ys, cnt.astype(float))
+    if fitted[-1] < target:
+        return None
+    centres, values, firsts = block_knots(xs, fitted)
+    k = int(np.argmax(values >= target))
+    if k == 0:
+        return float(firsts[0])
+    if centres.size == 2:
+        x0, x1, v0, v1 = centres[0], centres[1], values[0], values[1]
+        return float(x0 + (target - v0) / (v1 - v0) * (x1 - x0))
+    curve = PchipInterpolator(centres, values, extrapolate=False)
+    root = brentq(lambda x: float(curve(x)) - target, centres[k - 1], centres[k], xtol=1e-12 * centres[k])
+    if not math.isfinite(root):
+        raise AnalysisError(
+            f"the monotone fit gave a non-finite crossing between {centres[k - 1]} and {centres[k]}"
+        )
+    return float(root)

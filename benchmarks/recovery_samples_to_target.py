@@ -1,0 +1,166 @@
+"""Recovery study: samples-to-target estimators on noisy curves whose R is known at every batch.
+
+Curves (higher is better unless noted), in samples s, stretched by the McCandlish factor
+k(B) = (1 + B/B_crit) / (1 + B0/B_crit) so that R(B) = k(B) R(B0) exactly (McCandlish et al. 2018):
+  exp       m = 0.9 (1 - exp(-u / 1000)),                        target 0.7
+  power     loss = 1 + 2 (1 + u / 200)^-0.5 (lower is better),    target 1.5
+  logistic  m = 0.1 + 0.8 / (1 + exp(-(u - 1500) / 300)),       target 0.75   (GRPO-like reward)
+with u = s / k(B). Each logged point is the batch mean of per-sample noise, so its noise is
+sigma0 * sqrt(B0 / B). A run logs every step (s = B, 2B, ...) or every 4 steps, and stops at
+2 R(B) ("long"), or at the probe's stopping rule (`target_confirmed`, "probe").
+Methods: isotonic (the default of `samples_to_target`), running_best (the former first crossing
+of an EMA-0.5 running best with the lag correction) and weibull (a saturating parametric fit,
+m = a - (a - b) exp(-(s / tau)^p), least squares, crossing solved in closed form).
+
+Prints a table of bias = median(R_hat / R - 1) per batch and one JSON line. Usage:
+    python benchmarks/recovery_samples_to_target.py [--reps 100] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from batchtune.analysis.curves import samples_to_target, target_confirmed
+
+B0, B_CRIT = 8, 128
+BATCHES = (8, 16, 32, 64, 128, 256, 512)
+NOISE = {"low": 0.02, "mid": 0.06, "high": 0.15}  # sigma of one logged point at B0
+LOG_EVERY = (1, 4)
+
+
+def _exp(u: np.ndarray) -> np.ndarray:
+    return 0.9 * (1 - np.exp(-u / 1000.0))
+
+
+def _power(u: np.ndarray) -> np.ndarray:
+    return 1.0 + 2.0 * (1 + u / 200.0) ** -0.5
+
+
+def _logistic(u: np.ndarray) -> np.ndarray:
+    return 0.1 + 0.8 / (1 + np.exp(-(u - 1500.0) / 300.0))
+
+
+# name -> (curve of u, target, higher_is_better, R at B0 in samples)
+SHAPES: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, bool, float]] = {
+    "exp": (_exp, 0.7, True, 1000.0 * math.log(0.9 / 0.2)),
+    "power": (_power, 1.5, False, 200.0 * ((2.0 / 0.5) ** 2 - 1)),
+    "logistic": (_logistic, 0.75, True, 1500.0 - 300.0 * math.log(0.8 / 0.65 - 1)),
+}
+
+
+def stretch(batch: float) -> float:
+    return (1 + batch / B_CRIT) / (1 + B0 / B_CRIT)
+
+
+def weibull_crossing(s: np.ndarray, m: np.ndarray, target: float, higher: bool) -> float | None:
+    """Crossing of a least-squares m = a - (a - b) exp(-(s/tau)^p); None if unreached or failed."""
+    sign = 1.0 if higher else -1.0
+    y, t = sign * m, sign * target
+    x0 = [y[-max(1, y.size // 10) :].mean(), y[: max(1, y.size // 10)].mean(), s[-1] / 3, 1.0]
+
+    def res(th: np.ndarray) -> np.ndarray:
+        a, b, tau, p = th
+        return a - (a - b) * np.exp(-((s / tau) ** p)) - y
+
+    fit = least_squares(res, x0, bounds=([-np.inf, -np.inf, 1e-9, 0.2], [np.inf, np.inf, np.inf, 10.0]))
+    a, b, tau, p = fit.x
+    if not fit.success or not (b < t < a):
+        return None
+    return float(tau * (-math.log((a - t) / (a - b))) ** (1 / p))
+
+
+def one_run(shape: str, batch: int, sigma0: float, every: int, stop: str, rng: np.random.Generator) -> dict:
+    f, target, higher, r0 = SHAPES[shape]
+    k = stretch(batch)
+    r_true = r0 * k
+    n_steps = int(math.ceil(2.0 * r_true / batch))
+    s = batch * np.arange(1, n_steps + 1, dtype=float)
+    m = f(s / k) + rng.normal(0, sigma0 * math.sqrt(B0 / batch), s.size)
+    s, m = s[every - 1 :: every], m[every - 1 :: every]
+    if stop == "probe":  # the probe's rule: stop at the first logged point where it is confirmed
+        met = np.maximum.accumulate(m if higher else -m) >= (target if higher else -target)
+        first = int(np.argmax(met)) + 1 if met.any() else s.size
+        for n in range(max(2, first), s.size + 1):  # the fit cannot cross before a raw point does
+            if target_confirmed(samples_to_target(s[:n], m[:n], target, higher_is_better=higher)):
+                s, m = s[:n], m[:n]
+                break
+    out = {}
+    for method in ("isotonic", "running_best"):
+        c = samples_to_target(s, m, target, higher_is_better=higher, method=method)
+        out[method] = math.nan if c.censored else c.samples_to_target / r_true
+    if stop == "long":
+        w = weibull_crossing(s, m, target, higher)
+        out["weibull"] = math.nan if w is None else w / r_true
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    t0 = time.perf_counter()
+    rows = []
+    for stop in ("long", "probe"):
+        for shape in SHAPES:
+            for noise, sigma0 in NOISE.items():
+                for every in LOG_EVERY:
+                    per_batch: dict[str, list[tuple[float, float, float]]] = {}
+                    for batch in BATCHES:
+                        runs = [one_run(shape, batch, sigma0, every, stop, rng) for _ in range(args.reps)]
+                        for method in runs[0]:
+                            x = np.array([r[method] for r in runs])
+                            ok = x[np.isfinite(x)]
+                            bias = float(np.median(ok) - 1) if ok.size else math.nan
+                            lo, hi = np.quantile(ok, [0.05, 0.95]) - 1 if ok.size else (math.nan, math.nan)
+                            per_batch.setdefault(method, []).append((bias, float(lo), float(hi)))
+                    for method, vals in per_batch.items():
+                        rows.append((stop, shape, noise, every, method, vals))
+    wall = time.perf_counter() - t0
+
+    head = f"{'stop':5} {'shape':8} {'noise':5} {'every':>5} {'method':12} " + " ".join(
+        f"{'B=' + str(b):>7}" for b in BATCHES
+    )
+    print("bias = median(R_hat/R - 1) in %, per batch; [5%, 95%] range of R_hat/R - 1 at B0 and B_max")
+    print(head)
+    for stop, shape, noise, every, method, vals in rows:
+        cells = " ".join(f"{100 * v[0]:+7.1f}" for v in vals)
+        (_, lo0, hi0), (_, lo1, hi1) = vals[0], vals[-1]
+        spread = f"  [{100 * lo0:+.0f},{100 * hi0:+.0f}] [{100 * lo1:+.0f},{100 * hi1:+.0f}]"
+        print(f"{stop:5} {shape:8} {noise:5} {every:>5} {method:12} {cells}{spread}")
+    summary: dict[str, dict[str, float]] = {}
+    for stop, _, _, _, method, vals in rows:
+        key = f"{method}_{stop}"
+        worst = max(abs(v[0]) for v in vals)
+        summary.setdefault(key, {"max_abs_bias_pct": 0.0})
+        summary[key]["max_abs_bias_pct"] = round(max(summary[key]["max_abs_bias_pct"], 100 * worst), 2)
+    print()
+    for key, v in summary.items():
+        print(
+            f"{key:22} worst |bias| over every shape, noise, logging and batch: {v['max_abs_bias_pct']:.1f}%"
+        )
+    print(
+        json.dumps(
+            {
+                "benchmark": "recovery_samples_to_target",
+                "reps": args.reps,
+                "seed": args.seed,
+                "batches": list(BATCHES),
+                "b_crit_responses": B_CRIT,
+                "max_abs_bias_pct": {k: v["max_abs_bias_pct"] for k, v in summary.items()},
+                "wall_s": round(wall, 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
