@@ -6,7 +6,6 @@ that `batchtune --help` starts without torch.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -92,15 +91,16 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _recipe(recipe: str | None, overrides: list[str] | None, results: str | None):
-    from batchtune.probe import replace_results_dir
-    from batchtune.recipe import DEFAULT_RECIPE, load_recipe
+def _recipe(recipe: str | None, overrides: list[str] | None, results: str | None) -> Any:
+    from batchtune.workflow import recipe_for
 
-    return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides or []), results)
+    return recipe_for(recipe, overrides or [], results)
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    from batchtune import codec
+
+    sys.stdout.write(codec.dumps(data, indent=2) + "\n")
 
 
 def version_callback(value: bool) -> None:
@@ -135,14 +135,14 @@ def probe(
     """
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
-    from batchtune.probe import run_probe
-    from batchtune.progress import probe_progress
-    from batchtune.report import render_efficiency, render_probe_cost
+    from batchtune import workflow
+    from batchtune.report.progress import probe_progress
+    from batchtune.report.terminal import render_efficiency, render_probe_cost
 
     with probe_progress(console, enabled=not json_out) as progress:
-        result = run_probe(cfg, progress=progress)
+        result = workflow.probe(cfg, progress)
     if json_out:
-        from batchtune.serialize import efficiency_to_dict
+        from batchtune.report.json import efficiency_to_dict
 
         _print_json(
             {
@@ -188,9 +188,24 @@ def profile_gen(
     """
     overrides = list(set_ or []) + ([f"hardware.name={hardware}"] if hardware else [])
     cfg = _recipe(recipe, overrides, results)
-    from batchtune.profile_cli import run_profile_command
+    _profile(cfg, json_out=json_out, roofline_only=roofline_only)
 
-    run_profile_command(cfg, console, json_out=json_out, roofline_only=roofline_only)
+
+def _profile(cfg: Any, *, json_out: bool, roofline_only: bool = False, quiet_json: bool = False) -> Any:
+    from batchtune import workflow
+    from batchtune.report.profile import render_prediction, render_profile
+    from batchtune.report.progress import simple_progress
+
+    with simple_progress(console, "profiling", enabled=not (json_out or roofline_only)) as progress:
+        result, paths = workflow.profile(cfg, progress, roofline_only=roofline_only)
+    if json_out:
+        if not quiet_json:
+            _print_json({**result.to_dict(), "plots": [str(p) for p in paths]})
+        return result
+    (render_prediction if roofline_only else render_profile)(console, result)
+    for p in paths:
+        console.print(f"Plot: {p}")
+    return result
 
 
 @app.command()
@@ -228,12 +243,14 @@ def recommend(
 
 def _show_recommendation(rec: Any, emitted: str | None, emitted_values: Any, json_out: bool) -> None:
     if json_out:
-        data = rec.to_dict()
+        from batchtune.report.json import recommendation_to_dict
+
+        data = recommendation_to_dict(rec)
         if emitted is not None:
             data["emitted"] = {"text": emitted, "values": emitted_values}
         _print_json(data)
         return
-    from batchtune.report import render_probe_cost, render_recommendation
+    from batchtune.report.terminal import render_probe_cost, render_recommendation
 
     render_recommendation(console, rec, emitted)
     if rec.efficiency.total_samples:
@@ -256,25 +273,23 @@ def tune(
     With no recipe it runs the built-in default: a tiny Llama on a built-in task, on CPU, in minutes.
     """
     cfg = _recipe(recipe, list(set_ or []), results)
-    from batchtune.probe import run_probe
-    from batchtune.profile_cli import run_profile_command
-    from batchtune.progress import probe_progress
-    from batchtune.report import render_efficiency
-    from batchtune.workflow import recommend_for_recipe
+    from batchtune import workflow
+    from batchtune.report.progress import probe_progress
+    from batchtune.report.terminal import render_efficiency
 
     if not json_out:
         console.rule("1/3 probe: sample efficiency")
     with probe_progress(console, enabled=not json_out) as progress:
-        result = run_probe(cfg, progress=progress)
+        result = workflow.probe(cfg, progress)
     if not json_out:
         render_efficiency(console, result.efficiency)
         if result.plot_path:
             console.print(f"Learning curves: {result.plot_path}")
         console.rule("2/3 profile-gen: system efficiency")
-    run_profile_command(cfg, console, json_out=json_out, quiet_json=True)
+    _profile(cfg, json_out=json_out, quiet_json=True)
     if not json_out:
         console.rule("3/3 recommend: time-to-target")
-    rec, emitted, values = recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)
+    rec, emitted, values = workflow.recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)
     _show_recommendation(rec, emitted, values, json_out)
 
 
@@ -310,8 +325,8 @@ def import_logs_cmd(
     They are stored like probe runs, so `batchtune recommend --results DIR` analyses them the same way.
     Every file is read and checked before anything is written. See docs/import-logs.md.
     """
-    from batchtune.importing import import_logs, parse_mapping
     from batchtune.integrations.common import RunInfo
+    from batchtune.integrations.importing import import_logs, parse_mapping
 
     info = RunInfo(
         prompts=prompts,
@@ -361,20 +376,12 @@ def pretrain(
     loss; the McCandlish hyperbola gives S_min, E_min and B_crit, the three-stage WSD fit of E(S) gives
     B_opt and B_min. See docs/pretraining.md.
     """
-    from batchtune.errors import InputError
-    from batchtune.importing import parse_mapping
-    from batchtune.pretraining import analyse, read_runs
-    from batchtune.report import render_pretrain
+    from batchtune import workflow
+    from batchtune.report.terminal import render_pretrain
 
-    try:
-        levels = [float(t) for t in targets.split(",") if t.strip()]
-    except ValueError:
-        raise InputError(f"--targets {targets!r}: expected numbers separated by commas") from None
-    result = analyse(read_runs(paths, parse_mapping(map_ or [])), levels, base_lr=base_lr, rule=rule)
+    result = workflow.pretrain(paths, targets, base_lr, rule, list(map_ or []))
     if json_out:
-        from batchtune.profile_analysis import _plain
-
-        _print_json(_plain(result))
+        _print_json(result)
         return
     render_pretrain(console, result)
 
@@ -385,7 +392,7 @@ def recipes_list() -> None:
     """The recipes that ship with batchtune, with the first line of each header."""
     from rich.table import Table
 
-    from batchtune.recipe import shipped_recipes
+    from batchtune.recipe.load import shipped_recipes
 
     table = Table(title="Shipped recipes (use the name or a path)")
     table.add_column("name")
@@ -402,7 +409,7 @@ def recipes_list() -> None:
 @handle_errors
 def recipes_show(recipe: RecipeArg = None, set_: SetOpt = None) -> None:
     """Print a recipe with every default filled in (after --set overrides)."""
-    from batchtune.recipe import DEFAULT_RECIPE, load_recipe, recipe_to_toml
+    from batchtune.recipe.load import DEFAULT_RECIPE, load_recipe, recipe_to_toml
 
     sys.stdout.write(recipe_to_toml(load_recipe(recipe or DEFAULT_RECIPE, set_ or [])))
 
@@ -411,7 +418,7 @@ def recipes_show(recipe: RecipeArg = None, set_: SetOpt = None) -> None:
 @handle_errors
 def recipes_validate(recipe: Annotated[str, typer.Argument(help="Recipe file or name.")]) -> None:
     """Check a recipe: unknown keys, wrong types and bad values are reported together."""
-    from batchtune.recipe import load_recipe
+    from batchtune.recipe.load import load_recipe
 
     cfg = load_recipe(recipe)
     console.print(f"[green]ok[/] {cfg.source}")
@@ -425,7 +432,7 @@ def recipes_cp(
 ) -> None:
     """Copy a shipped recipe to edit it."""
     from batchtune.errors import InputError
-    from batchtune.recipe import resolve_recipe_path
+    from batchtune.recipe.load import resolve_recipe_path
 
     src = resolve_recipe_path(name)
     if dest.is_dir():

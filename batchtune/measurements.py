@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from batchtune.analysis.curves import estimate_from_value, estimate_over_seeds, samples_to_target
-from batchtune.analysis.efficiency import CandidateEfficiency
-from batchtune.errors import InputError
+from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
+from batchtune.analysis.recommend import Throughput, ThroughputModel
+from batchtune.errors import AnalysisError, InputError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -235,4 +236,52 @@ def _candidate(c: dict[str, Any], study: Study, ema_alpha: float, path: Path) ->
         throughput_ratio=float(c["throughput_ratio"]) if "throughput_ratio" in c else None,
         critic_lr=float(c["critic_lr"]) if "critic_lr" in c else None,
         note=c.get("note", ""),
+    )
+
+
+def measurements_reference(m: Measurements) -> str:
+    """study.reference, else the smallest LR-scaled candidate (as the invariance test uses)."""
+    if m.study.reference:
+        return m.study.reference
+    main = [mc.efficiency for mc in m.candidates if mc.efficiency.family == "main"]
+    if not main:
+        raise AnalysisError(f"{m.path}: every candidate is a fixed-LR control; name study.reference")
+    return min(main, key=lambda e: e.batch_responses).label
+
+
+def throughput_from_measurements(m: Measurements) -> ThroughputModel:
+    by = {mc.efficiency.label: mc for mc in m.candidates}
+    ref = by[measurements_reference(m)]
+    ref_rps = ref.responses_per_s
+    if ref_rps is None and any(mc.responses_per_s is not None for mc in m.candidates):
+        raise AnalysisError(
+            f"{m.path}: the reference {ref.efficiency.label} has only a throughput_ratio while others "
+            "give responses_per_s; give the reference an absolute throughput (or all of them ratios)"
+        )
+    per: dict[str, Throughput] = {}
+    absolute = True
+    for label, mc in by.items():
+        if mc.responses_per_s is not None:
+            rps = mc.responses_per_s
+        elif mc.throughput_ratio is not None and ref_rps is not None:
+            rps = mc.throughput_ratio * ref_rps
+        elif mc.throughput_ratio is not None:
+            rps, absolute = mc.throughput_ratio, False
+        else:
+            raise AnalysisError(f"{m.path}: no throughput for {label}")
+        e = mc.efficiency
+        per[label] = Throughput(rps, e.gen_s_per_step or None, e.train_s_per_step or None, e.other_s_per_step)
+    return ThroughputModel("measurements file", absolute, per)
+
+
+def assess_measurements(m: Measurements) -> SampleEfficiency:
+    s = m.study
+    return assess(
+        [mc.efficiency for mc in m.candidates],
+        metric=s.metric,
+        target=s.target,
+        higher_is_better=s.higher_is_better,
+        tolerance=s.tolerance,
+        confidence=s.confidence,
+        reference=measurements_reference(m),
     )

@@ -6,6 +6,7 @@ Layout of a results directory (documented in docs/formats.md)::
     runs/<run_id>/steps.jsonl  one StepRecord per line, appended as training goes
     runs/<run_id>/run.json     the RunRecord, written atomically when the run ends
     throughput.jsonl           ThroughputPoint lines (generation and training timings)
+    profiles/<id>.model.json   the ModelInfo (shape) of the model a profile measured
     plots/                     PNG figures
 
 A run is finished exactly when its run.json exists. A run without one is redone from scratch on
@@ -19,8 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import json
-import math
 import os
 import time
 from collections.abc import Iterator
@@ -28,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from batchtune import codec
+from batchtune.codec import from_dict
 from batchtune.errors import InputError
 
 RUN_STATUSES = (
@@ -120,44 +121,22 @@ class ThroughputPoint:
     profile_id: str = ""
 
 
-def _clean(value: Any) -> Any:
-    """JSON has no NaN/inf: write them as strings so every line stays standard JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
+@dataclass(frozen=True)
+class ModelInfo:
+    """The profiled model's shape, stored with its profile so the roofline analysis never builds a model."""
 
-
-def _restore(value: Any) -> Any:
-    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: _restore(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_restore(v) for v in value]
-    return value
+    name: str
+    n_params: float
+    n_active_params: float
+    bytes_per_param: float
+    n_layers: int
+    n_kv_heads: int
+    head_dim: int
 
 
 def to_json(record: Any) -> str:
-    return json.dumps(_clean(dataclasses.asdict(record)), sort_keys=True)
-
-
-def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    data = _restore(data)
-    missing = [
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.name not in data
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise InputError(f"{where}: record lacks {', '.join(missing)}")
-    return cls(**{k: v for k, v in data.items() if k in names})
+    """One record as one line of JSON (the codec's NaN/inf convention)."""
+    return codec.dumps(record, sort_keys=True)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -171,18 +150,27 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror or exc}") from None
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Read JSON lines; a torn last line (a crash mid-write) is skipped, any other bad line is an error."""
     if not path.exists():
         return []
-    lines = path.read_text().splitlines()
+    lines = _read_text(path).splitlines()
     rows: list[dict[str, Any]] = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            rows.append(codec.loads(line, f"{path}:{i + 1}"))
+        except InputError:
             if i == len(lines) - 1:
                 break
             raise InputError(f"{path}:{i + 1} is not valid JSON") from None
@@ -247,13 +235,13 @@ class ResultsStore:
     def read_manifest(self) -> dict[str, Any] | None:
         if not self.manifest_path.exists():
             return None
-        try:
-            return json.loads(self.manifest_path.read_text())
-        except json.JSONDecodeError:
-            raise InputError(f"{self.manifest_path} is corrupt; move it away to start over") from None
+        data = codec.loads(_read_text(self.manifest_path), str(self.manifest_path))
+        if not isinstance(data, dict):
+            raise InputError(f"{self.manifest_path} is not a JSON object; move it away to start over")
+        return data
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        atomic_write_text(self.manifest_path, json.dumps(_clean(manifest), indent=2) + "\n")
+        atomic_write_text(self.manifest_path, codec.dumps(manifest, indent=2) + "\n")
 
     # ---- runs ----------------------------------------------------------------------------
     def run_dir(self, run_id: str) -> Path:
@@ -288,10 +276,7 @@ class ResultsStore:
             return []
         out = []
         for path in sorted(self.runs_dir.glob("*/run.json")):
-            try:
-                data = json.loads(path.read_text())
-            except json.JSONDecodeError:
-                raise InputError(f"{path} is corrupt; delete that run's folder to redo it") from None
+            data = codec.loads(_read_text(path), f"{path} (delete that run's folder to redo it)")
             out.append(from_dict(RunRecord, data, str(path)))
         return out
 
@@ -327,6 +312,20 @@ class ResultsStore:
     def throughput(self) -> list[ThroughputPoint]:
         path = self.throughput_path
         return [from_dict(ThroughputPoint, row, str(path)) for row in read_jsonl(path)]
+
+    def _model_info_path(self, profile_id: str) -> Path:
+        return self.root / "profiles" / f"{profile_id}.model.json"
+
+    def write_model_info(self, profile_id: str, info: ModelInfo) -> None:
+        """Store the profiled model's shape beside its throughput points."""
+        atomic_write_text(self._model_info_path(profile_id), to_json(info) + "\n")
+
+    def model_info(self, profile_id: str) -> ModelInfo | None:
+        """The model shape stored with a profile; None for a profile stored without one."""
+        path = self._model_info_path(profile_id)
+        if not path.exists():
+            return None
+        return from_dict(ModelInfo, codec.loads(_read_text(path), str(path)), str(path))
 
     def exists(self) -> bool:
         return self.manifest_path.exists() or self.runs_dir.exists() or self.throughput_path.exists()

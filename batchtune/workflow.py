@@ -1,4 +1,9 @@
-"""Wiring for `recommend` and `tune`: where R(B) and Θ(B) come from, and the optional trainer config."""
+"""One function per command: inputs in, a result object out, no printing.
+
+`cli.py` parses and renders; this module wires the layers below it: measure (probe, profile),
+analysis (sample efficiency, throughput, recommendation), integrations (imports, emitters) and the
+report layer's plots (files, not terminal output).
+"""
 
 from __future__ import annotations
 
@@ -6,30 +11,109 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from batchtune.errors import InputError
-from batchtune.profile_analysis import analyse_throughput
-from batchtune.recipe import DEFAULT_RECIPE, Recipe, load_recipe, recipe_from_dict
-from batchtune.recommend import (
+from batchtune.analysis.profile import ProfileResult, RooflinePrediction, analyse_throughput
+from batchtune.analysis.recommend import (
     Recommendation,
     ThroughputModel,
-    assess_measurements,
     recommend,
-    throughput_from_measurements,
     throughput_from_probe,
     throughput_from_profile,
 )
-from batchtune.records import ResultsStore
+from batchtune.errors import InputError
+from batchtune.events import ProbeEvents, SweepProgress
+from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
+from batchtune.recipe.schema import Recipe
+from batchtune.records import FAILED_STATUSES, ResultsStore
+
+
+def recipe_for(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
+    """The recipe named (or the default), with --set overrides and the results directory applied."""
+    from batchtune.measure.probe import replace_results_dir
+
+    return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
+
+
+# ---- probe -------------------------------------------------------------------------------------
+
+
+def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> Any:
+    """Run (or resume) the probe, then draw its learning curves; returns measure.probe.ProbeResult."""
+    from batchtune.measure.probe import run_probe
+
+    result = run_probe(cfg, progress=progress)
+    return dataclasses.replace(
+        result, plot_path=_plot_probe(ResultsStore(cfg.run.results_dir), result.efficiency)
+    )
+
+
+def _plot_probe(store: ResultsStore, efficiency: Any) -> Path | None:
+    from batchtune.measure.probe import load_run_data
+    from batchtune.report.plots import plot_learning_curves
+
+    curves: dict[str, list[tuple[list[float], list[float]]]] = {}
+    for run in load_run_data(store):
+        if run.record.status in FAILED_STATUSES:  # reported in the table; would wreck the axes
+            continue
+        s, v = run.curve(efficiency.metric)
+        curves.setdefault(run.record.candidate, []).append((s.tolist(), v.tolist()))
+    order = [c.label for c in efficiency.candidates if c.label in curves]
+    if not order:
+        return None
+    store.plots_dir.mkdir(parents=True, exist_ok=True)
+    return plot_learning_curves(
+        {lab: curves[lab] for lab in order},
+        efficiency.target,
+        efficiency.metric,
+        store.plots_dir / "learning_curves.png",
+    )
+
+
+# ---- profile-gen ---------------------------------------------------------------------------------
+
+
+def profile(
+    cfg: Recipe, progress: SweepProgress | None = None, *, roofline_only: bool = False
+) -> tuple[ProfileResult | RooflinePrediction, list[Path]]:
+    """Profile this machine (or, ``roofline_only``, predict from the roofline); returns the result
+    and the plots written."""
+    from batchtune.measure.profile import predict_roofline, run_profile
+    from batchtune.report.plots import plot_profile, plot_roofline
+
+    store = ResultsStore(cfg.run.results_dir)
+    if roofline_only:
+        hw = None if cfg.hardware.name == "auto" else cfg.hardware.name
+        pred = predict_roofline(cfg, hw)
+        store.plots_dir.mkdir(parents=True, exist_ok=True)
+        return pred, [plot_roofline(pred, store.plots_dir / "roofline.png")]
+    result = run_profile(cfg, store, progress)
+    return result, list(plot_profile(result, store.plots_dir))
+
+
+# ---- pretrain ------------------------------------------------------------------------------------
+
+
+def pretrain(paths: list[Path], targets: str, base_lr: float, rule: str, mapping: list[str]) -> Any:
+    """Fit the pre-training curves of loss logs; returns analysis.pretraining's result."""
+    from batchtune.analysis.pretraining import analyse, read_runs
+    from batchtune.integrations.importing import parse_mapping
+
+    try:
+        levels = [float(t) for t in targets.split(",") if t.strip()]
+    except ValueError:
+        raise InputError(f"--targets {targets!r}: expected numbers separated by commas") from None
+    return analyse(read_runs(paths, parse_mapping(mapping)), levels, base_lr=base_lr, rule=rule)
+
+
+# ---- recommend -----------------------------------------------------------------------------------
 
 
 def _recipe_for_results(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
     """The recipe named, else the one stored with the results, else the default recipe."""
-    from batchtune.probe import replace_results_dir
+    from batchtune.measure.probe import replace_results_dir
 
     if recipe is None and results is not None:
         manifest = ResultsStore(results).read_manifest()
         if manifest and "recipe" in manifest:
-            from batchtune.recipe import apply_overrides
-
             data = apply_overrides(manifest["recipe"], overrides)
             return replace_results_dir(recipe_from_dict(data, f"{results}/manifest.json"), results)
     return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
@@ -40,8 +124,12 @@ def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> T
         raise InputError(f"--throughput {source!r}: choose auto, profile or probe")
     other = cfg.generation.other_s_per_step
     if source in ("auto", "profile"):
-        points = store.throughput()  # analyse_throughput keeps the latest profile of the directory
-        profile = analyse_throughput(points, cfg) if points else None
+        points = store.throughput()  # the latest profile of the directory, with its stored model shape
+        profile = (
+            analyse_throughput(points, cfg, model_info=store.model_info(points[-1].profile_id))
+            if points
+            else None
+        )
         model = throughput_from_profile(profile, eff.candidates, other)
         if model is not None:
             return model
@@ -55,8 +143,8 @@ def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> T
 def recommend_for_recipe(
     cfg: Recipe, throughput: str, emit: str | None, gpus: int, gpus_per_node: int = 8
 ) -> tuple[Recommendation, str | None, Any]:
-    from batchtune.plan import plan_candidates
-    from batchtune.probe import analyse_store
+    from batchtune.measure.plan import plan_candidates
+    from batchtune.measure.probe import analyse_store
 
     store = ResultsStore(cfg.run.results_dir)
     if not store.exists():
@@ -82,7 +170,11 @@ def recommend_from_args(
     if measurements is not None:
         if results is not None:
             raise InputError("give either --measurements or --results, not both")
-        from batchtune.measurements import load_measurements
+        from batchtune.measurements import (
+            assess_measurements,
+            load_measurements,
+            throughput_from_measurements,
+        )
 
         m = load_measurements(measurements)
         rec = recommend(assess_measurements(m), throughput_from_measurements(m))

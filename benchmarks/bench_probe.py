@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from batchtune.probe import analyse_store, run_probe
-from batchtune.recipe import load_recipe
+from batchtune.measure.probe import analyse_store, run_probe
+from batchtune.recipe.load import load_recipe
 from batchtune.records import ResultsStore
 from batchtune.workflow import recommend_for_recipe
 

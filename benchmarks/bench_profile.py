@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from batchtune.profile import run_profile
-from batchtune.recipe import load_recipe
+from batchtune.measure.profile import run_profile
+from batchtune.recipe.load import load_recipe
 from batchtune.records import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from batchtune.analysis.recommend import recommend
 from batchtune.cli import app
 from batchtune.errors import InputError
-from batchtune.measurements import load_measurements
-from batchtune.recommend import assess_measurements, recommend, throughput_from_measurements
+from batchtune.measurements import assess_measurements, load_measurements, throughput_from_measurements
 
 
 def _curve_block(samples_to_target: float, seed: int, rng) -> str:

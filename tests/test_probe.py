@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from batchtune.cli import app
-from batchtune.probe import run_probe
-from batchtune.recipe import load_recipe, shipped_recipes
+from batchtune.measure.probe import run_probe
+from batchtune.recipe.load import load_recipe, shipped_recipes
 
 NQM = str(shipped_recipes()["nqm"])
 

@@ -8,18 +8,19 @@ import math
 
 import pytest
 
+from batchtune.analysis.profile import resolve_hardware
 from batchtune.backends import GENERATION_BACKENDS
 from batchtune.backends.spec import GenRequest, GenResult, ModelInfo, OutOfMemory, RunFailed
 from batchtune.errors import AnalysisError
-from batchtune.profile import (
+from batchtune.measure.profile import (
     analyse_throughput,
     known_hardware_for_device,
     model_info_for_recipe,
+    predict_roofline,
     roofline_only,
     run_profile,
 )
-from batchtune.profile_analysis import resolve_hardware
-from batchtune.recipe import load_recipe
+from batchtune.recipe.load import load_recipe
 from batchtune.records import ResultsStore
 
 TINY_SWEEP = [
@@ -63,7 +64,8 @@ def test_tiny_cpu_sweep_writes_points_and_finds_a_knee(tmp_path):
     assert result.train_fit is not None and len(result.train_points) == 2
     assert seen[-1][0] == seen[-1][1] == (1 + 1) * (2 * 5 + 2)
 
-    again = analyse_throughput(store.throughput(), recipe)  # from the records on disk alone
+    points = store.throughput()  # from the records on disk alone, the model shape stored with them
+    again = analyse_throughput(points, recipe, model_info=store.model_info(points[-1].profile_id))
     assert _without_wall(again.to_dict()) == _without_wall(result.to_dict())
     json.dumps(result.to_dict())  # JSON-ready
 
@@ -163,11 +165,14 @@ def test_roofline_fraction_on_a_known_gpu(tmp_path, fake, monkeypatch):
         assert rp.measured_tokens_per_s == pytest.approx(p.output_tokens_per_s)
         assert rp.fraction_of_bound == pytest.approx(rp.measured_tokens_per_s / rp.bound_tokens_per_s)
     assert m.knee_fraction_of_bound is not None
-    # the analysis from disk takes the shape from the recipe (tiny) unless given the same info
-    again = analyse_throughput(
-        ResultsStore(tmp_path).throughput(), recipe, model_info=FakeGeneration(recipe).model_info()
-    )
+    # the analysis from disk reads the shape the profile stored, never builds a model
+    store = ResultsStore(tmp_path)
+    points = store.throughput()
+    assert store.model_info(points[-1].profile_id) == FakeGeneration(recipe).model_info()
+    again = analyse_throughput(points, recipe, model_info=store.model_info(points[-1].profile_id))
     assert _without_wall(again.to_dict()) == _without_wall(result.to_dict())
+    blind = analyse_throughput(points, recipe)  # no shape: no roofline, said so
+    assert blind.hardware is None and "no model shape" in blind.roofline_note
 
 
 def test_device_names_map_to_known_hardware():
@@ -200,7 +205,7 @@ def test_roofline_only_is_a_prediction_from_a_config_dir(tmp_path):
     )
     info = model_info_for_recipe(r)
     assert info.n_params == 494_032_768 and info.bytes_per_param == 2.0
-    pred = roofline_only(r, "H100-SXM", concurrencies=[1, 64, 1024])
+    pred = roofline_only(r, "H100-SXM", concurrencies=[1, 64, 1024], model_info=info)
     assert pred.is_prediction and pred.hardware.name == "H100-SXM"
     assert pred.context_tokens == 128 + 256 / 2
     # weights-only crossing for dense bf16 on an H100 SXM is ~295 (METHOD §4); KV reads push it up
@@ -211,18 +216,19 @@ def test_roofline_only_is_a_prediction_from_a_config_dir(tmp_path):
     d = pred.to_dict()
     assert d["is_prediction"] is True and json.dumps(d)
     with pytest.raises(AnalysisError, match="hardware name"):
-        roofline_only(r)
+        roofline_only(r, model_info=info)
+    assert predict_roofline(r, "H100-SXM").model_info == info
 
 
 def test_plots_write_pngs(tmp_path, fake, monkeypatch):
-    from batchtune.plots import plot_learning_curves, plot_profile, plot_roofline
+    from batchtune.report.plots import plot_learning_curves, plot_profile, plot_roofline
 
     monkeypatch.setattr(FakeGeneration, "device_name", "NVIDIA H200")
     store = ResultsStore(tmp_path)
     result = run_profile(load_recipe(None, FAKE_SWEEP), store)
     (path,) = plot_profile(result, store.plots_dir)
     assert path.read_bytes()[:4] == b"\x89PNG"
-    pred = roofline_only(load_recipe(None), "H200")
+    pred = predict_roofline(load_recipe(None), "H200")
     assert plot_roofline(pred, tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
     curves = {"P4xG8": [([32.0, 64.0, 96.0], [0.1, 0.3, 0.5]), ([32.0, 64.0], [0.2, 0.4])]}
     out = plot_learning_curves(curves, 0.45, "eval_reward", tmp_path / "lc.png")
@@ -230,7 +236,7 @@ def test_plots_write_pngs(tmp_path, fake, monkeypatch):
 
 
 def test_grace_superchips_are_not_mistaken_for_h200():
-    from batchtune.profile_analysis import known_hardware_for_device
+    from batchtune.analysis.profile import known_hardware_for_device
 
     assert known_hardware_for_device("NVIDIA H200") == "H200"
     assert known_hardware_for_device("NVIDIA GH200 480GB") is None

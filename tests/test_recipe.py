@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from batchtune.analysis.lr import adam_sde_hparams, scaled_lr, warmup_factor
 from batchtune.errors import RecipeError
-from batchtune.lr import adam_sde_hparams, scaled_lr, warmup_factor
-from batchtune.plan import plan_candidates
-from batchtune.recipe import Recipe, load_recipe, recipe_to_toml, shipped_recipes
+from batchtune.measure.plan import plan_candidates
+from batchtune.recipe.load import load_recipe, recipe_to_toml, shipped_recipes
+from batchtune.recipe.schema import Recipe
 
 
 def test_defaults_and_overrides():

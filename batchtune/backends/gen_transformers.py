@@ -30,7 +30,7 @@ from batchtune.backends import timing
 from batchtune.backends.models import TINY_NAMES, count_params, load_model, resolve_device, resolve_dtype
 from batchtune.backends.spec import GenRequest, GenResult, ModelInfo, OutOfMemory
 from batchtune.errors import BackendError
-from batchtune.recipe import Recipe
+from batchtune.recipe.schema import Recipe
 
 
 def draw_lengths(

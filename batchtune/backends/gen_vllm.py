@@ -40,7 +40,7 @@ from batchtune.backends.gen_transformers import draw_lengths, synthetic_prompts
 from batchtune.backends.models import TINY_NAMES
 from batchtune.backends.spec import GenRequest, GenResult, ModelInfo, OutOfMemory, RunFailed
 from batchtune.errors import BackendError
-from batchtune.recipe import Recipe
+from batchtune.recipe.schema import Recipe
 
 # Qwen/Qwen2.5-0.5B's config.json (values as published with the model; 494,032,768 parameters,
 # "0.49B" on its model card): a real shape to profile with random weights (load_format="dummy").

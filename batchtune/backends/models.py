@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from batchtune.errors import BackendError
-from batchtune.recipe import ModelConfig
+from batchtune.recipe.schema import ModelConfig
 
 TINY_NAMES = ("tiny-llama",)
 

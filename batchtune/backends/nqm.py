@@ -26,6 +26,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from batchtune.analysis.lr import adam_sde_hparams, warmup_factor
 from batchtune.backends.nqm_theory import (  # noqa: F401  (re-exported)
     curvatures,
     expected_samples_to_target,
@@ -39,8 +40,7 @@ from batchtune.backends.nqm_theory import (  # noqa: F401  (re-exported)
 )
 from batchtune.backends.spec import GenRequest, GenResult, ModelInfo, OutOfMemory, RunFailed, RunSpec
 from batchtune.errors import BackendError
-from batchtune.lr import adam_sde_hparams, warmup_factor
-from batchtune.recipe import NQMConfig, Recipe
+from batchtune.recipe.schema import NQMConfig, Recipe
 from batchtune.records import StepRecord
 
 # ---- the simulated time model ---------------------------------------------------------------------

@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
+from batchtune.analysis.lr import scaled_lr, warmup_factor
 from batchtune.errors import AnalysisError
-from batchtune.lr import scaled_lr, warmup_factor
-from batchtune.recipe import NQMConfig, Recipe
+from batchtune.recipe.schema import NQMConfig, Recipe
 
 # ---- the model ------------------------------------------------------------------------------------
 

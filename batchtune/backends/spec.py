@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from batchtune.recipe import Recipe
-from batchtune.records import StepRecord
+from batchtune.recipe.schema import Recipe
+from batchtune.records import ModelInfo, StepRecord
 
 
 @dataclass(frozen=True)
@@ -87,19 +87,6 @@ class GenResult:
     elapsed_s: float
     peak_mem_bytes: int = 0
     preemptions: int = 0
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the roofline needs to know about the model being profiled."""
-
-    name: str
-    n_params: float
-    n_active_params: float
-    bytes_per_param: float
-    n_layers: int
-    n_kv_heads: int
-    head_dim: int
 
 
 class GenerationBackend(Protocol):

@@ -9,152 +9,17 @@ the rule and the nearest valid setting when the winner cannot be expressed exact
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from batchtune.analysis.recommend import Recommendation
 from batchtune.errors import InputError
+from batchtune.integrations.emit_base import TRAINERS, EmittedConfig, RecommendationInput
+from batchtune.integrations.openrlhf import emit_openrlhf
+from batchtune.integrations.trl import emit_trl
+from batchtune.integrations.verl import emit_verl
+from batchtune.recipe.schema import Recipe
 
-if TYPE_CHECKING:
-    from batchtune.recipe import Recipe
-    from batchtune.recommend import Recommendation
-
-TRAINERS = ("verl", "trl", "openrlhf")
-
-
-# ---- the winner handed to an emitter --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RecommendationInput:
-    """The winning configuration in batchtune's units, to be written in a trainer's own units."""
-
-    prompts: int  # P per rollout batch
-    group_size: int  # G responses per prompt
-    lr: float  # actor LR (peak)
-    algorithm: str = "grpo"  # grpo | ppo
-    mini_batches: int = 1  # actor optimiser steps per rollout batch (1 keeps policy age fixed)
-    critic_lr: float = 0.0  # PPO; 0 = the actor's LR
-    critic_mini_batches: int = 0  # PPO critic optimiser steps per rollout batch; 0 = mini_batches
-    generation_concurrency: int = 0  # responses decoded at once per inference engine; 0 = engine default
-    gpu_memory_utilization: float = 0.0  # inference engine's share of GPU memory; 0 = leave as is
-    micro_batch_per_gpu: int = 0  # responses per forward/backward per GPU; 0 = no accumulation
-
-    @property
-    def batch_responses(self) -> int:
-        return self.prompts * self.group_size
-
-    @property
-    def lr_known(self) -> bool:
-        """False for a winner from measurements that give no LR (NaN or 0): the LR is then not emitted."""
-        return math.isfinite(self.lr) and self.lr > 0
-
-    def critic_lr_or_actor(self) -> float:
-        """The critic LR to emit, 0 when neither it nor the actor's is known."""
-        return self.critic_lr or (self.lr if self.lr_known else 0.0)
-
-
-UNKNOWN_LR_NOTE = (
-    "the recommendation carries no learning rate (measurements without LRs): set it yourself, scaled "
-    "from your reference run's LR by the batch ratio (sqrt for Adam, METHOD §3.1)"
-)
-
-
-@dataclass(frozen=True)
-class EmittedConfig:
-    """A trainer configuration: ``text`` to paste, ``values`` by the trainer's own parameter names."""
-
-    trainer: str
-    text: str
-    values: dict[str, object]
-    notes: tuple[str, ...] = ()
-
-
-def commented(text: str, notes: Sequence[str]) -> str:
-    """``text`` followed by the notes as ``#`` comment lines (valid in shell and Python alike)."""
-    return text + "".join(f"# {n}\n" for n in notes)
-
-
-def micro_note(name: str, per_gpu: int, micro: int) -> list[str]:
-    """When no micro-batch was given, say that the emitted one is the whole per-GPU batch."""
-    if micro:
-        return []
-    options = ", ".join(str(d) for d in divisors(per_gpu)[-8:])
-    return [
-        f"{name}={per_gpu} is the whole per-GPU batch (no accumulation); "
-        f"lower it to what fits memory (a divisor: {options})"
-    ]
-
-
-def check_recommendation(rec: RecommendationInput, num_gpus: int) -> None:
-    problems = []
-    if rec.prompts <= 0 or rec.group_size <= 0:
-        problems.append("prompts and group_size must be positive")
-    if rec.lr < 0 or rec.critic_lr < 0:
-        problems.append(f"learning rates cannot be negative, got lr={rec.lr} critic_lr={rec.critic_lr}")
-    if rec.algorithm not in ("grpo", "ppo"):
-        problems.append(f"algorithm must be 'grpo' or 'ppo', got {rec.algorithm!r}")
-    if rec.algorithm == "grpo" and rec.group_size < 2:
-        problems.append(
-            f"GRPO needs at least 2 responses per prompt (rollout.n, num_generations >= 2), "
-            f"got group_size={rec.group_size}"
-        )
-    if rec.mini_batches < 1 or rec.critic_mini_batches < 0:
-        problems.append("mini_batches must be at least 1 (critic_mini_batches at least 0)")
-    if rec.micro_batch_per_gpu < 0 or rec.generation_concurrency < 0:
-        problems.append("micro_batch_per_gpu and generation_concurrency cannot be negative")
-    if not 0 <= rec.gpu_memory_utilization <= 1:
-        problems.append("gpu_memory_utilization must lie in [0, 1]")
-    if num_gpus < 1:
-        problems.append(f"num_gpus must be at least 1, got {num_gpus}")
-    if problems:
-        raise InputError("cannot emit a config: " + "; ".join(problems))
-
-
-def nearest_valid(
-    value: int, ok: Callable[[int], bool], limit: int | None = None
-) -> tuple[int | None, int | None]:
-    """The closest values below and above ``value`` (exclusive) for which ``ok`` holds."""
-    limit = limit or max(64, 4 * value)
-    below = next((v for v in range(value - 1, 0, -1) if ok(v)), None)
-    above = next((v for v in range(value + 1, value + limit + 1) if ok(v)), None)
-    return below, above
-
-
-def describe_nearest(name: str, value: int, ok: Callable[[int], bool]) -> str:
-    below, above = nearest_valid(value, ok)
-    options = [str(v) for v in (below, above) if v is not None]
-    if not options:
-        return ""
-    return f"; nearest valid {name}: {' or '.join(options)} (instead of {value})"
-
-
-def unfit_hint(
-    problem: Callable[[int, int, int, int, int], str],
-    rec: RecommendationInput,
-    dp: int,
-    mini_batches: int,
-    micro_name: str,
-    per_gpu: int,
-    batch_name: str,
-) -> str:
-    """How to make an unexpressible winner fit: the micro-batch alone when that suffices, else the
-    nearest number of prompts. ``problem(P, G, mini_batches, dp, micro)`` is the trainer's rule."""
-    P, G, micro = rec.prompts, rec.group_size, rec.micro_batch_per_gpu
-    if not problem(P, G, mini_batches, dp, 0):
-        return micro_hint(micro_name, per_gpu, micro)
-    return describe_nearest(batch_name, P, lambda p: not problem(p, G, mini_batches, dp, micro))
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def micro_hint(name: str, per_gpu: int, micro: int) -> str:
-    """Suggest the largest micro-batch at most ``micro`` that divides the per-GPU batch."""
-    ok = [d for d in divisors(per_gpu) if d <= micro] if per_gpu > 0 else []
-    return f"; use {name}={ok[-1]} (it must divide {per_gpu})" if ok else ""
+__all__ = ["TRAINERS", "EmittedConfig", "RecommendationInput", "emit", "emit_for_recommendation"]
 
 
 def emit(trainer: str, rec: RecommendationInput, num_gpus: int, **options: Any) -> EmittedConfig:
@@ -162,50 +27,30 @@ def emit(trainer: str, rec: RecommendationInput, num_gpus: int, **options: Any) 
     0.10.2). TRL has no node layout here (accelerate's num_processes is the GPU count)."""
     if trainer == "trl":
         options.pop("gpus_per_node", None)
-    if trainer == "verl":
-        from batchtune.integrations.verl import emit_verl
-
-        return emit_verl(rec, num_gpus, **options)
-    if trainer == "trl":
-        from batchtune.integrations.trl import emit_trl
-
-        return emit_trl(rec, num_gpus, **options)
-    if trainer == "openrlhf":
-        from batchtune.integrations.openrlhf import emit_openrlhf
-
-        return emit_openrlhf(rec, num_gpus, **options)
-    raise InputError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
+    emitters = {"verl": emit_verl, "trl": emit_trl, "openrlhf": emit_openrlhf}
+    if trainer not in emitters:
+        raise InputError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
+    return emitters[trainer](rec, num_gpus, **options)
 
 
 def recommendation_input(rec: Recommendation, cfg: Recipe | None = None) -> RecommendationInput:
-    """The winner of a recommendation as emitter input. The recipe (when known) supplies the algorithm,
-    the mini-batches, the PPO critic LR (its own scaling rule, METHOD §3.5) and vLLM's memory share;
-    the generation concurrency comes from a measured profile."""
-    from batchtune.lr import scaled_lr
-
+    """The winner of a recommendation as emitter input. The winner carries its own LR and (PPO) the
+    critic LR its runs used (Hilton et al. 2021: the critic has its own scale); the recipe, when
+    known, supplies the algorithm, the mini-batches and vLLM's memory share; the generation
+    concurrency comes from a measured profile."""
     w = rec.winner
     concurrency = rec.winner_throughput.generation_concurrency or 0
     if cfg is None:
-        return RecommendationInput(w.prompts, w.group_size, w.lr, generation_concurrency=concurrency)
-    critic_lr = 0.0
-    if cfg.algorithm.name == "ppo":
-        from batchtune.plan import lr_table, plan_candidates
-
-        plan = plan_candidates(cfg)
-        cand = plan.by_label().get(w.label)
-        if cand is not None and cand.critic_lr is not None:
-            critic_lr = cand.critic_lr
-        else:  # an imported winner: scale the critic's base LR by its own rule
-            base = cfg.algorithm.critic_lr or cfg.optimizer.lr
-            rule = cfg.algorithm.critic_lr_rule or cfg.lr_scaling.rule
-            critic_lr = scaled_lr(base, w.batch_responses, plan.reference_batch, rule, lr_table(cfg))
+        return RecommendationInput(
+            w.prompts, w.group_size, w.lr, critic_lr=w.critic_lr or 0.0, generation_concurrency=concurrency
+        )
     return RecommendationInput(
         prompts=w.prompts,
         group_size=w.group_size,
         lr=w.lr,
         algorithm=cfg.algorithm.name,
         mini_batches=cfg.algorithm.mini_batches,
-        critic_lr=critic_lr,
+        critic_lr=(w.critic_lr or 0.0) if cfg.algorithm.name == "ppo" else 0.0,
         generation_concurrency=concurrency,
         gpu_memory_utilization=(
             cfg.generation.gpu_memory_utilization if cfg.generation.backend == "vllm" else 0.0

@@ -18,7 +18,7 @@ from batchtune.errors import InputError
 from batchtune.integrations.common import (
     LogKeys,
 )
-from batchtune.integrations.emit import (
+from batchtune.integrations.emit_base import (
     UNKNOWN_LR_NOTE,
     EmittedConfig,
     RecommendationInput,

@@ -29,7 +29,7 @@ from batchtune.integrations.common import (
     build_run,
     merge_by_step,
 )
-from batchtune.integrations.emit import (
+from batchtune.integrations.emit_base import (
     UNKNOWN_LR_NOTE,
     EmittedConfig,
     RecommendationInput,

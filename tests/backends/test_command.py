@@ -14,7 +14,7 @@ import pytest
 from batchtune.backends.command import CommandBackend, placeholders
 from batchtune.backends.spec import Candidate, OutOfMemory, RunFailed, RunSpec
 from batchtune.errors import RecipeError
-from batchtune.recipe import load_recipe, shipped_recipes
+from batchtune.recipe.load import load_recipe, shipped_recipes
 
 # A real (tiny) training script: a linear model fit with Adam, one JSON line per optimiser step in
 # the generic format; the batch, LR and seed come from the placeholders.
@@ -157,7 +157,7 @@ def test_placeholder_errors(tmp_path):
 def test_shipped_command_recipes_fill(tmp_path):
     """Every placeholder of the shipped trainer recipes is known and fills for their candidates."""
     from batchtune.backends.command import fill
-    from batchtune.plan import plan_candidates
+    from batchtune.measure.plan import plan_candidates
 
     names = ("verl-grpo", "trl-grpo", "openrlhf-ppo")
     recipes = shipped_recipes()

@@ -16,7 +16,7 @@ from batchtune.backends.gen_vllm import QWEN2_5_0_5B_CONFIG, engine_kwargs, writ
 from batchtune.backends.models import count_params
 from batchtune.backends.spec import GenRequest, OutOfMemory
 from batchtune.backends.timing import model_info_from_config
-from batchtune.recipe import load_recipe
+from batchtune.recipe.load import load_recipe
 
 TINY = [
     "generation.prompt_tokens=6",

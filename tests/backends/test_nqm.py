@@ -11,6 +11,7 @@ import pytest
 
 from batchtune import backends
 from batchtune.analysis.curves import samples_to_target
+from batchtune.analysis.lr import scaled_lr
 from batchtune.analysis.throughput import find_knee
 from batchtune.backends.nqm import (
     NQMBackend,
@@ -28,8 +29,8 @@ from batchtune.backends.nqm import (
 )
 from batchtune.backends.spec import Candidate, GenRequest, OutOfMemory, RunFailed, RunSpec
 from batchtune.errors import AnalysisError
-from batchtune.lr import scaled_lr
-from batchtune.recipe import NQMConfig, load_recipe, recipe_from_dict
+from batchtune.recipe.load import load_recipe, recipe_from_dict
+from batchtune.recipe.schema import NQMConfig
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "nqm.toml"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from batchtune.analysis.lr import warmup_factor
 from batchtune.backends import load
 from batchtune.backends.spec import Candidate, OutOfMemory, RunFailed, RunSpec
 from batchtune.backends.torch_rl import TorchRLBackend
@@ -21,8 +22,7 @@ from batchtune.backends.torch_rl.ppo import gae
 from batchtune.backends.torch_rl.rollout import response_mask
 from batchtune.backends.torch_rl.tasks import char_reward, make_task
 from batchtune.errors import BackendError
-from batchtune.lr import warmup_factor
-from batchtune.recipe import load_recipe
+from batchtune.recipe.load import load_recipe
 
 # reverse 4 letters from a 50-step warm start: held-out reward ~0.73, RL climbs within ~2k responses
 BASE = [
@@ -333,7 +333,7 @@ def test_default_probe_finds_the_critical_batch_inside_the_range(tmp_path):
     recipes/tiny-ppo.toml shows the same (critical batch 32) in ~45 s; it is measured in the docs
     rather than here, to keep this file under a minute.
     """
-    from batchtune.probe import run_probe
+    from batchtune.measure.probe import run_probe
 
     root = Path(__file__).resolve().parents[2]
     result = run_probe(load_recipe(root / "recipes" / "tiny-grpo.toml"), tmp_path / "results")

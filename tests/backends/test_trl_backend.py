@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from batchtune.backends.spec import Candidate, RunSpec
-from batchtune.recipe import load_recipe, shipped_recipes
+from batchtune.recipe.load import load_recipe, shipped_recipes
 
 pytest.importorskip("trl")
 
@@ -89,7 +89,7 @@ def test_tokenizer_matches_the_tiny_model_ids():
 def test_shipped_tiny_recipe_runs_one_candidate(tmp_path):
     """recipes/tiny-trl-grpo.toml as shipped, first candidate and seed (warm start cut for time)."""
     from batchtune.backends.trl_backend import TRLBackend
-    from batchtune.plan import plan_candidates, run_id
+    from batchtune.measure.plan import plan_candidates, run_id
 
     recipe = load_recipe(
         shipped_recipes()["tiny-trl-grpo"], ["model.pretrain_steps=20", "budget.max_samples=128"]

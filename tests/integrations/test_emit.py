@@ -159,7 +159,7 @@ def test_recommend_emits_for_the_winner():
     """`batchtune recommend --emit` path: the published Hunyuan example's winner, 1024 prompts x 8."""
     from pathlib import Path
 
-    from batchtune.recipe import shipped_recipes
+    from batchtune.recipe.load import shipped_recipes
     from batchtune.workflow import recommend_from_args
 
     measurements = Path(shipped_recipes()["hunyuan-grpo-measurements"])

@@ -11,7 +11,7 @@ from batchtune.backends.spec import Candidate, RunSpec
 from batchtune.errors import InputError
 from batchtune.integrations import read_log
 from batchtune.integrations.trl import find_trainer_state, read_trl_state, trl_run_info
-from batchtune.recipe import load_recipe
+from batchtune.recipe.load import load_recipe
 
 pytest.importorskip("trl")
 

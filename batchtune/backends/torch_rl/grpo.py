@@ -24,7 +24,7 @@ import torch
 from batchtune.backends.models import LoadedModel
 from batchtune.backends.torch_rl.optim import build_optimizer, check_finite, clip_and_norm, set_lr
 from batchtune.backends.torch_rl.rollout import Rollout, chunks, token_logprobs
-from batchtune.recipe import Recipe
+from batchtune.recipe.schema import Recipe
 
 ADV_EPS = 1e-6
 

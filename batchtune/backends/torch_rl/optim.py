@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 import torch
 
+from batchtune.analysis.lr import adam_sde_hparams
 from batchtune.backends.spec import RunFailed
-from batchtune.lr import adam_sde_hparams
-from batchtune.recipe import LRScalingConfig, OptimizerConfig
+from batchtune.recipe.schema import LRScalingConfig, OptimizerConfig
 
 
 def build_optimizer(

@@ -27,7 +27,7 @@ from batchtune.backends.models import LoadedModel
 from batchtune.backends.torch_rl.grpo import UpdateStats, clipped_pg, minibatch_groups
 from batchtune.backends.torch_rl.optim import build_optimizer, check_finite, clip_and_norm, set_lr
 from batchtune.backends.torch_rl.rollout import Rollout, chunks, hidden_states, token_logprobs
-from batchtune.recipe import Recipe
+from batchtune.recipe.schema import Recipe
 
 
 def gae(

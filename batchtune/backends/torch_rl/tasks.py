@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchtune.errors import BackendError
-from batchtune.recipe import TaskConfig
+from batchtune.recipe.schema import TaskConfig
 
 BUILTIN_TASKS = ("arithmetic", "copy", "sort", "reverse")
 LETTERS = "abcdefghij"  # a small alphabet keeps the tiny tasks learnable by a 2-layer model

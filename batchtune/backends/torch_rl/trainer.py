@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import torch
 
+from batchtune.analysis.lr import warmup_factor
 from batchtune.backends.models import LoadedModel, load_model, resolve_device, resolve_dtype
 from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec
 from batchtune.backends.torch_rl.grpo import GRPOLearner, UpdateStats
@@ -24,7 +25,6 @@ from batchtune.backends.torch_rl.ppo import PPOLearner
 from batchtune.backends.torch_rl.rollout import chunks, generate
 from batchtune.backends.torch_rl.tasks import Example, Task, make_task
 from batchtune.backends.torch_rl.warmstart import warm_start_state
-from batchtune.lr import warmup_factor
 from batchtune.records import StepRecord
 
 

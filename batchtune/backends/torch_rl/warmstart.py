@@ -28,7 +28,7 @@ import torch
 
 from batchtune.backends.models import LoadedModel, load_model
 from batchtune.backends.torch_rl.tasks import Task
-from batchtune.recipe import Recipe
+from batchtune.recipe.schema import Recipe
 
 WARMSTART_SEED = 1234  # fixed on purpose: the warm start must not depend on the run's seed
 CACHE_VERSION = 1  # bump when the warm-start procedure changes, so stale caches are not reused

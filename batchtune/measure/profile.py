@@ -15,26 +15,28 @@ goes to an optional ``progress(done, total, description)`` callback.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from batchtune.backends.spec import GenRequest, ModelInfo, OutOfMemory, RunFailed
-from batchtune.profile_analysis import (
+from batchtune.analysis.profile import (
     ModeProfile,
     ProfileResult,
     RooflinePrediction,
     analyse_throughput,
     known_hardware_for_device,
-    model_info_for_recipe,
     resolve_hardware,
     roofline_only,
 )
-from batchtune.recipe import Recipe
+from batchtune.backends.spec import GenRequest, ModelInfo, OutOfMemory, RunFailed
+from batchtune.errors import BackendError
+from batchtune.events import SweepProgress
+from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore, ThroughputPoint
 
 __all__ = [
@@ -45,11 +47,42 @@ __all__ = [
     "analyse_throughput",
     "known_hardware_for_device",
     "model_info_for_recipe",
+    "predict_roofline",
     "roofline_only",
     "run_profile",
 ]
 
-ProgressFn = Callable[[int, int, str], None]
+ProgressFn = SweepProgress
+
+
+def model_info_for_recipe(recipe: Recipe, device: str = "cuda") -> ModelInfo:
+    """The model's shape without loading weights: the tiny model's config, or ``config.json`` of a
+    local model directory. dtype ``auto`` is float32 on CPU and the config's (else bf16) on a GPU."""
+    from batchtune.backends.timing import DTYPE_BYTES, model_info_from_config
+
+    m = recipe.model
+    on_cpu = device in ("", "cpu")
+    if m.name == "tiny-llama":
+        from batchtune.backends.models import CharTokenizer, tiny_llama_config
+
+        cfg = tiny_llama_config(m, CharTokenizer().vocab_size).to_dict()
+        dtype = m.dtype if m.dtype != "auto" else ("float32" if on_cpu else "bfloat16")
+        return model_info_from_config(cfg, m.name, DTYPE_BYTES[dtype])
+    path = Path(m.name) / "config.json"
+    if not path.is_file():
+        raise BackendError(
+            f"no config.json for model {m.name!r}: give a local model directory to compute its shape"
+        )
+    cfg = json.loads(path.read_text())
+    dtype = m.dtype
+    if dtype == "auto":
+        dtype = "float32" if on_cpu else str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    return model_info_from_config(cfg, m.name, DTYPE_BYTES.get(dtype, 2.0))
+
+
+def predict_roofline(recipe: Recipe, hardware: str | None = None) -> RooflinePrediction:
+    """The roofline prediction for the recipe's model (its shape from the config, no weights)."""
+    return roofline_only(recipe, hardware, model_info=model_info_for_recipe(recipe, "cuda"))
 
 
 # ---- measuring ----------------------------------------------------------------------------------
@@ -117,6 +150,7 @@ def run_profile(recipe: Recipe, store: ResultsStore, progress: ProgressFn | None
     info: ModelInfo | None = None
     try:
         info = backend.model_info()
+        store.write_model_info(profile_id, info)  # the analysis reads the shape from here, never a model
         device = str(getattr(backend, "device_name", "") or recipe.hardware.device)
         common = {
             "backend": g.backend,

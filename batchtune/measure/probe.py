@@ -11,20 +11,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from batchtune import backends
-from batchtune.analysis.curves import samples_to_target
+from batchtune.analysis.curves import samples_to_target, target_confirmed
 from batchtune.analysis.efficiency import RunData, SampleEfficiency, analyse_runs
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.errors import AnalysisError, InputError
-from batchtune.plan import Plan, plan_candidates, run_id
-from batchtune.recipe import Recipe, recipe_from_dict
-from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord
+from batchtune.events import ProbeEvents
+from batchtune.measure.plan import Plan, plan_candidates, run_id
+from batchtune.recipe.load import recipe_from_dict
+from batchtune.recipe.schema import Recipe
+from batchtune.records import ResultsStore, RunRecord
 
 # Recipe sections whose change makes earlier runs incomparable with new ones.
 _RUN_DEFINING = ("model", "task", "algorithm", "optimizer", "lr_scaling", "nqm", "target")
@@ -34,7 +35,7 @@ _RUN_DEFINING_KEYS = {
     "budget": ("max_samples",),
 }
 
-ProgressFn = Callable[[str, dict[str, Any]], None]
+ProgressFn = ProbeEvents
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class ProbeResult:
     runs_done: int  # runs executed by this invocation
     runs_skipped: int  # finished earlier and reused
     wall_s: float
-    plot_path: Path | None
+    plot_path: Path | None = None  # the learning-curve plot, drawn by the workflow
 
 
 def _defining(recipe: Recipe) -> dict[str, Any]:
@@ -175,7 +176,7 @@ def execute_run(
                             higher_is_better=policy.higher_is_better,
                             ema_alpha=policy.ema_alpha,
                         )
-                        if not crossing.censored:
+                        if target_confirmed(crossing):  # 20% past R: no end-of-curve bias
                             status = "reached_target"
                             reason = f"reached the target at {crossing.samples_to_target:.0f} samples"
                             break
@@ -365,35 +366,12 @@ def run_probe(
     band = _band_samples(store, recipe, plan)
     done += _run_many(recipe, store, plan, rest, _stop_policy(recipe, band), progress)
     efficiency = analyse_store(store, recipe, plan)
-    plot_path = None
-    try:
-        plot_path = plot_probe(store, recipe, efficiency)
-    except ImportError:
-        plot_path = None
     return ProbeResult(
         plan=plan,
         efficiency=efficiency,
         runs_done=done,
         runs_skipped=len(jobs) - len(todo),
         wall_s=time.perf_counter() - t0,
-        plot_path=plot_path,
-    )
-
-
-def plot_probe(store: ResultsStore, recipe: Recipe, efficiency: SampleEfficiency) -> Path:
-    from batchtune.plots import plot_learning_curves
-
-    curves: dict[str, list[tuple[list[float], list[float]]]] = {}
-    for run in load_run_data(store):
-        if run.record.status in FAILED_STATUSES:  # reported in the table; would wreck the axes
-            continue
-        s, v = run.curve(efficiency.metric)
-        curves.setdefault(run.record.candidate, []).append((s.tolist(), v.tolist()))
-    order = [c.label for c in efficiency.candidates if c.label in curves]
-    curves = {lab: curves[lab] for lab in order}
-    store.plots_dir.mkdir(parents=True, exist_ok=True)
-    return plot_learning_curves(
-        curves, efficiency.target, efficiency.metric, store.plots_dir / "learning_curves.png"
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from batchtune.recipe import Recipe
+    from batchtune.recipe.schema import Recipe
 
 
 def check_recipe(recipe: Recipe) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from batchtune.probe import ProgressFn
+from batchtune.events import ProbeEvents as ProgressFn
 
 
 @contextlib.contextmanager

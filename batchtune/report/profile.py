@@ -1,53 +1,13 @@
-"""`batchtune profile-gen`: run the profile (or the roofline-only prediction) and render it."""
+"""Terminal tables of a generation/training profile and of a roofline-only prediction."""
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from batchtune.recipe import Recipe
-from batchtune.records import ResultsStore
-from batchtune.report import fmt_n
-
-
-def run_profile_command(
-    cfg: Recipe, console: Console, *, json_out: bool, roofline_only: bool = False, quiet_json: bool = False
-) -> Any:
-    """Profile this machine (or predict from the roofline) and print tables or JSON."""
-    from batchtune.plots import plot_profile, plot_roofline
-    from batchtune.profile import roofline_only as predict
-    from batchtune.profile import run_profile
-    from batchtune.progress import simple_progress
-
-    store = ResultsStore(cfg.run.results_dir)
-    if roofline_only:
-        hw = None if cfg.hardware.name == "auto" else cfg.hardware.name
-        pred = predict(cfg, hardware=hw)
-        store.plots_dir.mkdir(parents=True, exist_ok=True)
-        path = plot_roofline(pred, store.plots_dir / "roofline.png")
-        if json_out:
-            if not quiet_json:
-                sys.stdout.write(json.dumps({**pred.to_dict(), "plot": str(path)}, indent=2) + "\n")
-        else:
-            render_prediction(console, pred)
-            console.print(f"Roofline plot: {path}")
-        return pred
-    with simple_progress(console, "profiling", enabled=not json_out) as progress:
-        result = run_profile(cfg, store, progress)
-    paths = plot_profile(result, store.plots_dir)
-    if json_out:
-        if not quiet_json:
-            data = {**result.to_dict(), "plots": [str(p) for p in paths]}
-            sys.stdout.write(json.dumps(data, indent=2) + "\n")
-    else:
-        render_profile(console, result)
-        for p in paths:
-            console.print(f"Plot: {p}")
-    return result
+from batchtune.report.terminal import fmt_n
 
 
 def render_profile(console: Console, result: Any) -> None:

@@ -4,19 +4,15 @@ recipe (no engine), so a profile can be re-analysed from records on disk (METHOD
     analyse_throughput(points, recipe)   -> ProfileResult (knee, fit, roofline fraction, train fit)
     roofline_only(recipe, "H100-SXM")    -> RooflinePrediction for hardware the user does not have
 
-The model's shape comes from the tiny model's config or a local config.json: torch and
-transformers are imported for the tiny config only, and never to load weights.
+The model's shape comes with the profile's records (stored by measure/profile.py); nothing here
+builds or loads a model.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from batchtune.analysis.roofline import (
@@ -39,10 +35,10 @@ from batchtune.analysis.throughput import (
     fit_gen_throughput,
     fit_train_time,
 )
-from batchtune.backends.spec import ModelInfo
-from batchtune.errors import AnalysisError, BackendError, BatchtuneError
-from batchtune.recipe import Recipe
-from batchtune.records import ThroughputPoint
+from batchtune.codec import to_jsonable
+from batchtune.errors import AnalysisError
+from batchtune.recipe.schema import Recipe
+from batchtune.records import ModelInfo, ThroughputPoint
 
 # ---- results ------------------------------------------------------------------------------------
 
@@ -108,13 +104,13 @@ class ProfileResult:
                 "critical_concurrency": m.critical_concurrency,
                 "knee_fraction_of_bound": m.knee_fraction_of_bound,
                 "ceiling": m.ceiling,
-                "knee": _plain(m.knee),
-                "fit": _plain(m.fit),
-                "roofline": [_plain(r) for r in m.roofline],
+                "knee": to_jsonable(m.knee),
+                "fit": to_jsonable(m.fit),
+                "roofline": [to_jsonable(r) for r in m.roofline],
                 "note": m.note,
-                "points": [_plain(p) for p in m.points],
+                "points": [to_jsonable(p) for p in m.points],
             }
-        return _plain(
+        return to_jsonable(
             {
                 "profile_id": self.profile_id,
                 "is_prediction": self.is_prediction,
@@ -161,7 +157,7 @@ class RooflinePrediction:
             }
             for i in range(c.concurrency.size)
         ]
-        return _plain(
+        return to_jsonable(
             {
                 "is_prediction": True,
                 "note": self.note,
@@ -173,21 +169,6 @@ class RooflinePrediction:
                 "points": rows,
             }
         )
-
-
-def _plain(obj: Any) -> Any:
-    """JSON-ready: dataclasses to dicts, tuples to lists, non-finite floats to strings."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _plain({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
-        return _plain(obj.item())
-    return obj
 
 
 # ---- hardware and model shape -------------------------------------------------------------------
@@ -265,31 +246,6 @@ def _host_memory_bytes() -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def model_info_for_recipe(recipe: Recipe, device: str = "cuda") -> ModelInfo:
-    """The model's shape without loading weights: the tiny model's config, or ``config.json`` of a
-    local model directory. dtype ``auto`` is float32 on CPU and the config's (else bf16) on a GPU."""
-    from batchtune.backends.timing import DTYPE_BYTES, model_info_from_config
-
-    m = recipe.model
-    on_cpu = device in ("", "cpu")
-    if m.name == "tiny-llama":
-        from batchtune.backends.models import CharTokenizer, tiny_llama_config
-
-        cfg = tiny_llama_config(m, CharTokenizer().vocab_size).to_dict()
-        dtype = m.dtype if m.dtype != "auto" else ("float32" if on_cpu else "bfloat16")
-        return model_info_from_config(cfg, m.name, DTYPE_BYTES[dtype])
-    path = Path(m.name) / "config.json"
-    if not path.is_file():
-        raise BackendError(
-            f"no config.json for model {m.name!r}: give a local model directory to compute its shape"
-        )
-    cfg = json.loads(path.read_text())
-    dtype = m.dtype
-    if dtype == "auto":
-        dtype = "float32" if on_cpu else str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-    return model_info_from_config(cfg, m.name, DTYPE_BYTES.get(dtype, 2.0))
-
-
 def model_shape(info: ModelInfo) -> ModelShape:
     kv = kv_bytes_per_token(info.n_layers, info.n_kv_heads, info.head_dim, info.bytes_per_param)
     return ModelShape(info.n_params, info.n_active_params, info.bytes_per_param, kv)
@@ -308,8 +264,9 @@ def analyse_throughput(
 ) -> ProfileResult:
     """Rebuild a ProfileResult from stored points (one profile: ``profile_id``, else the last one).
 
-    The model's shape for the roofline comes from ``model_info`` or, without it, from the recipe
-    (:func:`model_info_for_recipe`), so the analysis reruns from records on disk alone.
+    The model's shape for the roofline is ``model_info``, the one stored with the profile
+    (``ResultsStore.model_info``): the analysis reruns from records on disk alone and never builds
+    a model.
     """
     if not points:
         raise AnalysisError("no throughput points to analyse; run `batchtune profile-gen` first")
@@ -321,13 +278,8 @@ def analyse_throughput(
     device = mine[0].hardware
     hw, roof_note = resolve_hardware(recipe, device)
     info = model_info
-    if info is None:
-        try:
-            info = model_info_for_recipe(recipe, device)
-        except BatchtuneError as exc:
-            info = None
-            if hw is not None:
-                hw, roof_note = None, f"no roofline: {exc}"
+    if info is None and hw is not None:
+        hw, roof_note = None, f"no roofline: no model shape stored with profile {pid!r}; rerun profile-gen"
     modes: dict[str, ModeProfile] = {}
     mode_names = list(dict.fromkeys([*recipe.generation.modes, *(p.mode for p in gen)]))
     for mode in mode_names:
@@ -401,15 +353,16 @@ def roofline_only(
     hardware: str | None = None,
     concurrencies: Sequence[float] | None = None,
     context_tokens: float | None = None,
-    model_info: ModelInfo | None = None,
+    *,
+    model_info: ModelInfo,
 ) -> RooflinePrediction:
     """Roofline bound of decoding for the recipe's model on ``hardware`` (a KNOWN_HARDWARE name,
     else ``recipe.hardware.name``; the recipe's peak_flops/hbm_bytes_per_s/memory_bytes overrides
     apply only to the recipe's own hardware). No engine runs: a prediction.
 
-    The model's shape comes from ``model_info`` or the recipe (tiny config or local config.json,
-    no weights loaded). ``context_tokens`` defaults to prompt + half the maximum response, the mean
-    KV length of a fixed-length batch over its decode.
+    ``model_info`` is the model's shape (measure.profile.model_info_for_recipe builds it from a
+    config without loading weights). ``context_tokens`` defaults to prompt + half the maximum
+    response, the mean KV length of a fixed-length batch over its decode.
     """
     hc = recipe.hardware
     name = hardware or (hc.name if hc.name != "auto" else None)
@@ -419,7 +372,7 @@ def roofline_only(
     if hardware is None or hardware == hc.name:  # the recipe's overrides belong to the recipe's hardware
         overrides = _hardware_overrides(recipe)
     hw = get_hardware(name, **overrides)
-    info = model_info or model_info_for_recipe(recipe, "cuda")
+    info = model_info
     g = recipe.generation
     ctx = float(context_tokens) if context_tokens is not None else g.prompt_tokens + g.max_new_tokens / 2.0
     conc = list(concurrencies) if concurrencies else sorted(set(g.concurrency))

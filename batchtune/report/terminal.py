@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from batchtune.analysis.efficiency import SampleEfficiency
-from batchtune.recommend import Recommendation
+from batchtune.analysis.recommend import Recommendation
 
 STATUS_STYLE = {
     "reference": "bold cyan",

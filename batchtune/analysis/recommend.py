@@ -13,13 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
+from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency
+from batchtune.analysis.profile import ProfileResult
 from batchtune.analysis.ranking import Ranking, rank_time_to_target
 from batchtune.analysis.throughput import Knee, generation_time_s
 from batchtune.errors import AnalysisError
-from batchtune.measurements import Measurements
-from batchtune.profile_analysis import ProfileResult
-from batchtune.serialize import efficiency_to_dict, num
 
 
 @dataclass(frozen=True)
@@ -52,9 +50,6 @@ class Recommendation:
     winner_throughput: Throughput
     confirm: str
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def to_dict(self) -> dict[str, Any]:
-        return recommendation_to_dict(self)
 
 
 def throughput_from_profile(
@@ -107,41 +102,6 @@ def throughput_from_probe(cands: Sequence[CandidateEfficiency], other_s: float) 
     if not per:
         raise AnalysisError("no timings to predict throughput from: run `batchtune profile-gen` first")
     return ThroughputModel("probe timings", True, per)
-
-
-def measurements_reference(m: Measurements) -> str:
-    """study.reference, else the smallest LR-scaled candidate (as the invariance test uses)."""
-    if m.study.reference:
-        return m.study.reference
-    main = [mc.efficiency for mc in m.candidates if mc.efficiency.family == "main"]
-    if not main:
-        raise AnalysisError(f"{m.path}: every candidate is a fixed-LR control; name study.reference")
-    return min(main, key=lambda e: e.batch_responses).label
-
-
-def throughput_from_measurements(m: Measurements) -> ThroughputModel:
-    by = {mc.efficiency.label: mc for mc in m.candidates}
-    ref = by[measurements_reference(m)]
-    ref_rps = ref.responses_per_s
-    if ref_rps is None and any(mc.responses_per_s is not None for mc in m.candidates):
-        raise AnalysisError(
-            f"{m.path}: the reference {ref.efficiency.label} has only a throughput_ratio while others "
-            "give responses_per_s; give the reference an absolute throughput (or all of them ratios)"
-        )
-    per: dict[str, Throughput] = {}
-    absolute = True
-    for label, mc in by.items():
-        if mc.responses_per_s is not None:
-            rps = mc.responses_per_s
-        elif mc.throughput_ratio is not None and ref_rps is not None:
-            rps = mc.throughput_ratio * ref_rps
-        elif mc.throughput_ratio is not None:
-            rps, absolute = mc.throughput_ratio, False
-        else:
-            raise AnalysisError(f"{m.path}: no throughput for {label}")
-        e = mc.efficiency
-        per[label] = Throughput(rps, e.gen_s_per_step or None, e.train_s_per_step or None, e.other_s_per_step)
-    return ThroughputModel("measurements file", absolute, per)
 
 
 def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Recommendation:
@@ -225,75 +185,3 @@ def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput,
         text += f", about {when} at the predicted throughput"
     text += ". If it needs clearly more, the probe was too short or too noisy: add seeds and probe again."
     return text
-
-
-def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
-    eff, thr, w, wt = rec.efficiency, rec.throughput, rec.winner, rec.winner_throughput
-    by_rank = {c.name: c for c in rec.ranking.candidates}
-    wr = by_rank[w.label]
-    data = efficiency_to_dict(eff)
-    for c in data["candidates"]:
-        r = by_rank.get(c["name"])
-        t = thr.per_candidate.get(c["name"])
-        c.update(
-            {
-                "responses_per_s": num(t.responses_per_s) if t else None,
-                "gen_s_per_step": num(t.gen_s) if t else None,
-                "train_s_per_step": num(t.train_s) if t else None,
-                "other_s_per_step": num(t.other_s) if t else None,
-                "rank": r.rank if r else None,
-                "time_to_target_s": num(r.time_to_target_s) if r and thr.absolute else None,
-                "time_ratio": num(r.time_ratio) if r else None,
-                "time_ratio_ci": [num(r.time_ratio_ci[0]), num(r.time_ratio_ci[1])] if r else None,
-                "throughput_ratio": num(r.throughput_ratio) if r else None,
-            }
-        )
-    knee = thr.knee
-    data.update(
-        {
-            "recommended": {
-                "name": w.label,
-                "prompts": w.prompts,
-                "group_size": w.group_size,
-                "batch_responses": w.batch_responses,
-                "lr": num(w.lr),
-                "lr_rule": w.lr_rule,
-                "generation_concurrency": wt.generation_concurrency,
-                "time_to_target_s": num(wr.time_to_target_s) if thr.absolute else None,
-                "time_to_target_h": num(wr.time_to_target_s / 3600) if thr.absolute else None,
-                "time_ratio": num(wr.time_ratio),
-                "time_ratio_ci": [num(wr.time_ratio_ci[0]), num(wr.time_ratio_ci[1])],
-                "samples_to_target": num(w.estimate.samples_to_target),
-                "responses_per_s": num(wt.responses_per_s),
-                "reason": rec.ranking.reason,
-                "confirm": rec.confirm,
-            },
-            "throughput_source": thr.source,
-            "throughput_absolute": thr.absolute,
-            "critical_generation_batch": None
-            if knee is None
-            else {
-                "concurrency": num(knee.concurrency),
-                "threshold": knee.threshold,
-                "saturated": knee.saturated,
-                "from_fit": num(knee.from_fit),
-                "reason": knee.reason,
-                "mode": thr.mode,
-            },
-            "notes": list(rec.notes),
-        }
-    )
-    return {"recommended": data.pop("recommended"), **data}
-
-
-def assess_measurements(m: Measurements) -> SampleEfficiency:
-    s = m.study
-    return assess(
-        [mc.efficiency for mc in m.candidates],
-        metric=s.metric,
-        target=s.target,
-        higher_is_better=s.higher_is_better,
-        tolerance=s.tolerance,
-        confidence=s.confidence,
-        reference=measurements_reference(m),
-    )

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from batchtune.analysis.lr import scaled_lr
 from batchtune.backends.spec import Candidate
 from batchtune.errors import RecipeError
-from batchtune.lr import scaled_lr
-from batchtune.recipe import Recipe
+from batchtune.recipe.schema import Recipe
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 from batchtune.errors import InputError
 from batchtune.integrations.common import RunInfo
 from batchtune.integrations.readers import ImportResult, import_runs, read_log
-from batchtune.recipe import Recipe, apply_overrides, recipe_from_dict
+from batchtune.recipe.load import apply_overrides, recipe_from_dict
+from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore
 
 

@@ -1,0 +1,1 @@
+"""Recipes: the schema (the only defaults), loading (TOML, --set, shipped recipes) and cross-field checks."""

@@ -1,0 +1,1 @@
+"""Rendering: terminal tables, progress, plots and JSON output, from result objects."""

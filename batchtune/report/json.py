@@ -1,0 +1,129 @@
+"""JSON-ready dictionaries of the result objects, under the one codec (batchtune.codec)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batchtune import codec
+from batchtune.analysis.efficiency import SampleEfficiency
+from batchtune.analysis.recommend import Recommendation
+
+
+def num(x: float | None) -> float | str | None:
+    """A JSON number under the one convention (batchtune.codec): NaN -> null, inf -> "inf"."""
+    return None if x is None else codec.to_jsonable(float(x))
+
+
+def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
+    crit = eff.critical
+    candidates = []
+    for c in eff.candidates:
+        est = c.estimate
+        ratio = c.verdict.ratio if c.verdict else None
+        candidates.append(
+            {
+                "name": c.label,
+                "prompts": c.prompts,
+                "group_size": c.group_size,
+                "batch_responses": c.batch_responses,
+                "lr": num(c.lr),
+                "lr_rule": c.lr_rule,
+                "family": c.family,
+                "status": c.status,
+                "status_reason": c.verdict.reason if c.verdict else "; ".join(c.failures),
+                "samples_to_target": num(est.samples_to_target) if est else None,
+                "samples_ci": [num(est.ci_low), num(est.ci_high)] if est else None,
+                "sample_ratio": num(ratio.ratio) if ratio else (1.0 if c.label == eff.reference else None),
+                "sample_ratio_ci": [num(ratio.ci_low), num(ratio.ci_high)] if ratio else None,
+                "n_seeds": est.n_seeds if est else 0,
+                "n_censored": est.n_censored if est else 0,
+                "per_seed_samples_to_target": [num(v) for v in est.per_seed] if est else [],
+                "failures": list(c.failures),
+                "probe_samples": c.samples_consumed,
+                "probe_wall_s": c.wall_s,
+            }
+        )
+    return {
+        "reference": eff.reference,
+        "metric": eff.metric,
+        "target": num(eff.target),
+        "higher_is_better": eff.higher_is_better,
+        "tolerance": eff.tolerance,
+        "critical_training_batch": None
+        if crit is None
+        else {
+            "batch_responses": num(crit.batch),
+            "lower": num(crit.lower),
+            "upper": num(crit.upper),
+            "interpolated": num(crit.interpolated),
+            "reason": crit.reason,
+        },
+        "gradient_noise": {
+            "grad_norm_slope": num(eff.grad_slope.slope) if eff.grad_slope else None,
+            "grad_norm_slope_ci": [num(v) for v in eff.grad_slope.slope_ci] if eff.grad_slope else None,
+            "b_simple": num(eff.noise_scale.b_simple) if eff.noise_scale else None,
+            "critic_grad_norm_slope": num(eff.critic_grad_slope.slope) if eff.critic_grad_slope else None,
+        },
+        "probe_cost": {"samples": eff.total_samples, "wall_s": eff.total_wall_s},
+        "candidates": candidates,
+        "notes": list(eff.notes),
+    }
+
+
+def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
+    eff, thr, w, wt = rec.efficiency, rec.throughput, rec.winner, rec.winner_throughput
+    by_rank = {c.name: c for c in rec.ranking.candidates}
+    wr = by_rank[w.label]
+    data = efficiency_to_dict(eff)
+    for c in data["candidates"]:
+        r = by_rank.get(c["name"])
+        t = thr.per_candidate.get(c["name"])
+        c.update(
+            {
+                "responses_per_s": num(t.responses_per_s) if t else None,
+                "gen_s_per_step": num(t.gen_s) if t else None,
+                "train_s_per_step": num(t.train_s) if t else None,
+                "other_s_per_step": num(t.other_s) if t else None,
+                "rank": r.rank if r else None,
+                "time_to_target_s": num(r.time_to_target_s) if r and thr.absolute else None,
+                "time_ratio": num(r.time_ratio) if r else None,
+                "time_ratio_ci": [num(r.time_ratio_ci[0]), num(r.time_ratio_ci[1])] if r else None,
+                "throughput_ratio": num(r.throughput_ratio) if r else None,
+            }
+        )
+    knee = thr.knee
+    data.update(
+        {
+            "recommended": {
+                "name": w.label,
+                "prompts": w.prompts,
+                "group_size": w.group_size,
+                "batch_responses": w.batch_responses,
+                "lr": num(w.lr),
+                "lr_rule": w.lr_rule,
+                "generation_concurrency": wt.generation_concurrency,
+                "time_to_target_s": num(wr.time_to_target_s) if thr.absolute else None,
+                "time_to_target_h": num(wr.time_to_target_s / 3600) if thr.absolute else None,
+                "time_ratio": num(wr.time_ratio),
+                "time_ratio_ci": [num(wr.time_ratio_ci[0]), num(wr.time_ratio_ci[1])],
+                "samples_to_target": num(w.estimate.samples_to_target),
+                "responses_per_s": num(wt.responses_per_s),
+                "reason": rec.ranking.reason,
+                "confirm": rec.confirm,
+            },
+            "throughput_source": thr.source,
+            "throughput_absolute": thr.absolute,
+            "critical_generation_batch": None
+            if knee is None
+            else {
+                "concurrency": num(knee.concurrency),
+                "threshold": knee.threshold,
+                "saturated": knee.saturated,
+                "from_fit": num(knee.from_fit),
+                "reason": knee.reason,
+                "mode": thr.mode,
+            },
+            "notes": list(rec.notes),
+        }
+    )
+    return {"recommended": data.pop("recommended"), **data}
