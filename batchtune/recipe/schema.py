@@ -172,6 +172,27 @@ class BackendConfig:
 
 
 @dataclass(frozen=True)
+class ProbeConfig:
+    # grid: every candidate a run from scratch towards the target (METHOD §3.2);
+    # branched: one trunk at the reference batch, checkpointed, and short branches at k x the batch
+    # from each checkpoint (Merrill et al. 2025, arXiv 2505.23971); the [branch] section sets it up
+    mode: str = "grid"
+
+
+@dataclass(frozen=True)
+class BranchConfig:
+    """Branched probes: a trunk at the reference batch (first seed of budget.seeds) saves checkpoints;
+    from each, every main candidate runs a window at its scaled LR, once per seed (the reference's
+    own branch is the control the others are compared with)."""
+
+    trunk_samples: int = 4096  # samples the trunk trains before the last checkpoint
+    checkpoints: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0])  # fractions of trunk_samples
+    window_samples: int = 1024  # each branch is compared with the control over this many samples
+    max_window_factor: float = 2.0  # a branch still behind the control after this x window is censored
+    skip_after_deviating: bool = True  # at a checkpoint, larger batches are skipped once one deviates
+
+
+@dataclass(frozen=True)
 class NQMConfig:
     """Noisy quadratic model (Zhang et al. 2019): a simulation, used for tests and demos."""
 
@@ -201,6 +222,8 @@ class Recipe:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     nqm: NQMConfig = field(default_factory=NQMConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    branch: BranchConfig = field(default_factory=BranchConfig)
     source: str = ""  # the file it came from; set by the loader
 
     def to_dict(self) -> dict[str, Any]:
@@ -219,5 +242,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "generation.backend": ("transformers", "vllm", "simulated"),
     "hardware.device": ("auto", "cpu", "cuda"),
     "backend.training": ("torch", "nqm", "command", "trl"),
+    "probe.mode": ("grid", "branched"),
     "backend.command_log_format": ("jsonl", "csv", "verl", "trl", "tensorboard", "wandb"),
 }
