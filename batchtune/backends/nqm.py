@@ -22,7 +22,9 @@ floor  s_i = alpha n / (B (2 - alpha h_i)); stable only while alpha h_max < 2.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -38,7 +40,15 @@ from batchtune.backends.nqm_theory import (  # noqa: F401  (re-exported)
     nqm_loss,
     nqm_minibatch_gradient,
 )
-from batchtune.backends.spec import GenRequest, GenResult, ModelInfo, OutOfMemory, RunFailed, RunSpec
+from batchtune.backends.spec import (
+    GenRequest,
+    GenResult,
+    ModelInfo,
+    OutOfMemory,
+    RunFailed,
+    RunSpec,
+    checkpoint_path,
+)
 from batchtune.errors import BackendError
 from batchtune.recipe.schema import NQMConfig, Recipe
 from batchtune.records import StepRecord
@@ -140,6 +150,7 @@ class NQMBackend:
     """
 
     name = "nqm"
+    supports_checkpoints = True
 
     def train(self, spec: RunSpec) -> Iterator[StepRecord]:
         recipe, cand = spec.recipe, spec.candidate
@@ -163,6 +174,9 @@ class NQMBackend:
         gen_s = sim_decode_step_s(cfg, batch) * recipe.generation.max_new_tokens
         train_s = sim_train_step_s(cfg, batch)
         samples, step = 0, 0
+        if spec.resume_from is not None:  # the exact state: the data position is `samples`
+            theta, m, v, samples, step = load_nqm_checkpoint(spec.resume_from)
+        saves = sorted(x for x in spec.save_at_samples if x > samples)
         while samples < recipe.budget.max_samples:
             step += 1
             samples += batch
@@ -211,6 +225,31 @@ class NQMBackend:
                 gen_s=gen_s,
                 train_s=train_s,
             )
+            while saves and samples >= saves[0]:
+                assert spec.checkpoint_dir is not None, "save_at_samples needs a checkpoint_dir"
+                save_nqm_checkpoint(
+                    checkpoint_path(spec.checkpoint_dir, saves.pop(0)), theta, m, v, samples, step
+                )
+
+
+def save_nqm_checkpoint(
+    path: Path, theta: np.ndarray, m: np.ndarray, v: np.ndarray, samples: int, step: int
+) -> None:
+    """The whole NQM training state (parameters, Adam moments, counters; the data position is
+    ``samples``, as SampleStream is keyed by position), written atomically to ``path``.npz."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
+    np.savez(tmp, theta=theta, m=m, v=v, counters=np.array([samples, step], dtype=np.int64))
+    os.replace(tmp, path.with_suffix(".npz"))
+
+
+def load_nqm_checkpoint(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    try:
+        with np.load(path.with_suffix(".npz")) as z:
+            samples, step = (int(x) for x in z["counters"])
+            return z["theta"].copy(), z["m"].copy(), z["v"].copy(), samples, step
+    except OSError as exc:
+        raise RunFailed("failed", f"cannot read the NQM checkpoint {path}: {exc}") from None
 
 
 # ---- generation -----------------------------------------------------------------------------------

@@ -42,6 +42,17 @@ class RunSpec:
     run_dir: Path  # a folder the backend may use for its own files (logs, checkpoints)
     base_lr: float
     reference_batch: int  # total responses base_lr belongs to
+    # branched probes (measure/branched.py): start from a checkpoint a trunk saved, and/or save one
+    # at each of these cumulative sample counts into checkpoint_dir/ckpt-<samples>. A backend that
+    # cannot checkpoint says so with supports_checkpoints = False (RunFailed "failed" if asked).
+    resume_from: Path | None = None
+    save_at_samples: tuple[int, ...] = ()
+    checkpoint_dir: Path | None = None
+
+
+def checkpoint_path(checkpoint_dir: Path, samples: int) -> Path:
+    """Where the checkpoint taken after ``samples`` cumulative samples lives."""
+    return checkpoint_dir / f"ckpt-{samples}"
 
 
 class RunFailed(Exception):
