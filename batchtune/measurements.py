@@ -20,6 +20,8 @@ from batchtune.analysis.curves import estimate_from_value, estimate_over_seeds, 
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
 from batchtune.analysis.recommend import Throughput, ThroughputModel
 from batchtune.errors import AnalysisError, InputError
+from batchtune.recipe.schema import TargetConfig
+from batchtune.records import candidate_label
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -62,16 +64,19 @@ CURVE_KEYS: dict[str, tuple[type, ...]] = {"seed": (int,), "samples": (list,), "
 
 @dataclass(frozen=True)
 class Study:
-    name: str
-    metric: str
-    target: float
-    higher_is_better: bool
-    tolerance: float
-    confidence: float
-    reference: str
-    unit: str
-    source: str
-    algorithm: str  # grpo | ppo: what an emitted trainer config is for
+    """The [study] table; its defaults are the recipe's target defaults (recipe/schema.py)."""
+
+    name: str  # default: the file's stem
+    metric: str = "metric"
+    target: float = math.nan  # required when a candidate gives curves
+    higher_is_better: bool = TargetConfig.higher_is_better
+    tolerance: float = TargetConfig.tolerance
+    confidence: float = TargetConfig.confidence
+    ema_alpha: float = TargetConfig.ema_alpha
+    reference: str = ""  # default: the smallest LR-scaled candidate
+    unit: str = "responses"
+    source: str = ""
+    algorithm: str = "grpo"  # grpo | ppo: what an emitted trainer config is for
 
 
 @dataclass(frozen=True)
@@ -159,26 +164,16 @@ def load_measurements(path: str | Path) -> Measurements:
         positive = ("prompts", "group_size", "samples_to_target", "responses_per_s")
         if any(isinstance(c.get(k, 1), (int, float)) and c.get(k, 1) <= 0 for k in positive):
             errors.append(f"{where}: prompts, group_size, samples_to_target, responses_per_s must be > 0")
-    if study_raw.get("algorithm", "grpo") not in ("grpo", "ppo"):
+    if study_raw.get("algorithm", Study.algorithm) not in ("grpo", "ppo"):
         errors.append(f"study.algorithm: {study_raw['algorithm']!r} is not 'grpo' or 'ppo'")
     if any("curve" in c for c in cands_raw if isinstance(c, dict)) and "target" not in study_raw:
         errors.append("study.target: required when a candidate gives curves")
     if errors:
         raise InputError(f"{len(errors)} problem(s) in {p}: " + "; ".join(errors))
 
-    study = Study(
-        name=study_raw.get("name", p.stem),
-        metric=study_raw.get("metric", "metric"),
-        target=float(study_raw.get("target", math.nan)),
-        higher_is_better=study_raw.get("higher_is_better", True),
-        tolerance=float(study_raw.get("tolerance", 0.1)),
-        confidence=float(study_raw.get("confidence", 0.9)),
-        reference=study_raw.get("reference", ""),
-        unit=study_raw.get("unit", "responses"),
-        source=study_raw.get("source", ""),
-        algorithm=study_raw.get("algorithm", "grpo"),
-    )
-    out = [_candidate(c, study, float(study_raw.get("ema_alpha", 0.5)), p) for c in cands_raw]
+    given = {k: (float(v) if STUDY_KEYS[k] is _NUM else v) for k, v in study_raw.items() if k != "name"}
+    study = Study(name=study_raw.get("name") or p.stem, **given)
+    out = [_candidate(c, study, p) for c in cands_raw]
     labels = [m.efficiency.label for m in out]
     if len(set(labels)) != len(labels):
         raise InputError(f"{p}: candidate names repeat ({', '.join(labels)}); give each a distinct name")
@@ -187,10 +182,10 @@ def load_measurements(path: str | Path) -> Measurements:
     return Measurements(study=study, candidates=tuple(out), path=str(p))
 
 
-def _candidate(c: dict[str, Any], study: Study, ema_alpha: float, path: Path) -> MeasuredCandidate:
+def _candidate(c: dict[str, Any], study: Study, path: Path) -> MeasuredCandidate:
     rule = c.get("lr_rule", "given")
     fixed = rule == "none"
-    name = c.get("name") or f"P{c['prompts']}xG{c['group_size']}" + ("-fixedlr" if fixed else "")
+    name = c.get("name") or candidate_label(c["prompts"], c["group_size"], fixed_lr=fixed)
     if "curve" in c:
         crossings = [
             samples_to_target(
@@ -198,7 +193,7 @@ def _candidate(c: dict[str, Any], study: Study, ema_alpha: float, path: Path) ->
                 np.asarray(cv["metric"], float),
                 study.target,
                 higher_is_better=study.higher_is_better,
-                ema_alpha=ema_alpha,
+                ema_alpha=study.ema_alpha,
             )
             for cv in c["curve"]
         ]

@@ -44,6 +44,11 @@ RUN_STATUSES = (
 FAILED_STATUSES = ("diverged", "oom", "failed", "timeout")
 
 
+def candidate_label(prompts: int, group_size: int, *, fixed_lr: bool = False) -> str:
+    """The one name of a candidate, e.g. ``P16xG8`` (``P16xG8-fixedlr`` for a fixed-LR control)."""
+    return f"P{prompts}xG{group_size}" + ("-fixedlr" if fixed_lr else "")
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """One optimiser step of one run. Cumulative counters are totals since the run began."""
@@ -90,6 +95,10 @@ class RunRecord:
     backend: str = ""
     source: str = "probe"  # probe | a file it was imported from
     finished_at: float = 0.0  # unix time
+    # runs executing at once on this machine while this one ran (1 = alone); 0 = unknown (imported).
+    # Step times of runs sharing cores are contended, so Θ read from them is biased (recommend warns).
+    parallel_runs: int = 0
+    cpu_cores: int = 0  # os.cpu_count() of the machine that ran it; 0 = unknown
 
     @property
     def batch_responses(self) -> int:
@@ -264,7 +273,7 @@ class ResultsStore:
                 return
             steps = run_dir / "steps.jsonl"
             if steps.exists() and steps.stat().st_size:
-                steps.rename(run_dir / f"steps.stale-{time.strftime('%Y%m%dT%H%M%S')}.jsonl")
+                steps.rename(run_dir / f"steps.stale-{time.time_ns()}.jsonl")
             writer = RunWriter(run_dir)
             try:
                 yield writer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,8 +31,20 @@ def _probe_json(results: Path, *extra: str) -> dict:
     return json.loads(out.stdout)
 
 
-def test_nqm_probe_finds_critical_batch_and_records_divergence(tmp_path):
-    data = _probe_json(tmp_path / "r")
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> tuple[Path, dict]:
+    """One NQM probe shared by the module (read-only: copy it with `_copy` before mutating)."""
+    results = tmp_path_factory.mktemp("baseline") / "r"
+    return results, _probe_json(results)
+
+
+def _copy(baseline: tuple[Path, dict], dest: Path) -> Path:
+    shutil.copytree(baseline[0], dest)
+    return dest
+
+
+def test_nqm_probe_finds_critical_batch_and_records_divergence(baseline):
+    results, data = baseline
     crit = data["critical_training_batch"]
     # analytic critical batch of this recipe: 431 responses (docs/nqm.md); probed grid doubles
     assert crit["lower"] == 256 and crit["upper"] == 512
@@ -42,13 +55,13 @@ def test_nqm_probe_finds_critical_batch_and_records_divergence(tmp_path):
     assert by["P128xG8"]["status"] == "failed"
     assert all("diverged" in f for f in by["P128xG8"]["failures"])  # data, not a crash
     assert Path(data["plot"]).is_file()
-    runs = list((tmp_path / "r/runs").glob("*/run.json"))
+    runs = list((results / "runs").glob("*/run.json"))
     assert len(runs) == 24
 
 
-def test_resume_redoes_only_unfinished_runs(tmp_path):
-    results = tmp_path / "r"
-    first = _probe_json(results)
+def test_resume_redoes_only_unfinished_runs(tmp_path, baseline):
+    results = _copy(baseline, tmp_path / "r")
+    first = baseline[1]
     finished = sorted((results / "runs").glob("*/run.json"))
     stamps = {p: p.stat().st_mtime_ns for p in finished}
     victims = [results / "runs/P4xG8-s1/run.json", results / "runs/P64xG8-s0/run.json"]
@@ -63,6 +76,7 @@ def test_resume_redoes_only_unfinished_runs(tmp_path):
     assert list((results / "runs/P4xG8-s1").glob("steps.stale-*.jsonl"))  # old attempt kept
 
 
+@pytest.mark.slow
 def test_kill_minus_nine_then_resume_gives_the_same_answer(tmp_path):
     slow = ["--set", "nqm.dim=3000"]  # ~10 s in all, so the kill lands mid-probe
     reference = _probe_json(tmp_path / "whole", *slow)
@@ -84,8 +98,8 @@ def test_kill_minus_nine_then_resume_gives_the_same_answer(tmp_path):
     assert _summary(resumed) == _summary(reference)
 
 
-def test_parallel_workers_give_the_same_answer(tmp_path):
-    serial = _probe_json(tmp_path / "serial")
+def test_parallel_workers_give_the_same_answer(tmp_path, baseline):
+    serial = baseline[1]
     parallel = _probe_json(tmp_path / "parallel", "--workers", "2")
     assert _summary(parallel) == _summary(serial)
 
@@ -103,16 +117,15 @@ def test_two_processes_on_one_directory(tmp_path):
         assert [json.loads(s)["step"] for s in steps] == sorted({json.loads(s)["step"] for s in steps})
 
 
-def test_a_different_recipe_is_refused_in_the_same_directory(tmp_path):
-    _probe_json(tmp_path / "r")
-    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(tmp_path / "r"), "--set", "optimizer.lr=0.01"])
+def test_a_different_recipe_is_refused_in_the_same_directory(tmp_path, baseline):
+    results = _copy(baseline, tmp_path / "r")
+    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(results), "--set", "optimizer.lr=0.01"])
     assert out.exit_code == 2
     assert "different recipe" in out.output and "optimizer.lr" in out.output
 
 
-def test_probe_output_feeds_recommend(tmp_path):
-    results = tmp_path / "r"
-    _probe_json(results)
+def test_probe_output_feeds_recommend(tmp_path, baseline):
+    results = _copy(baseline, tmp_path / "r")
     out = CliRunner().invoke(app, ["recommend", "-r", str(results), "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
@@ -129,11 +142,13 @@ def test_tune_runs_all_three(tmp_path):
     assert data["recommended"]["generation_concurrency"] >= 1
 
 
-def test_library_api(tmp_path):
-    recipe = load_recipe(NQM, [f"run.results_dir={json.dumps(str(tmp_path / 'lib'))}"])
+def test_library_api(tmp_path, baseline):
+    results = _copy(baseline, tmp_path / "lib")
+    (results / "runs/P2xG8-s0/run.json").unlink()  # one run left to do, so every event fires
+    recipe = load_recipe(NQM, [f"run.results_dir={json.dumps(str(results))}"])
     events = []
     result = run_probe(recipe, progress=lambda kind, info: events.append(kind))
-    assert result.efficiency.critical.batch == 256
+    assert result.efficiency.critical.batch == baseline[1]["critical_training_batch"]["batch_responses"]
     assert {"plan", "start", "step", "end"} <= set(events)
 
 
@@ -146,10 +161,10 @@ def test_bad_recipe_values(tmp_path, override, fragment):
     assert out.exit_code == 2 and fragment in out.output and "Traceback" not in out.output
 
 
-def test_ray_executor_gives_the_same_answer(tmp_path):
+def test_ray_executor_gives_the_same_answer(tmp_path, baseline):
     """The optional Ray executor (`pip install 'batchtune[ray]'`), on a local Ray instance."""
     pytest.importorskip("ray")
-    serial = _probe_json(tmp_path / "serial")
+    serial = baseline[1]
     on_ray = _probe_json(tmp_path / "ray", "--set", "run.executor=ray")
     assert _summary(on_ray) == _summary(serial)
 

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from batchtune.errors import RecipeError
+from batchtune.recipe.schema import LR_RULES
 
-RULES = ("sqrt", "linear", "none", "table")
+RULES = LR_RULES
 
 
 def scaled_lr(

@@ -17,8 +17,9 @@ import numpy as np
 from scipy.optimize import lsq_linear
 
 from batchtune.errors import AnalysisError
+from batchtune.recipe.schema import GenerationConfig
 
-DEFAULT_KNEE_THRESHOLD = 0.10  # gain per doubling; METHOD §4 (we choose 10%; DeepSpeed uses 5%)
+DEFAULT_KNEE_THRESHOLD = GenerationConfig.knee_threshold  # one home: the recipe schema
 
 
 def _positive_finite(name: str, values: object) -> np.ndarray:

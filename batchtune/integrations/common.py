@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from batchtune.errors import InputError
-from batchtune.records import RunRecord, StepRecord
+from batchtune.records import RunRecord, StepRecord, candidate_label
 
 # ---- what the log may not say ---------------------------------------------------------------------
 
@@ -310,7 +310,7 @@ def build_run(
     run_lr = info.lr if info.lr > 0 else max(s.lr for s in steps)
     return ImportedRun(
         run_id=run_id,
-        candidate=info.candidate or f"P{P}xG{G}",
+        candidate=info.candidate or candidate_label(P, G),
         prompts=P,
         group_size=G,
         seed=info.seed,

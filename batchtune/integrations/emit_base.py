@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from batchtune.errors import InputError
 
 TRAINERS = ("verl", "trl", "openrlhf")
+DEFAULT_GPUS_PER_NODE = 8  # the node size --emit assumes unless told (8 GPUs per node is the common box)
 
 
 # ---- the winner handed to an emitter --------------------------------------------------------------

@@ -12,6 +12,7 @@ from batchtune.analysis.lr import scaled_lr
 from batchtune.backends.spec import Candidate
 from batchtune.errors import RecipeError
 from batchtune.recipe.schema import Recipe
+from batchtune.records import candidate_label
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,6 @@ class Plan:
 
     def by_label(self) -> dict[str, Candidate]:
         return {c.label: c for c in self.candidates}
-
-
-def label(prompts: int, group_size: int, fixed_lr: bool = False) -> str:
-    return f"P{prompts}xG{group_size}" + ("-fixedlr" if fixed_lr else "")
 
 
 def lr_table(recipe: Recipe) -> dict[int, float]:
@@ -60,7 +57,7 @@ def plan_candidates(recipe: Recipe) -> Plan:
         if is_ppo:
             critic = critic_base if fixed else scaled_lr(critic_base, n, n_ref, critic_rule, table)
         return Candidate(
-            label=label(p, gs, fixed),
+            label=candidate_label(p, gs, fixed_lr=fixed),
             prompts=p,
             group_size=gs,
             lr=lr,
