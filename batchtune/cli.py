@@ -293,6 +293,66 @@ def tune(
     _show_recommendation(rec, emitted, values, json_out)
 
 
+@app.command()
+@handle_errors
+def check(
+    config: Annotated[
+        Path, typer.Argument(help="The trainer config: verl YAML or overrides, TRL, OpenRLHF flags.")
+    ],
+    results: ResultsOpt = None,
+    measurements: Annotated[
+        Path | None,
+        typer.Option("--measurements", "-m", help="A measurements TOML file instead of --results."),
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="auto | verl | trl | openrlhf | generic.")
+    ] = "auto",
+    baseline: Annotated[
+        Path | None, typer.Option(help="An earlier `check --json` output: fail if time-to-target regresses.")
+    ] = None,
+    junit: Annotated[Path | None, typer.Option(help="Also write the checks as JUnit XML here.")] = None,
+    lr_rule: Annotated[
+        str, typer.Option(help="LR rule to check against: auto (the results' own) | sqrt | linear | none.")
+    ] = "auto",
+    lr_tolerance: Annotated[
+        float | None, typer.Option(help="Fail when lr/rule leaves [1/(1+x), 1+x].")
+    ] = None,
+    time_tolerance: Annotated[float | None, typer.Option(help="Fail when T/T_baseline > 1+x.")] = None,
+    waste_tolerance: Annotated[
+        float | None,
+        typer.Option(help="Warn below the critical batch when it gives up more than 1+x throughput."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a trainer config against a probe: batch vs the critical batch, LR vs the rule, generation
+    concurrency vs the knee, time-to-target vs a baseline.
+
+    Exit codes: 0 pass (warnings included), 1 a check failed, 2 bad input, 3 not enough evidence.
+    With $GITHUB_STEP_SUMMARY set, appends a Markdown summary there and prints ::error/::warning
+    annotations on the config's lines. See docs/ci.md.
+    """
+    import dataclasses as dc
+
+    from batchtune import workflow
+    from batchtune.analysis.check import CheckTolerances
+    from batchtune.report import check as report
+
+    given = {"lr": lr_tolerance, "time": time_tolerance, "waste": waste_tolerance}
+    tol = dc.replace(CheckTolerances(), **{k: v for k, v in given.items() if v is not None})
+    tc, result = workflow.check(config, fmt, results, measurements, baseline, tol, lr_rule)
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(report.junit_xml(tc, result))
+    if report.write_step_summary(tc, result) is not None or os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in report.github_annotations(tc, result):
+            sys.stdout.write(line + "\n")
+    if json_out:
+        _print_json(report.check_to_dict(tc, result))
+    else:
+        report.render_check(console, tc, result)
+    raise typer.Exit(result.exit_code)
+
+
 @app.command("import-logs")
 @handle_errors
 def import_logs_cmd(

@@ -201,3 +201,103 @@ def _emit(
 
     out = emit_for_recommendation(rec, trainer, gpus, cfg, gpus_per_node=gpus_per_node)
     return out.text, out.values
+
+
+# ---- check ---------------------------------------------------------------------------------------
+
+LR_RULES_CHECKABLE = ("sqrt", "linear", "none")
+
+
+def check(
+    config: Path,
+    fmt: str,
+    results: str | None,
+    measurements: Path | None,
+    baseline: Path | None,
+    tolerances: Any = None,
+    lr_rule: str = "auto",
+) -> tuple[Any, Any]:
+    """Check a trainer config against a probe's results; returns (TrainerConfig, CheckResult).
+
+    Evidence that cannot support an estimate (AnalysisError) becomes an "insufficient" check, so the
+    caller still writes its JUnit and summary, and exits 3."""
+    from batchtune.analysis.check import (
+        INSUFFICIENT,
+        CheckItem,
+        CheckResult,
+        CheckTolerances,
+        check_batch,
+        check_concurrency,
+        check_lr,
+        check_time,
+        interp_loglog,
+    )
+    from batchtune.errors import AnalysisError
+    from batchtune.integrations.trainer_configs import read_trainer_config
+
+    tol = tolerances or CheckTolerances()
+    if (results is None) == (measurements is None):
+        raise InputError("give the evidence: --results DIR (a probe's results) or --measurements FILE")
+    if lr_rule not in ("auto", *LR_RULES_CHECKABLE):
+        raise InputError(f"--lr-rule {lr_rule!r}: choose auto, {', '.join(LR_RULES_CHECKABLE)}")
+    tc = read_trainer_config(config, fmt)
+    base_value, base_unit = _read_baseline(baseline) if baseline is not None else (None, None)
+    source = str(results or measurements)
+    try:
+        rec, _, _ = recommend_from_args(None, [], results, measurements, "auto", None, 8)
+    except AnalysisError as exc:
+        item = CheckItem(
+            "evidence", INSUFFICIENT, "-", "-", f"not enough evidence in {source}: {exc}", "batch"
+        )
+        return tc, CheckResult((item,), None, "")
+    eff, n = rec.efficiency, float(tc.batch_responses)
+    ranked = {r.name: r for r in rec.ranking.candidates}
+    main = sorted(
+        (c for c in eff.candidates if c.family == "main" and c.label in ranked),
+        key=lambda c: c.batch_responses,
+    )
+    batches = [float(c.batch_responses) for c in main]
+    rps = [ranked[c.label].responses_per_s for c in main]
+    unit = "s" if rec.throughput.absolute else "x reference"
+    times = [
+        ranked[c.label].time_to_target_s if rec.throughput.absolute else ranked[c.label].time_ratio
+        for c in main
+    ]
+    ref = eff.get(eff.reference)
+    notes = list(tc.notes)
+    rule = lr_rule
+    if rule == "auto":
+        rule = ref.lr_rule if ref.lr_rule in LR_RULES_CHECKABLE else "sqrt"
+        if ref.lr_rule not in LR_RULES_CHECKABLE:
+            notes.append(f"the results record LR rule {ref.lr_rule!r}: the sqrt rule is assumed (--lr-rule)")
+    predicted = interp_loglog(n, batches, times)
+    why = (
+        f"N = {n:g} is outside the measured batches {batches[0]:g}-{batches[-1]:g}"
+        if batches and not batches[0] <= n <= batches[-1]
+        else "a neighbouring batch never reached the target"
+    )
+    items = (
+        check_batch(n, eff.critical, batches, rps, tol.waste),
+        check_lr(tc.lr, n, ref.lr, float(ref.batch_responses), rule, tol.lr),
+        check_concurrency(tc.generation_concurrency, rec.throughput.knee),
+        check_time(predicted, unit, base_value, base_unit, tol.time, why),
+    )
+    return tc, CheckResult(items, predicted, unit, tuple(notes))
+
+
+def _read_baseline(path: Path) -> tuple[float, str]:
+    """The predicted time-to-target stored by an earlier `batchtune check --json`."""
+    from batchtune import codec
+
+    if not path.is_file():
+        raise InputError(f"baseline {path} not found (write one with `batchtune check ... --json > {path}`)")
+    data = codec.loads(path.read_text(), str(path))
+    t = data.get("predicted_time_to_target") if isinstance(data, dict) else None
+    if not isinstance(t, dict) or not isinstance(t.get("unit"), str):
+        raise InputError(
+            f"{path}: no predicted_time_to_target {{value, unit}}; is it `batchtune check --json` output?"
+        )
+    value = codec.as_float(t.get("value"), f"{path}: predicted_time_to_target.value")
+    if not (value > 0):
+        raise InputError(f"{path}: the baseline has no finite time-to-target ({t.get('value')!r})")
+    return value, t["unit"]

@@ -1,0 +1,388 @@
+"""Reading a trainer's own config as it lives in a repository, for `batchtune check`.
+
+Four shapes, each converted to batchtune's units (METHOD.md §2: P prompts, G responses per prompt,
+N = P*G responses per step, the actor LR, responses decoded at once per engine), remembering the
+file line of every value so CI annotations can point at it:
+
+- verl: a YAML config (nested keys) or Hydra-style ``key=value`` override lines (a
+  ``python3 -m verl.trainer.main_ppo \\`` script). ``data.train_batch_size`` is P,
+  ``actor_rollout_ref.rollout.n`` is G, ``actor_rollout_ref.actor.optim.lr`` the LR,
+  ``actor_rollout_ref.rollout.max_num_seqs`` the concurrency (names as integrations/verl.py emits).
+- trl: ``GRPOConfig`` fields as YAML, JSON or CLI arguments (``--name value``). The generation batch is
+  N: ``generation_batch_size``, else ``per_device_train_batch_size * num_processes *
+  steps_per_generation`` (steps_per_generation defaults to ``gradient_accumulation_steps``: trl 1.16
+  ``GRPOConfig.__post_init__``); G is ``num_generations``; each process generates its share at once.
+- openrlhf: ``train_ppo_ray`` flag lines, 0.10.2 hierarchical names or the older flat ones
+  (``--rollout.batch_size`` / ``--rollout_batch_size`` is P, ``--rollout.n_samples_per_prompt`` G,
+  ``--actor.adam.lr`` the LR, as integrations/openrlhf.py emits them).
+- generic: TOML or JSON with ``prompts``, ``group_size``, ``lr`` and optionally
+  ``generation_concurrency``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from batchtune.errors import InputError
+from batchtune.integrations.openrlhf import _LEGACY as OPENRLHF_LEGACY
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIG_FORMATS = ("verl", "trl", "openrlhf", "generic")
+
+VERL_NAMES = {
+    "prompts": "data.train_batch_size",
+    "group_size": "actor_rollout_ref.rollout.n",
+    "lr": "actor_rollout_ref.actor.optim.lr",
+    "generation_concurrency": "actor_rollout_ref.rollout.max_num_seqs",
+    "mini_batch": "actor_rollout_ref.actor.ppo_mini_batch_size",
+}
+OPENRLHF_NAMES = {
+    "prompts": "--rollout.batch_size",
+    "group_size": "--rollout.n_samples_per_prompt",
+    "lr": "--actor.adam.lr",
+    "train_batch": "--train.batch_size",
+}
+GENERIC_NAMES = ("prompts", "group_size", "lr", "generation_concurrency")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One value as the trainer names it, and the 1-based line of the file it came from (if known)."""
+
+    name: str
+    value: float
+    line: int | None
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """A trainer config in batchtune's units; ``settings`` maps each role (prompts, group_size, lr,
+    generation_concurrency, batch) to where it came from, for messages and annotations."""
+
+    trainer: str
+    path: str
+    prompts: int
+    group_size: int
+    lr: float | None  # actor peak LR; None when the config does not set it
+    generation_concurrency: int | None  # responses decoded at once per engine; None = not set
+    settings: dict[str, Setting] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def batch_responses(self) -> int:
+        return self.prompts * self.group_size
+
+    def line_of(self, role: str) -> int | None:
+        s = self.settings.get(role)
+        return s.line if s else None
+
+    def name_of(self, role: str) -> str:
+        s = self.settings.get(role)
+        return s.name if s else role
+
+
+# ---- flattening a file into name -> (value, line) -------------------------------------------------
+
+Flat = dict[str, tuple[Any, int | None]]
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    else:
+        out[prefix] = obj
+
+
+def _yaml_flat(text: str, path: Path) -> Flat | None:
+    """Nested YAML mapping -> dotted keys with the line of each scalar; None if not a mapping."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise InputError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    out: Flat = {}
+
+    def walk(n: Any, prefix: str) -> None:
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                walk(v, f"{prefix}.{k.value}" if prefix else str(k.value))
+        elif isinstance(n, yaml.ScalarNode):
+            value = yaml.safe_load(n.value) if n.style is None else n.value
+            out[prefix] = (value, n.start_mark.line + 1)
+        else:
+            out[prefix] = (None, n.start_mark.line + 1)
+
+    walk(node, "")
+    return out
+
+
+def _line_of_key(lines: list[str], key: str, pattern: str) -> int | None:
+    rx = re.compile(pattern.format(key=re.escape(key)))
+    return next((i for i, ln in enumerate(lines, 1) if rx.search(ln)), None)
+
+
+def _json_flat(text: str, path: Path) -> Flat:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object of settings")
+    flat: dict[str, Any] = {}
+    _flatten(data, "", flat)
+    lines = text.splitlines()
+    return {k: (v, _line_of_key(lines, k.split(".")[-1], r'"{key}"\s*:')) for k, v in flat.items()}
+
+
+def _toml_flat(text: str, path: Path) -> Flat:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+    flat: dict[str, Any] = {}
+    _flatten(data, "", flat)
+    lines = text.splitlines()
+    return {k: (v, _line_of_key(lines, k.split(".")[-1], r"^\s*{key}\s*=")) for k, v in flat.items()}
+
+
+def _args_flat(text: str, path: Path) -> Flat:
+    """Command lines: ``--flag value``, ``--flag=value`` and Hydra ``key=value`` (``+``/``++`` kept
+    off), across backslash continuations; comments after ``#`` ignored; the last value wins."""
+    out: Flat = {}
+    pending: tuple[str, int] | None = None
+    for i, raw in enumerate(text.splitlines(), 1):
+        line = raw.rstrip()
+        if line.endswith("\\"):
+            line = line[:-1]
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError as exc:
+            raise InputError(f"{path}:{i}: cannot split into arguments ({exc})") from None
+        for tok in tokens:
+            if pending is not None and not tok.startswith("--"):
+                out[pending[0]] = (tok, pending[1])
+                pending = None
+                continue
+            if pending is not None:  # a flag with no value: a switch
+                out[pending[0]] = (True, pending[1])
+                pending = None
+            if tok.startswith("--"):
+                name, eq, value = tok.partition("=")
+                if eq:
+                    out[name] = (value, i)
+                else:
+                    pending = (name, i)
+            elif "=" in tok and not tok.startswith("-"):
+                name, _, value = tok.partition("=")
+                out[name.lstrip("+~")] = (value, i)
+    if pending is not None:
+        out[pending[0]] = (True, pending[1])
+    return out
+
+
+def _read_flat(path: Path, fmt: str) -> tuple[Flat, str]:
+    """The file's settings and what shape they were in (mapping or args)."""
+    if not path.is_file():
+        raise InputError(f"trainer config {path} not found")
+    text = path.read_text()
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return _json_flat(text, path), "mapping"
+    if suffix == ".toml":
+        return _toml_flat(text, path), "mapping"
+    if suffix in (".yaml", ".yml") or fmt in ("verl", "trl"):
+        try:
+            flat = _yaml_flat(text, path)
+        except InputError:
+            if suffix in (".yaml", ".yml"):
+                raise
+            flat = None
+        if flat is not None:
+            return flat, "mapping"
+    return _args_flat(text, path), "args"
+
+
+def detect_format(flat: Flat) -> str | None:
+    keys = set(flat)
+    if any(k.startswith(("actor_rollout_ref.", "data.train_batch_size")) for k in keys):
+        return "verl"
+    if any(k.lstrip("-") in ("num_generations", "per_device_train_batch_size") for k in keys):
+        return "trl"
+    legacy = set(OPENRLHF_LEGACY.values())
+    if any(k in legacy or k.startswith(("--rollout.", "--actor.", "--train.")) for k in keys):
+        return "openrlhf"
+    if "prompts" in keys and "group_size" in keys:
+        return "generic"
+    return None
+
+
+# ---- per trainer ----------------------------------------------------------------------------------
+
+
+def _number(flat: Flat, names: tuple[str, ...], path: Path, *, integer: bool) -> Setting | None:
+    """The first of ``names`` present, as a number; a non-number is bad input naming its line."""
+    for name in names:
+        if name not in flat:
+            continue
+        raw, line = flat[name]
+        where = f"{path}:{line}" if line else str(path)
+        try:
+            value = float(raw) if not isinstance(raw, bool) else math.nan
+        except (TypeError, ValueError):
+            raise InputError(
+                f"{where}: {name} = {raw!r} is not a number (interpolations such as ${{...}} are not "
+                "resolved: write the value, or pass a generic config)"
+            ) from None
+        if not math.isfinite(value) or value <= 0 or (integer and value != int(value)):
+            kind = "a positive whole number" if integer else "a positive number"
+            raise InputError(f"{where}: {name} = {raw!r} must be {kind}")
+        return Setting(name, value, line)
+    return None
+
+
+def _require(s: Setting | None, what: str, names: tuple[str, ...], path: Path) -> Setting:
+    if s is None:
+        raise InputError(f"{path}: no {what} ({' or '.join(names)}); set it in the config")
+    return s
+
+
+def _verl(flat: Flat, path: Path) -> TrainerConfig:
+    n = VERL_NAMES
+    p = _require(_number(flat, (n["prompts"],), path, integer=True), "prompt batch", (n["prompts"],), path)
+    g = _require(
+        _number(flat, (n["group_size"],), path, integer=True), "group size", (n["group_size"],), path
+    )
+    lr = _number(flat, (n["lr"],), path, integer=False)
+    conc = _number(flat, (n["generation_concurrency"],), path, integer=True)
+    mini = _number(flat, (n["mini_batch"],), path, integer=True)
+    notes = []
+    if mini is not None and int(p.value) % int(mini.value) == 0 and mini.value < p.value:
+        notes.append(
+            f"{int(p.value // mini.value)} actor updates per rollout batch ({n['mini_batch']}="
+            f"{int(mini.value)}): rollouts are reused, which the probe measures only if it did the same"
+        )
+    return _build("verl", path, p, g, lr, conc, notes)
+
+
+def _trl(flat: Flat, path: Path) -> TrainerConfig:
+    def num(name: str, integer: bool = True) -> Setting | None:
+        return _number(flat, (name, f"--{name}"), path, integer=integer)
+
+    g = _require(num("num_generations"), "group size", ("num_generations",), path)
+    procs = num("num_processes")
+    nproc = int(procs.value) if procs else 1
+    gen = num("generation_batch_size")
+    notes = (
+        [] if procs else ["num_processes not in the config: 1 process assumed (accelerate launch sets it)"]
+    )
+    if gen is None:
+        per = _require(
+            num("per_device_train_batch_size"),
+            "batch",
+            ("generation_batch_size", "per_device_train_batch_size"),
+            path,
+        )
+        spg = num("steps_per_generation") or num("gradient_accumulation_steps")
+        total = per.value * nproc * (spg.value if spg else 1)
+        gen = Setting(per.name, total, per.line)
+    if int(gen.value) % int(g.value):
+        raise InputError(
+            f"{path}:{gen.line}: a generation batch of {int(gen.value)} completions is not a whole number "
+            f"of groups of num_generations={int(g.value)}"
+        )
+    p = Setting(gen.name, gen.value / g.value, gen.line)
+    lr = num("learning_rate", integer=False)
+    conc = Setting(gen.name, gen.value // nproc, gen.line)  # each process generates its share at once
+    return _build("trl", path, p, g, lr, conc, notes, batch=gen)
+
+
+def _openrlhf(flat: Flat, path: Path) -> TrainerConfig:
+    def names(key: str) -> tuple[str, ...]:
+        hier = OPENRLHF_NAMES[key]
+        return (hier, OPENRLHF_LEGACY[hier])
+
+    p = _require(_number(flat, names("prompts"), path, integer=True), "prompt batch", names("prompts"), path)
+    g = _number(flat, names("group_size"), path, integer=True)
+    if g is None:
+        raise InputError(
+            f"{path}: no {' or '.join(names('group_size'))}; OpenRLHF's default is 1, which GRPO cannot use"
+        )
+    lr = _number(flat, names("lr"), path, integer=False)
+    notes = ["OpenRLHF has no per-engine sequence cap flag: generation concurrency is not checked"]
+    tb = _number(flat, names("train_batch"), path, integer=True)
+    if tb is not None and tb.value < p.value * g.value:
+        notes.append(
+            f"{int(p.value * g.value // tb.value)} optimiser steps per rollout ({tb.name}={int(tb.value)})"
+        )
+    return _build("openrlhf", path, p, g, lr, None, notes)
+
+
+def _generic(flat: Flat, path: Path) -> TrainerConfig:
+    p = _require(_number(flat, ("prompts",), path, integer=True), "prompts", ("prompts",), path)
+    g = _require(_number(flat, ("group_size",), path, integer=True), "group_size", ("group_size",), path)
+    lr = _number(flat, ("lr",), path, integer=False)
+    conc = _number(flat, ("generation_concurrency",), path, integer=True)
+    return _build("generic", path, p, g, lr, conc, [])
+
+
+def _build(
+    trainer: str,
+    path: Path,
+    p: Setting,
+    g: Setting,
+    lr: Setting | None,
+    conc: Setting | None,
+    notes: list[str],
+    batch: Setting | None = None,
+) -> TrainerConfig:
+    settings = {"prompts": p, "group_size": g, "batch": batch or p}
+    if lr is not None:
+        settings["lr"] = lr
+    if conc is not None:
+        settings["generation_concurrency"] = conc
+    return TrainerConfig(
+        trainer=trainer,
+        path=str(path),
+        prompts=int(p.value),
+        group_size=int(g.value),
+        lr=lr.value if lr else None,
+        generation_concurrency=int(conc.value) if conc else None,
+        settings=settings,
+        notes=tuple(notes),
+    )
+
+
+_READERS = {"verl": _verl, "trl": _trl, "openrlhf": _openrlhf, "generic": _generic}
+
+
+def read_trainer_config(path: str | Path, fmt: str = "auto") -> TrainerConfig:
+    """Read ``path`` as ``fmt`` (verl | trl | openrlhf | generic, or auto: guessed from its keys)."""
+    if fmt != "auto" and fmt not in CONFIG_FORMATS:
+        raise InputError(f"--format {fmt!r}: choose auto, {', '.join(CONFIG_FORMATS)}")
+    p = Path(path)
+    flat, _ = _read_flat(p, fmt)
+    if fmt == "auto":
+        guessed = detect_format(flat)
+        if guessed is None:
+            raise InputError(
+                f"{p}: cannot tell which trainer this config is for; pass --format {'|'.join(CONFIG_FORMATS)}"
+            )
+        fmt = guessed
+    return _READERS[fmt](flat, p)
