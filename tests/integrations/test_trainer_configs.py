@@ -1,0 +1,119 @@
+"""Trainer configs read back in batchtune's units, with the line of every value; names checked by a
+round trip through the emitters (what `--emit` writes, `check` reads)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batchtune.errors import InputError
+from batchtune.integrations import RecommendationInput, emit
+from batchtune.integrations.trainer_configs import read_trainer_config
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_verl_yaml_values_and_lines(tmp_path):
+    p = write(
+        tmp_path,
+        "ppo.yaml",
+        "data:\n  train_batch_size: 256\nactor_rollout_ref:\n  actor:\n    optim:\n      lr: 2.0e-6\n"
+        "  rollout:\n    n: 8\n    max_num_seqs: 512\n",
+    )
+    tc = read_trainer_config(p)
+    assert (tc.trainer, tc.prompts, tc.group_size, tc.batch_responses) == ("verl", 256, 8, 2048)
+    assert tc.lr == pytest.approx(2e-6) and tc.generation_concurrency == 512
+    assert (tc.line_of("batch"), tc.line_of("lr"), tc.line_of("group_size")) == (2, 6, 8)
+    assert tc.name_of("batch") == "data.train_batch_size"
+
+
+@pytest.mark.parametrize("trainer", ["verl", "trl", "openrlhf"])
+def test_emitted_config_reads_back(tmp_path, trainer):
+    rec = RecommendationInput(prompts=64, group_size=8, lr=1.5e-6, mini_batches=2, generation_concurrency=256)
+    out = emit(trainer, rec, num_gpus=8)
+    if trainer == "trl":  # GRPOConfig fields as YAML
+        text = "".join(f"{k}: {v}\n" for k, v in out.values.items()) + "num_processes: 8\n"
+        p = write(tmp_path, "grpo.yaml", text)
+    else:  # the emitted command line itself, comments and continuations included
+        p = write(tmp_path, "run.sh", out.text.replace("    ...", "    "))
+    tc = read_trainer_config(p)
+    assert tc.trainer == trainer
+    assert (tc.prompts, tc.group_size) == (64, 8)
+    assert tc.lr == pytest.approx(1.5e-6)
+    assert tc.line_of("batch") is not None
+
+
+def test_hydra_override_script_lines(tmp_path):
+    p = write(
+        tmp_path,
+        "train.sh",
+        "#!/bin/bash\nset -x\npython3 -m verl.trainer.main_ppo \\\n    data.train_batch_size=512 \\\n"
+        "    actor_rollout_ref.rollout.n=16 \\\n    +actor_rollout_ref.actor.optim.lr=1e-6 \\\n"
+        "    trainer.nnodes=2  # two nodes\n",
+    )
+    tc = read_trainer_config(p, "verl")
+    assert (tc.prompts, tc.group_size, tc.lr) == (512, 16, 1e-6)
+    assert (tc.line_of("batch"), tc.line_of("lr")) == (4, 6)
+
+
+def test_trl_defaults_follow_grpoconfig(tmp_path):
+    """generation_batch_size = per_device * processes * steps_per_generation (= grad accumulation)."""
+    p = write(
+        tmp_path,
+        "args.txt",
+        "accelerate launch --num_processes 4 train_grpo.py \\\n  --per_device_train_batch_size 8 \\\n"
+        "  --gradient_accumulation_steps 2 --num_generations 8 --learning_rate 3e-6\n",
+    )
+    tc = read_trainer_config(p)
+    assert tc.trainer == "trl"
+    assert tc.batch_responses == 8 * 4 * 2 and tc.group_size == 8 and tc.prompts == 8
+    assert tc.generation_concurrency == 16  # each process generates its share
+    j = write(
+        tmp_path, "grpo.json", json.dumps({"generation_batch_size": 256, "num_generations": 16}, indent=1)
+    )
+    tj = read_trainer_config(j)
+    assert (tj.prompts, tj.group_size, tj.lr, tj.line_of("batch")) == (16, 16, None, 2)
+
+
+def test_openrlhf_legacy_flags(tmp_path):
+    p = write(
+        tmp_path,
+        "ppo.sh",
+        "python3 -m openrlhf.cli.train_ppo_ray --rollout_batch_size 128 \\\n --n_samples_per_prompt 4 "
+        "--actor_learning_rate=5e-7\n",
+    )
+    tc = read_trainer_config(p)
+    assert (tc.trainer, tc.prompts, tc.group_size, tc.lr, tc.generation_concurrency) == (
+        "openrlhf",
+        128,
+        4,
+        5e-7,
+        None,
+    )
+    assert tc.line_of("group_size") == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "fmt", "match"),
+    [
+        ("x.toml", "prompts = 8\n", "auto", "cannot tell"),
+        ("x.toml", "prompts = 8\ngroup_size = 0\n", "generic", "positive whole number"),
+        (
+            "x.yaml",
+            "data:\n  train_batch_size: ${oc.env:BS}\nactor_rollout_ref:\n  rollout:\n    n: 8\n",
+            "verl",
+            "not a number",
+        ),
+        ("x.json", '{"generation_batch_size": 20, "num_generations": 8}', "trl", "whole number of groups"),
+        ("x.yaml", "a: [1,\n", "auto", "not valid YAML"),
+        ("x.toml", "prompts = 8\ngroup_size = 8\n", "megatron", "--format"),
+    ],
+)
+def test_bad_configs_say_what(tmp_path, name, text, fmt, match):
+    with pytest.raises(InputError, match=match):
+        read_trainer_config(write(tmp_path, name, text), fmt)
