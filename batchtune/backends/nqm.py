@@ -211,6 +211,11 @@ class NQMBackend:
             metrics = {"loss": loss, "sim_train_loss": train_loss}
             if true_grad_sq > 0:
                 metrics["sim_b_simple"] = trace_c / true_grad_sq
+            while saves and samples >= saves[0]:  # saved before the yield: the caller may stop here
+                assert spec.checkpoint_dir is not None, "save_at_samples needs a checkpoint_dir"
+                save_nqm_checkpoint(
+                    checkpoint_path(spec.checkpoint_dir, saves.pop(0)), theta, m, v, samples, step
+                )
             yield StepRecord(
                 run_id=spec.run_id,
                 step=step,
@@ -225,11 +230,6 @@ class NQMBackend:
                 gen_s=gen_s,
                 train_s=train_s,
             )
-            while saves and samples >= saves[0]:
-                assert spec.checkpoint_dir is not None, "save_at_samples needs a checkpoint_dir"
-                save_nqm_checkpoint(
-                    checkpoint_path(spec.checkpoint_dir, saves.pop(0)), theta, m, v, samples, step
-                )
 
 
 def save_nqm_checkpoint(
