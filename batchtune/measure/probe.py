@@ -47,6 +47,7 @@ class StopPolicy:
     max_samples: int
     stop_at_target: bool
     band_samples: float  # stop when past this many samples without reaching the target; inf = never
+    origin_samples: int = 0  # branched probes: the target is judged on samples counted from here
 
 
 @dataclass(frozen=True)
@@ -112,14 +113,18 @@ def execute_run(
     reference_batch: int,
     policy: StopPolicy,
     events: Any = None,
+    *,
+    rid: str | None = None,
+    spec_extra: dict[str, Any] | None = None,
 ) -> RunRecord | None:
     """Run one candidate at one seed into the store. Returns None if it was finished or taken.
 
     Runs in the caller's process or in a worker; ``events`` is a queue-like object with ``put`` (or
-    a callable) that receives progress dicts.
+    a callable) that receives progress dicts. Branched probes (measure/branched.py) pass their own
+    ``rid`` and ``spec_extra`` (RunSpec's resume_from / save_at_samples / checkpoint_dir).
     """
     store = ResultsStore(results_dir)
-    rid = run_id(candidate, seed)
+    rid = rid or run_id(candidate, seed)
 
     def emit(kind: str, **info: Any) -> None:
         if events is None:
@@ -141,6 +146,7 @@ def execute_run(
             run_dir=store.run_dir(rid),
             base_lr=base_lr,
             reference_batch=reference_batch,
+            **(spec_extra or {}),
         )
         backend = backends.load("training", recipe.backend.training)()
         emit("start", label=candidate.label, seed=seed)
@@ -166,7 +172,7 @@ def execute_run(
                     status, reason = "diverged", f"{', '.join(bad)} not finite at step {step.step}"
                     break
                 if value is not None:
-                    samples_seen.append(step.samples)
+                    samples_seen.append(step.samples - policy.origin_samples)
                     values.append(value)
                     if policy.stop_at_target:
                         crossing = samples_to_target(
