@@ -53,6 +53,10 @@ def check_recipe(recipe: Recipe) -> list[str]:
         errors.append("budget.max_samples: must be positive")
     if recipe.run.workers < 1:
         errors.append("run.workers: must be at least 1")
+    if recipe.run.ray_num_cpus < 0 or recipe.run.ray_max_retries < 0:
+        errors.append("run.ray_num_cpus and run.ray_max_retries: must be 0 or more")
+    if recipe.run.ray_num_gpus < 0 and recipe.run.ray_num_gpus != -1:
+        errors.append("run.ray_num_gpus: must be 0 or more (or -1: from hardware.num_gpus on CUDA)")
     g = recipe.generation
     if not g.concurrency or any(x <= 0 for x in g.concurrency):
         errors.append("generation.concurrency: needs positive concurrencies")

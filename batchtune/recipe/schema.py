@@ -20,8 +20,16 @@ else:  # pragma: no cover
 class RunConfig:
     name: str = "batchtune"
     results_dir: str = "bt-results"  # relative paths resolve against the working directory
-    workers: int = 1  # local processes running candidates in parallel
+    workers: int = 1  # runs in flight at once: local processes, or Ray tasks/jobs
     executor: str = "local"  # local | ray
+    # Ray (docs/distributed.md): in-process trainers run as Ray tasks, the command backend as Ray Jobs
+    # an existing cluster ("auto", "host:6379", "ray://host:10001"); "" = RAY_ADDRESS, else a new local Ray
+    ray_address: str = ""
+    ray_num_cpus: float = 1.0  # CPUs per run: a task's, or a job entrypoint's
+    ray_num_gpus: float = -1.0  # GPUs per run; -1 = hardware.num_gpus for a task on CUDA, else 0
+    ray_max_retries: int = 2  # a run whose worker or node is lost is rerun this often, then sealed "failed"
+    ray_env: dict[str, str] = field(default_factory=dict)  # environment of Ray tasks and jobs (runtime_env)
+    ray_python: str = ""  # interpreter of a job's entrypoint; "" = this driver's (set "python" on a cluster)
 
 
 @dataclass(frozen=True)
