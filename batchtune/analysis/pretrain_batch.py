@@ -1,0 +1,276 @@
+"""B_opt and B_min at one target loss from what the grid of batches measured (METHOD §6).
+
+The data's own evidence comes first, and is always reported:
+
+- **B_opt, measured**: the grid batch with the fewest tokens to the target; its grid neighbours
+  bracket the true minimum of E(B) (E(B) is unimodal: Zhou et al. 2026, arXiv 2601.05034).
+- **B_min, bracket**: below B_min the target is never reached, so B_min lies between the largest
+  batch that never reached the target (below the smallest reaching one) and the smallest batch that
+  did. A never-reaching run is a lower bound only if it ran long enough; runs are capped by a budget,
+  so the lower end reads "never reached within the budget".
+
+Then a fit, checked, that refines each inside its bracket:
+
+- **B_opt fit**: a polynomial in ``(log B, log E)`` through the measured minimum and up to the
+  four reached batches nearest it (balanced where the grid allows; a cubic with 5 points, since
+  E(B) rises faster towards B_min than above B_opt; a parabola with 3-4); its minimum over the
+  bracket is accepted when it is interior and the rms log residual <= ``max_resid``. Otherwise
+  the measured minimum is reported (``b_opt_source``).
+- **B_min fit**: Zhou et al.'s late stage ``E = A1 S + A0`` (``B_min = A1``) is, with ``E = B S``,
+  the straight line ``1/S = (B - A1) / A0``: fitted on the smallest reached batches (3) in those
+  coordinates, its root ``A1`` is B_min. Accepted when the slope and root are positive and the
+  rms relative residual <= ``max_resid``; the root is then clamped to the bracket (the data win
+  over the line). With no never-reaching batch below, a root under the smallest measured batch is
+  an extrapolation and is labelled so; otherwise the bracket is reported.
+
+Intervals: paired bootstrap over seeds (a seed's runs at every batch resampled together, METHOD §8),
+percentile interval of the reported estimator at ``confidence``; none with a single seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchtune.errors import AnalysisError
+
+DEFAULT_MAX_RESID = 0.05  # we choose: 5% rms (log or relative) before a fit is called poor
+B_MIN_POINTS = 3
+
+
+@dataclass(frozen=True)
+class BatchEstimate:
+    """B_opt and B_min at ``target_loss``; batches and tokens in tokens, steps in optimiser steps.
+
+    Per-batch values are medians over seeds (a seed that never reached counts as +inf). ``*_source``
+    says what the reported value is: "fit", "measured" (B_opt: the grid minimum), "bracket" (B_min:
+    geometric middle of the bracket, or its upper end when nothing below it was measured) or
+    "extrapolated" (B_min: the fit's root below every measured batch).
+    """
+
+    target_loss: float
+    batches_tokens: tuple[float, ...]
+    steps_to_target: tuple[float, ...]
+    tokens_to_target: tuple[float, ...]
+    seeds_reached: tuple[int, ...]
+    n_seeds: int
+    b_opt_measured_tokens: float | None
+    b_opt_bracket: tuple[float, float] | None
+    b_opt_fit_tokens: float | None
+    b_opt_fit_resid: float | None
+    b_opt_tokens: float | None
+    b_opt_source: str
+    b_opt_ci: tuple[float, float] | None
+    b_min_bracket: tuple[float | None, float] | None
+    b_min_fit_tokens: float | None
+    b_min_fit_resid: float | None
+    b_min_tokens: float | None
+    b_min_source: str
+    b_min_ci: tuple[float, float] | None
+    e_min_tokens: float | None  # tokens to target at the measured B_opt
+    confidence: float
+    notes: tuple[str, ...]
+
+
+def _b_opt(
+    b: np.ndarray, e: np.ndarray, max_resid: float
+) -> tuple[float | None, tuple, float | None, float | None, list[str]]:
+    """(measured, bracket, fit, fit residual, notes) from per-batch tokens (inf = never reached)."""
+    ok = np.isfinite(e)
+    if not ok.any():
+        return None, None, None, None, ["no batch reached this target"]
+    k = int(np.argmin(np.where(ok, e, np.inf)))
+    notes: list[str] = []
+    lo = b[k - 1] if k > 0 else b[k]
+    hi = b[k + 1] if k < b.size - 1 else b[k]
+    if k == 0 or k == b.size - 1:
+        edge = "smallest" if k == 0 else "largest"
+        notes.append(f"fewest tokens at the {edge} measured batch: B_opt may lie beyond the grid")
+    # the 5 reached batches nearest the minimum (contiguous), balanced where the grid allows
+    lo_i, hi_i = k, k
+    while hi_i - lo_i < 4:
+        can_lo = lo_i > 0 and ok[lo_i - 1]
+        can_hi = hi_i < b.size - 1 and ok[hi_i + 1]
+        if not (can_lo or can_hi):
+            break
+        if can_lo and (k - lo_i <= hi_i - k or not can_hi):
+            lo_i -= 1
+        else:
+            hi_i += 1
+    idx = list(range(lo_i, hi_i + 1))
+    fit = resid = None
+    if len(idx) >= 3 and 0 < k < b.size - 1:
+        u, v = np.log(b[idx]), np.log(e[idx])
+        u0 = float(u.mean())
+        coef = np.polyfit(u - u0, v, 3 if len(idx) >= 5 else 2)  # a cubic follows E(B)'s skew
+        resid = float(np.sqrt(np.mean((np.polyval(coef, u - u0) - v) ** 2)))
+        grid = np.linspace(math.log(lo), math.log(hi), 2001)
+        j = int(np.argmin(np.polyval(coef, grid - u0)))
+        vertex = math.exp(grid[j])
+        interior = 0 < j < grid.size - 1
+        if interior and resid <= max_resid:
+            fit = vertex
+        else:
+            notes.append(
+                f"B_opt local fit rejected (minimum {vertex:.4g} "
+                f"{'inside' if interior else 'at an end of'} the bracket {lo:.4g}..{hi:.4g}, rms log "
+                f"residual {resid:.3f}): reporting the measured minimum"
+            )
+    return float(b[k]), (float(lo), float(hi)), fit, resid, notes
+
+
+def _b_min(
+    b: np.ndarray, s: np.ndarray, max_resid: float, flat: np.ndarray | None = None
+) -> tuple[tuple | None, float | None, float | None, float | None, str, list[str]]:
+    """(bracket, fit, fit residual, reported value, source, notes) from per-batch steps (inf = never).
+
+    ``flat[i]``: batch i's never-reaching runs had plateaued above the target (None: assume so)."""
+    ok = np.isfinite(s)
+    if not ok.any():
+        return None, None, None, None, "bracket", ["no batch reached this target: B_min above the grid"]
+    first = int(np.argmax(ok))
+    upper = float(b[first])
+    below = [i for i in range(first) if flat is None or flat[i]]
+    lower = float(b[below[-1]]) if below else None
+    notes: list[str] = []
+    if below and below[-1] < first - 1 or (not below and first > 0):
+        notes.append(
+            "batches just below the smallest reaching one were still improving when the budget ran "
+            "out: they do not bound B_min from below"
+        )
+    if (~ok[first:]).any():
+        notes.append(
+            "a batch above the smallest reaching one did not reach the target (budget or noise): "
+            "it is not B_min evidence"
+        )
+    reached = np.flatnonzero(ok)[:B_MIN_POINTS]
+    fit = resid = None
+    if reached.size >= 3:
+        x, y = b[reached], 1.0 / s[reached]
+        slope, icpt = np.polyfit(x, y, 1, w=1.0 / y)
+        if slope > 0:
+            root = -icpt / slope
+            pred = slope * x + icpt
+            resid = float(np.sqrt(np.mean((pred / y - 1.0) ** 2)))
+            if root > 0 and resid <= max_resid:  # the data bracket wins over the line
+                fit = float(min(max(root, lower or 0.0), upper))
+            else:
+                notes.append(
+                    f"B_min line 1/S = (B - A1)/A0 rejected (root {root:.4g}, bracket "
+                    f"{lower or 0:.4g}..{upper:.4g}, rms residual {resid:.3f}): reporting the bracket"
+                )
+        else:
+            notes.append("steps to target do not fall with the batch near B_min: reporting the bracket")
+    if fit is not None:
+        source = "fit" if lower is not None else "extrapolated"
+        if lower is None:
+            notes.append(f"B_min {fit:.4g} extrapolated below the smallest measured batch {upper:.4g}")
+        return (lower, upper), fit, resid, fit, source, notes
+    value = math.sqrt(lower * upper) if lower is not None else upper
+    if lower is None:
+        notes.append(f"every measured batch reached the target: B_min <= {upper:.4g}")
+    return (lower, upper), None, resid, value, "bracket", notes
+
+
+def plateaued(tokens: object, loss: object, target: float, *, horizon: float = 4.0) -> bool:
+    """Whether a run that never reached ``target`` had flattened out above it: the loss's slope
+    against log tokens over the last half (in log tokens) of the run, projected ``horizon`` times
+    further, still lies above the target. Only such a run is evidence that its batch is below B_min;
+    one still falling was cut by the budget (we choose the rule; Zhou et al. give none)."""
+    x, y = np.log(np.asarray(tokens, dtype=float)), np.asarray(loss, dtype=float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if x.size < 4:
+        return False
+    tail = x >= 0.5 * (x[0] + x[-1])
+    if tail.sum() < 3:
+        return False
+    slope, icpt = np.polyfit(x[tail], y[tail], 1)
+    end = icpt + slope * x[-1]
+    return bool(end + min(slope, 0.0) * math.log(horizon) > target)
+
+
+def _aggregate(steps: np.ndarray) -> np.ndarray:
+    return np.median(steps, axis=0)  # inf (never reached) sorts last: a majority must reach
+
+
+def estimate_batches(
+    batches_tokens: object,
+    steps_per_seed: object,
+    target_loss: float,
+    *,
+    confidence: float = 0.9,
+    n_boot: int = 300,
+    max_resid: float = DEFAULT_MAX_RESID,
+    rng_seed: int = 0,
+    plateaued_per_seed: object | None = None,
+) -> BatchEstimate:
+    """B_opt and B_min at one target from steps-to-target per seed and batch.
+
+    ``steps_per_seed`` has shape (seeds, batches); +inf (or nan) where a run never reached the
+    target. Batches must be distinct and positive; they are sorted here. ``plateaued_per_seed``
+    (same shape, optional): whether each never-reaching run had flattened out above the target
+    (:func:`plateaued`); a batch bounds B_min from below only if most of its runs had.
+    """
+    b = np.asarray(batches_tokens, dtype=float).reshape(-1)
+    s = np.atleast_2d(np.asarray(steps_per_seed, dtype=float))
+    if s.shape[1] != b.size:
+        raise AnalysisError(f"steps_per_seed has {s.shape[1]} batches, batches_tokens has {b.size}.")
+    if b.size < 3 or np.unique(b).size != b.size or not np.all(b > 0):
+        raise AnalysisError(f"need >= 3 distinct positive batches, got {b.tolist()}.")
+    order = np.argsort(b)
+    b, s = b[order], np.where(np.isfinite(s[:, order]) & (s[:, order] > 0), s[:, order], np.inf)
+    flat = None
+    if plateaued_per_seed is not None:
+        pl = np.atleast_2d(np.asarray(plateaued_per_seed, dtype=bool))[:, order]
+        flat = (pl | np.isfinite(s)).mean(axis=0) > 0.5
+    s_med = _aggregate(s)
+    e_med = b * s_med
+    b_meas, b_br, b_fit, b_res, notes_opt = _b_opt(b, e_med, max_resid)
+    m_br, m_fit, m_res, m_val, m_src, notes_min = _b_min(b, s_med, max_resid, flat)
+    b_val = b_fit if b_fit is not None else b_meas
+    opt_ci = min_ci = None
+    if s.shape[0] >= 2 and b_val is not None:
+        rng = np.random.default_rng(rng_seed)
+        opts, mins = [], []
+        for _ in range(n_boot):
+            rows = s[rng.integers(0, s.shape[0], s.shape[0])]
+            sm = _aggregate(rows)
+            meas, _, fit, _, _ = _b_opt(b, b * sm, max_resid)
+            if meas is not None:
+                opts.append(fit if fit is not None else meas)
+            val = _b_min(b, sm, max_resid, flat)[3]
+            if val is not None:
+                mins.append(val)
+        q = (0.5 - confidence / 2, 0.5 + confidence / 2)
+        if opts:
+            opt_ci = tuple(float(x) for x in np.quantile(opts, q))
+        if mins:
+            min_ci = tuple(float(x) for x in np.quantile(mins, q))
+    k = None if b_meas is None else int(np.flatnonzero(b == b_meas)[0])
+    return BatchEstimate(
+        target_loss=float(target_loss),
+        batches_tokens=tuple(float(x) for x in b),
+        steps_to_target=tuple(float(x) for x in s_med),
+        tokens_to_target=tuple(float(x) for x in e_med),
+        seeds_reached=tuple(int(x) for x in np.isfinite(s).sum(axis=0)),
+        n_seeds=int(s.shape[0]),
+        b_opt_measured_tokens=b_meas,
+        b_opt_bracket=b_br,
+        b_opt_fit_tokens=b_fit,
+        b_opt_fit_resid=b_res,
+        b_opt_tokens=b_val,
+        b_opt_source="fit" if b_fit is not None else "measured",
+        b_opt_ci=opt_ci,  # type: ignore[arg-type]
+        b_min_bracket=m_br,
+        b_min_fit_tokens=m_fit,
+        b_min_fit_resid=m_res,
+        b_min_tokens=m_val,
+        b_min_source=m_src,
+        b_min_ci=min_ci,  # type: ignore[arg-type]
+        e_min_tokens=None if k is None else float(e_med[k]),
+        confidence=float(confidence),
+        notes=tuple(notes_opt + notes_min),
+    )

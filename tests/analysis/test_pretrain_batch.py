@@ -1,0 +1,86 @@
+"""B_opt and B_min from a grid of batches, recovered on curves of a known law (pretrain_synth)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from batchtune.analysis.curves import samples_to_target
+from batchtune.analysis.pretrain_batch import estimate_batches, plateaued
+from batchtune.analysis.pretrain_synth import SynthLaw, synth_curves
+from batchtune.errors import AnalysisError
+
+LAW = SynthLaw()
+GRID = 256.0 * 2.0 ** (np.arange(19) / 2)  # 256 .. 131072 tokens, ratio sqrt(2)
+TARGETS = (2.9, 2.65, 2.45)
+
+
+def test_law_is_consistent():
+    for t in TARGETS:
+        assert LAW.b_min(t) < LAW.b_opt(t)
+        assert np.isinf(LAW.steps_to(t, 0.99 * LAW.b_min(t)))
+        e = GRID * LAW.steps_to(t, GRID)
+        assert GRID[np.argmin(e)] == pytest.approx(LAW.b_opt(t), rel=0.42)
+    assert LAW.b_opt(2.45) > LAW.b_opt(2.65) > LAW.b_opt(2.9)  # rises as the loss falls
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_noise_free_recovery_within_5_percent(target):
+    est = estimate_batches(GRID, LAW.steps_to(target, GRID)[None, :], target)
+    assert est.b_opt_source == "fit"
+    assert est.b_opt_tokens == pytest.approx(LAW.b_opt(target), rel=0.05)
+    assert est.b_min_tokens == pytest.approx(LAW.b_min(target), rel=0.05)
+    lo, hi = est.b_min_bracket
+    assert lo < LAW.b_min(target) <= hi
+    lo, hi = est.b_opt_bracket
+    assert lo <= LAW.b_opt(target) <= hi
+
+
+def test_bracket_direction_never_reached_below_reached_above():
+    target = 2.65
+    est = estimate_batches(GRID, LAW.steps_to(target, GRID)[None, :], target)
+    lo, hi = est.b_min_bracket
+    i_lo, i_hi = list(GRID).index(lo), list(GRID).index(hi)
+    assert i_hi == i_lo + 1
+    assert np.isinf(est.steps_to_target[i_lo]) and np.isfinite(est.steps_to_target[i_hi])
+
+
+def test_minimum_at_grid_edge_is_reported_not_extrapolated():
+    grid = GRID[2 * LAW.b_opt(2.9) <= GRID]
+    est = estimate_batches(grid, LAW.steps_to(2.9, grid)[None, :], 2.9)
+    assert est.b_opt_source == "measured" and est.b_opt_tokens == grid[0]
+    assert any("smallest measured batch" in n for n in est.notes)
+    assert est.b_min_source in ("bracket", "extrapolated")
+
+
+def test_plateau_rule():
+    tokens = np.geomspace(1e3, 1e7, 100)
+    assert plateaued(tokens, 3.0 + 0.001 * np.exp(-tokens / 1e5), 2.9)
+    assert not plateaued(tokens, 4.0 - 0.2 * np.log10(tokens / 1e3), 3.15)  # ends at 3.2, falling
+
+
+def test_noisy_paired_seeds_bracket_contains_truth():
+    seeds = [0, 1, 2]
+    runs = synth_curves(LAW, GRID[:15], seeds, max_tokens=2e8, noise_rel=0.01)
+    for t in TARGETS:
+        steps = np.full((3, 15), np.inf)
+        flat = np.zeros((3, 15), dtype=bool)
+        for b, seed, tokens, loss in runs:
+            j = int(np.flatnonzero(b == GRID)[0])
+            c = samples_to_target(tokens, loss, t, higher_is_better=False)
+            if c.censored:
+                flat[seed, j] = plateaued(tokens, loss, t)
+            else:
+                steps[seed, j] = c.samples_to_target / b
+        est = estimate_batches(GRID[:15], steps, t, plateaued_per_seed=flat)
+        lo, hi = est.b_min_bracket
+        assert (lo or 0) <= LAW.b_min(t) <= hi
+        assert est.b_opt_ci[0] <= est.b_opt_tokens <= est.b_opt_ci[1]
+        assert est.b_opt_tokens == pytest.approx(LAW.b_opt(t), rel=0.4)
+
+
+def test_bad_input_raises():
+    with pytest.raises(AnalysisError):
+        estimate_batches([1, 2], [[1, 2]], 3.0)
+    with pytest.raises(AnalysisError):
+        estimate_batches([1, 2, 3], [[1, 2]], 3.0)
