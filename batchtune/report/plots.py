@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from batchtune.measure.profile import ProfileResult, RooflinePrediction
+    from batchtune.analysis.profile import ProfileResult, RooflinePrediction
 
 _MODE_COLOURS = {"fixed": "tab:blue", "eos": "tab:orange"}
 

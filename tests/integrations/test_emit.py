@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from batchtune.errors import InputError
-from batchtune.integrations import RecommendationInput, emit
+from batchtune.integrations.emit import emit
+from batchtune.integrations.emit_base import RecommendationInput
 
 
 def rec(**kw):

@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from batchtune.errors import InputError
-from batchtune.integrations import RunInfo, import_runs, read_log
+from batchtune.integrations.common import RunInfo
 from batchtune.integrations.logs_generic import read_table
+from batchtune.integrations.readers import import_runs, read_log
 from batchtune.records import ResultsStore
 
 CSV = """run,prompts,group_size,lr,seed,step,reward,grad_norm,note

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from batchtune.errors import InputError
-from batchtune.integrations import RunInfo, read_log
+from batchtune.integrations.common import RunInfo
+from batchtune.integrations.readers import read_log
 
 pytest.importorskip("tensorboard")
 

@@ -9,7 +9,7 @@ import pytest
 
 from batchtune.backends.spec import Candidate, RunSpec
 from batchtune.errors import InputError
-from batchtune.integrations import read_log
+from batchtune.integrations.readers import read_log
 from batchtune.integrations.trl import find_trainer_state, read_trl_state, trl_run_info
 from batchtune.recipe.load import load_recipe
 

@@ -13,7 +13,8 @@ import json
 import pytest
 
 from batchtune.errors import InputError
-from batchtune.integrations import RunInfo, read_log
+from batchtune.integrations.common import RunInfo
+from batchtune.integrations.readers import read_log
 
 P, G = 4, 2
 
