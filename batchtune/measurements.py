@@ -19,6 +19,7 @@ import numpy as np
 from batchtune.analysis.curves import estimate_from_value, estimate_over_seeds, samples_to_target
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
 from batchtune.analysis.recommend import Throughput, ThroughputModel
+from batchtune.analysis.throughput import end_to_end_throughput
 from batchtune.errors import AnalysisError, InputError
 from batchtune.recipe.schema import TargetConfig
 from batchtune.records import candidate_label
@@ -207,7 +208,7 @@ def _candidate(c: dict[str, Any], study: Study, path: Path) -> MeasuredCandidate
     gen, train, other = (float(c.get(k, 0.0)) for k in keys)
     rps = c.get("responses_per_s")
     if rps is None and gen + train + other > 0:
-        rps = c["prompts"] * c["group_size"] / (gen + train + other)
+        rps = end_to_end_throughput(c["prompts"] * c["group_size"], gen, train, other).responses_per_s
     eff = CandidateEfficiency(
         label=name,
         prompts=c["prompts"],

@@ -11,12 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.analysis.profile import ProfileResult
 from batchtune.analysis.ranking import Ranking, rank_time_to_target
-from batchtune.analysis.throughput import Knee, generation_time_s
+from batchtune.analysis.throughput import Knee, end_to_end_throughput, predict_end_to_end
 from batchtune.errors import AnalysisError
 
 
@@ -74,11 +72,8 @@ def throughput_from_profile(
     per: dict[str, Throughput] = {}
     for c in cands:
         n = c.batch_responses
-        gen_s = generation_time_s(n, m.fit, c_max)
-        train_s = float(np.asarray(profile.train_fit.predict(n)).reshape(-1)[0])
-        per[c.label] = Throughput(
-            n / (gen_s + train_s + other_s), gen_s, train_s, other_s, int(min(n, c_max))
-        )
+        e2e = predict_end_to_end(n, m.fit, profile.train_fit, c_max, other_s)
+        per[c.label] = Throughput(e2e.responses_per_s, e2e.gen_s, e2e.train_s, other_s, int(min(n, c_max)))
     if max(c.batch_responses for c in cands) > c_max:
         notes.append(
             f"batches above {int(c_max)} responses are generated in waves of {int(c_max)} "
@@ -95,10 +90,10 @@ def throughput_from_probe(cands: Sequence[CandidateEfficiency], other_s: float) 
     """
     per: dict[str, Throughput] = {}
     for c in cands:
-        step = c.gen_s_per_step + c.train_s_per_step + other_s
-        if step <= 0:
+        if c.gen_s_per_step + c.train_s_per_step + other_s <= 0:
             continue
-        per[c.label] = Throughput(c.batch_responses / step, c.gen_s_per_step, c.train_s_per_step, other_s)
+        e2e = end_to_end_throughput(c.batch_responses, c.gen_s_per_step, c.train_s_per_step, other_s)
+        per[c.label] = Throughput(e2e.responses_per_s, c.gen_s_per_step, c.train_s_per_step, other_s)
     if not per:
         raise AnalysisError("no timings to predict throughput from: run `batchtune profile-gen` first")
     return ThroughputModel("probe timings", True, per)
