@@ -353,6 +353,37 @@ def check(
     raise typer.Exit(result.exit_code)
 
 
+@app.command()
+@handle_errors
+def smoke(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: Annotated[
+        str | None, typer.Option("--results", "-r", help="Keep the results here (default: a temporary dir).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The whole pipeline on your recipe at its smallest sizes, in seconds: one seed, two batches, two
+    steps, the tiniest model shape, a simulated engine where none is installed. Proves the recipe,
+    task, reward, trainer command and log reader work before a real probe is paid for; prints what it
+    checked and what it skipped. Exit 1 if a stage failed.
+    """
+    from batchtune import workflow
+
+    result = workflow.smoke(recipe, list(set_ or []), results)
+    if json_out:
+        _print_json(result)
+    else:
+        console.print(f"smoke: {result.recipe} in {result.wall_s:.1f} s, results in {result.results_dir}")
+        style = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
+        for st in result.stages:
+            console.print(f"  [{style[st.status]}]{st.status:7}[/] {st.name:12} {st.detail}", highlight=False)
+        console.print("reduced for smoke (not checked at full size):", highlight=False)
+        for line in result.reduced:
+            console.print(f"  - {line}", highlight=False)
+    raise typer.Exit(0 if result.ok else 1)
+
+
 @app.command("import-logs")
 @handle_errors
 def import_logs_cmd(

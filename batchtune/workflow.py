@@ -301,3 +301,99 @@ def _read_baseline(path: Path) -> tuple[float, str]:
     if not (value > 0):
         raise InputError(f"{path}: the baseline has no finite time-to-target ({t.get('value')!r})")
     return value, t["unit"]
+
+
+# ---- smoke ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeStage:
+    """One stage of a smoke run: status ok | failed | skipped, what it did or why not, its wall time."""
+
+    name: str
+    status: str
+    detail: str
+    wall_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeResult:
+    recipe: str
+    results_dir: str
+    reduced: tuple[str, ...]  # what smoke mode shrank or skipped
+    stages: tuple[SmokeStage, ...]
+    wall_s: float
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status != "failed" for s in self.stages)
+
+
+def smoke(recipe: str | None, overrides: list[str], results: str | None) -> SmokeResult:
+    """Probe, profile and recommend on the recipe at its smallest sizes (recipe/smoke.py), in a
+    temporary results directory unless ``results`` is given; a stage that fails is recorded and the
+    later stages that need it are skipped. Analysis that the tiny budget cannot support (the target
+    not reached) is a skip, not a failure: smoke proves the pipeline runs, not what it finds."""
+    import shutil
+    import tempfile
+    import time
+
+    from batchtune.errors import AnalysisError, BatchtuneError
+    from batchtune.measure.probe import run_probe
+    from batchtune.measure.profile import run_profile
+    from batchtune.recipe.smoke import smoke_recipe
+
+    t0 = time.perf_counter()
+    tmp = None if results else tempfile.mkdtemp(prefix="batchtune-smoke-")
+    cfg, reduced = smoke_recipe(load_recipe(recipe or DEFAULT_RECIPE, overrides), results or str(tmp))
+    stages: list[SmokeStage] = []
+
+    def stage(name: str, fn: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            detail, value = fn()
+        except AnalysisError as exc:
+            stages.append(
+                SmokeStage(name, "skipped", f"ran, but the smoke budget cannot support it: {exc}", 0.0)
+            )
+            return None
+        except BatchtuneError as exc:
+            stages.append(SmokeStage(name, "failed", str(exc), time.perf_counter() - t))
+            return None
+        stages.append(SmokeStage(name, "ok", detail, time.perf_counter() - t))
+        return value
+
+    try:
+        probe = stage("probe", lambda: _smoke_probe(cfg, run_probe))
+        stage("profile-gen", lambda: _smoke_profile(cfg, run_profile))
+        if probe is None:
+            stages.append(SmokeStage("recommend", "skipped", "the probe did not finish", 0.0))
+        else:
+            stage("recommend", lambda: _smoke_recommend(cfg))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    where = results or "a temporary directory (removed)"
+    return SmokeResult(cfg.source, where, tuple(reduced), tuple(stages), time.perf_counter() - t0)
+
+
+def _smoke_probe(cfg: Recipe, run_probe: Any) -> tuple[str, Any]:
+    result = run_probe(cfg)
+    eff = result.efficiency
+    failed = [c.label for c in eff.candidates if c.status == "failed"]
+    if failed:
+        reasons = "; ".join(f for c in eff.candidates for f in c.failures)
+        raise InputError(f"runs failed: {', '.join(failed)}: {reasons}")
+    metrics = f"metric {eff.metric!r} logged" if all(c.estimate for c in eff.candidates) else "no metric"
+    return f"{result.runs_done} run(s) of {', '.join(c.label for c in eff.candidates)}: {metrics}", result
+
+
+def _smoke_profile(cfg: Recipe, run_profile: Any) -> tuple[str, Any]:
+    result = run_profile(cfg, ResultsStore(cfg.run.results_dir), None)
+    n = sum(len(m.points) for m in result.modes.values())
+    return f"{n} generation point(s) on {cfg.generation.backend}, training step fit", result
+
+
+def _smoke_recommend(cfg: Recipe) -> tuple[str, Any]:
+    rec, _, _ = recommend_for_recipe(cfg, "auto", None, 8)
+    return f"ranked {len(rec.ranking.candidates)} candidates (numbers meaningless at smoke size)", rec
