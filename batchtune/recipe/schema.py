@@ -198,7 +198,9 @@ class BranchConfig:
     checkpoints: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0])  # fractions of trunk_samples
     window_samples: int = 1024  # each branch is compared with the control over this many samples
     max_window_factor: float = 2.0  # a branch still behind the control after this x window is censored
-    skip_after_deviating: bool = True  # at a checkpoint, larger batches are skipped once one deviates
+    # which candidates branch at a checkpoint: bisect = a binary search over the main candidates for
+    # the last one within 1+tol (started from the previous checkpoint's answer); all = every one
+    search: str = "bisect"
 
 
 @dataclass(frozen=True)
@@ -255,5 +257,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "hardware.device": ("auto", "cpu", "cuda"),
     "backend.training": ("torch", "nqm", "command", "trl"),
     "probe.mode": ("grid", "branched"),
+    "branch.search": ("bisect", "all"),
     "backend.command_log_format": ("jsonl", "csv", "verl", "trl", "tensorboard", "wandb"),
 }
