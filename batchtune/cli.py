@@ -125,6 +125,10 @@ def probe(
     set_: SetOpt = None,
     results: ResultsOpt = None,
     workers: Annotated[int | None, typer.Option(help="Parallel local processes (run.workers).")] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the plan and its predicted cost (as `plan`); run nothing."),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Short LR-scaled training runs at each candidate batch; find the critical training batch.
@@ -135,6 +139,9 @@ def probe(
     """
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
+    if dry_run:
+        _show_plan(cfg, None, json_out)
+        return
     from batchtune import workflow
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency, render_probe_cost
@@ -163,6 +170,40 @@ def probe(
     render_probe_cost(console, result.efficiency, None)
     if result.plot_path:
         console.print(f"Learning curves: {result.plot_path}")
+
+
+@app.command()
+@handle_errors
+def plan(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: ResultsOpt = None,
+    workers: Annotated[int | None, typer.Option(help="Parallel local processes (run.workers).")] = None,
+    time_steps: Annotated[
+        int | None,
+        typer.Option(
+            help="Training steps to time per candidate, alone (default: 3; 0 for the command backend).",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """What `probe` would run and cost, before spending it: candidates, seeds, samples and steps per run,
+    wall time predicted from a few steps of each candidate timed here, and the cost against one run.
+    """
+    overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
+    _show_plan(_recipe(recipe, overrides, results), time_steps, json_out)
+
+
+def _show_plan(cfg: Any, time_steps: int | None, json_out: bool) -> None:
+    from batchtune import workflow
+    from batchtune.report.plan import plan_to_dict, render_plan
+
+    preview = workflow.plan_preview(cfg, time_steps)
+    if json_out:
+        _print_json(plan_to_dict(preview))
+    else:
+        render_plan(console, preview)
 
 
 @app.command("profile-gen")

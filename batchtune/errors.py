@@ -31,3 +31,13 @@ class BackendError(BatchtuneError):
     """A training or generation backend is unavailable or failed outside a single run."""
 
     exit_code = 4
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (preemption, `timeout`, a scheduler): unwind so children are stopped, exit 143.
+
+    Not an Exception, so no ``except Exception`` on the way records it as a failed run."""
+
+    def __init__(self, signum: int = 15):
+        super().__init__(f"terminated by signal {signum}")
+        self.signum = signum

@@ -33,7 +33,15 @@ def recipe_for(recipe: str | None, overrides: list[str], results: str | None) ->
     return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
 
 
-# ---- probe -------------------------------------------------------------------------------------
+# ---- plan / probe --------------------------------------------------------------------------------
+
+
+def plan_preview(cfg: Recipe, time_steps: int | None = None) -> Any:
+    """What the probe of ``cfg`` will cost, before running it; returns measure.preview.PlanPreview."""
+    from batchtune.measure.preview import plan_preview as preview
+
+    return preview(cfg, time_steps)
+
 
 
 def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> Any:

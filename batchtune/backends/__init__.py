@@ -14,6 +14,7 @@ TRAINING_BACKENDS: dict[str, str] = {
     "nqm": "batchtune.backends.nqm:NQMBackend",
     "command": "batchtune.backends.command:CommandBackend",
     "trl": "batchtune.backends.trl_backend:TRLBackend",
+    "pretrain": "batchtune.backends.pretrain_lm:PretrainLMBackend",
 }
 
 GENERATION_BACKENDS: dict[str, str] = {

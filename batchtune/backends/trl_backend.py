@@ -90,6 +90,13 @@ class TRLBackend:
 
     name = "trl"
 
+    @staticmethod
+    def metric_ranges(recipe: Any) -> dict[str, tuple[float, float]]:
+        """The same tasks and rewards as the torch backend, so the same declared ranges."""
+        from batchtune.backends.torch_rl import TorchRLBackend
+
+        return TorchRLBackend.metric_ranges(recipe)
+
     def train(self, spec: RunSpec) -> Iterator[StepRecord]:
         try:
             import datasets  # noqa: F401

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ from batchtune import backends
 from batchtune.analysis.curves import samples_to_target, target_confirmed
 from batchtune.analysis.efficiency import RunData, SampleEfficiency, analyse_runs
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
-from batchtune.errors import AnalysisError, InputError
+from batchtune.errors import AnalysisError, InputError, MetricMissingError
 from batchtune.events import ProbeEvents
+from batchtune.measure.guards import check_metric_present, check_target_range
 from batchtune.measure.plan import Plan, plan_candidates, run_id
 from batchtune.recipe.load import recipe_from_dict
 from batchtune.recipe.schema import Recipe
@@ -116,12 +118,15 @@ def execute_run(
     *,
     rid: str | None = None,
     spec_extra: dict[str, Any] | None = None,
+    parallel_runs: int = 1,
 ) -> RunRecord | None:
     """Run one candidate at one seed into the store. Returns None if it was finished or taken.
 
     Runs in the caller's process or in a worker; ``events`` is a queue-like object with ``put`` (or
     a callable) that receives progress dicts. Branched probes (measure/branched.py) pass their own
     ``rid`` and ``spec_extra`` (RunSpec's resume_from / save_at_samples / checkpoint_dir).
+    ``parallel_runs`` (runs sharing this machine with it, itself included) is stored with the
+    record, so its step times can be read as contended or not.
     """
     store = ResultsStore(results_dir)
     rid = rid or run_id(candidate, seed)
@@ -157,9 +162,13 @@ def execute_run(
         totals = {"gen_s": 0.0, "train_s": 0.0, "other_s": 0.0}
         status, reason = "budget_exhausted", f"spent the budget of {policy.max_samples} samples"
         stream = backend.train(spec)
+        logged: set[str] = set()  # metric names seen until the target metric shows up
         try:
             for step in stream:
                 writer.append(step)
+                if policy.metric not in logged:
+                    logged.update(step.metrics)  # raises below if the target metric is missing
+                    check_metric_present(policy.metric, step.metrics, logged)
                 last = step
                 for key in totals:
                     totals[key] += getattr(step, key)
@@ -195,6 +204,8 @@ def execute_run(
                     break
                 if step.samples >= policy.max_samples:
                     break
+        except MetricMissingError:
+            raise  # the recipe is wrong for every run: not data
         except RunFailed as exc:
             status, reason = exc.status, exc.message
         except MemoryError:
@@ -221,6 +232,8 @@ def execute_run(
             wall_s=time.perf_counter() - t0,
             critic_lr=candidate.critic_lr,
             backend=recipe.backend.training,
+            parallel_runs=parallel_runs,
+            cpu_cores=os.cpu_count() or 0,
             **totals,
         )
         writer.finish(record)
@@ -358,6 +371,7 @@ def run_probe(
     """Run (or resume) the probe of ``recipe`` into ``results_dir`` and analyse it."""
     t0 = time.perf_counter()
     store = ResultsStore(results_dir or recipe.run.results_dir)
+    check_target_range(recipe)
     check_manifest(store, recipe)
     plan = plan_candidates(recipe)
     seeds = recipe.budget.seeds
@@ -368,7 +382,12 @@ def run_probe(
         progress("plan", {"total": len(jobs), "todo": len(todo), "max_samples": recipe.budget.max_samples})
     ref_jobs = [(c, s) for c, s in todo if c.label == plan.reference]
     rest = [(c, s) for c, s in todo if c.label != plan.reference]
-    done = _run_many(recipe, store, plan, ref_jobs, _stop_policy(recipe, math.inf), progress)
+    try:
+        done = _run_many(recipe, store, plan, ref_jobs, _stop_policy(recipe, math.inf), progress)
+    except MetricMissingError:
+        if not store.runs():  # nothing finished: let a rerun with the right metric start afresh
+            store.manifest_path.unlink(missing_ok=True)
+        raise
     band = _band_samples(store, recipe, plan)
     done += _run_many(recipe, store, plan, rest, _stop_policy(recipe, band), progress)
     efficiency = analyse_store(store, recipe, plan)

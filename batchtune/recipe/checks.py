@@ -74,4 +74,29 @@ def check_recipe(recipe: Recipe) -> list[str]:
         errors.append("lr_scaling.table: rule 'table' needs {\"N\" = lr, ...} entries")
     if recipe.backend.training == "command" and not recipe.backend.command:
         errors.append("backend.command: the command backend needs an argv list")
+    if recipe.backend.training == "pretrain":
+        errors.extend(_check_pretrain(recipe))
+    return errors
+
+
+def _check_pretrain(recipe: Recipe) -> list[str]:
+    p, errors = recipe.pretrain, []
+    if p.seq_len < 2:
+        errors.append("pretrain.seq_len: must be at least 2")
+    if len(set(p.batches_tokens)) < 3 or any(b < p.seq_len or b % p.seq_len for b in p.batches_tokens):
+        errors.append("pretrain.batches_tokens: needs >= 3 distinct batches, each a multiple of seq_len")
+    if p.micro_batch_tokens and (p.micro_batch_tokens < p.seq_len or p.micro_batch_tokens % p.seq_len):
+        errors.append("pretrain.micro_batch_tokens: 0, or a multiple of seq_len")
+    if p.max_tokens <= max(p.batches_tokens or [0]) or p.eval_every_tokens <= 0 or p.eval_sequences < 1:
+        errors.append("pretrain.max_tokens, eval_every_tokens, eval_sequences: > 0, max_tokens > a batch")
+    if any(t <= 0 for t in p.targets):
+        errors.append("pretrain.targets: losses in nats/token, each > 0")
+    if not 0 <= p.decay_fraction < 1 or p.warmup_tokens < 0:
+        errors.append("pretrain.decay_fraction: must lie in [0, 1) (and warmup_tokens >= 0)")
+    if p.data == "files" and not p.files:
+        errors.append("pretrain.files: data = 'files' needs .txt or .jsonl paths")
+    if p.data == "markov" and not (
+        2 <= p.markov_branching <= p.markov_vocab and 1 <= p.markov_order <= 3 and p.markov_concentration > 0
+    ):
+        errors.append("pretrain.markov_*: needs 2 <= branching <= vocab, order 1..3, concentration > 0")
     return errors

@@ -219,6 +219,32 @@ class NQMConfig:
 
 
 @dataclass(frozen=True)
+class PretrainConfig:
+    """Pre-training probe (backend.training = "pretrain"): a tiny Llama trained from scratch on a
+    grid of token batches, then B_opt and B_min per target loss (docs/pretraining.md)."""
+
+    size: str = "xs"  # xs | s | m: tiny Llamas built in code (backends/pretrain_lm.py lists them)
+    seq_len: int = 32  # tokens per sequence; batches are whole sequences
+    batches_tokens: list[int] = field(default_factory=lambda: [256, 512, 1024, 2048])
+    max_tokens: int = 1_000_000  # budget per run (samples = tokens for pre-training)
+    targets: list[float] = field(default_factory=list)  # target eval losses, nats/token
+    eval_every_tokens: int = 16384  # eval loss logged every this many trained tokens
+    eval_sequences: int = 64  # held-out sequences (fixed per data seed)
+    data: str = "markov"  # markov (synthetic, exact entropy rate) | files (local text/JSONL)
+    files: list[str] = field(default_factory=list)  # .txt / .jsonl paths for data = "files"
+    text_key: str = "text"  # JSONL field holding the text
+    markov_vocab: int = 64  # V tokens
+    markov_order: int = 1  # k: the next token depends on the k previous ones
+    markov_branching: int = 8  # nonzero next tokens per context (sparsity)
+    markov_concentration: float = 0.5  # Dirichlet concentration of each context's row
+    data_seed: int = 0  # the language (Markov tables); runs' seeds draw the stream from it
+    schedule: str = "wsd"  # wsd | cosine | constant
+    warmup_tokens: int = 16384  # linear warmup in tokens, the same at every batch
+    decay_fraction: float = 0.0  # WSD: last fraction of max_tokens decays to 0; 0 = stable only
+    micro_batch_tokens: int = 0  # gradient accumulation: tokens per forward/backward; 0 = whole batch
+
+
+@dataclass(frozen=True)
 class Recipe:
     run: RunConfig = field(default_factory=RunConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -233,6 +259,7 @@ class Recipe:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     nqm: NQMConfig = field(default_factory=NQMConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     branch: BranchConfig = field(default_factory=BranchConfig)
     source: str = ""  # the file it came from; set by the loader
@@ -255,7 +282,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "lr_scaling.rule": LR_RULES,
     "generation.backend": ("transformers", "vllm", "simulated"),
     "hardware.device": ("auto", "cpu", "cuda"),
-    "backend.training": ("torch", "nqm", "command", "trl"),
+    "backend.training": ("torch", "nqm", "command", "trl", "pretrain"),
+    "pretrain.size": ("xs", "s", "m"),
+    "pretrain.data": ("markov", "files"),
+    "pretrain.schedule": ("wsd", "cosine", "constant"),
     "probe.mode": ("grid", "branched"),
     "branch.search": ("bisect", "all"),
     "backend.command_log_format": ("jsonl", "csv", "verl", "trl", "tensorboard", "wandb"),

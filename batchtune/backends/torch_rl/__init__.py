@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from batchtune.backends.spec import RunSpec
+from batchtune.recipe.schema import Recipe
 from batchtune.records import StepRecord
 
 __all__ = ["TorchRLBackend"]
@@ -20,6 +21,18 @@ class TorchRLBackend:
     """GRPO / PPO with model.generate rollouts; CPU or CUDA (bf16 autocast) through the same code."""
 
     name = "torch"
+
+    @staticmethod
+    def metric_ranges(recipe: Recipe) -> dict[str, tuple[float, float]]:
+        """The declared range of each metric, so a probe can refuse an unreachable target up front.
+
+        Built-in tasks score per-character accuracy (tasks.char_reward): in [0, 1]. A user's reward
+        function declares nothing."""
+        from batchtune.backends.torch_rl.tasks import BUILTIN_TASKS
+
+        if recipe.task.name not in BUILTIN_TASKS:
+            return {}
+        return {"reward": (0.0, 1.0), "eval_reward": (0.0, 1.0)}
 
     def train(self, spec: RunSpec) -> Iterator[StepRecord]:
         from batchtune.backends.torch_rl.trainer import train

@@ -1,0 +1,222 @@
+"""`batchtune plan` (and `probe --dry-run`): what a probe will cost before it spends anything.
+
+The plan (candidates, LRs, seeds) is measure/plan.py's; this module adds the budget of every run in
+samples and steps, and a wall-time prediction for this machine from a few steps of each candidate
+timed alone (no other run sharing the cores), in a scratch folder of the results directory. The
+prediction is an upper bound: runs stop earlier at the target or outside the reference's band.
+
+    run_s(N) ~ setup_s + steps(N) * step_s(N) + evals(N) * eval_s,   steps(N) = ceil(max_samples / N)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from batchtune import backends
+from batchtune.backends.spec import Candidate, RunSpec
+from batchtune.measure.plan import plan_candidates, run_id
+from batchtune.recipe.schema import Recipe
+from batchtune.records import ResultsStore
+
+IN_PROCESS_BACKENDS = ("torch", "nqm", "trl")  # timed by default; "command" starts a whole trainer
+TIMING_DIR = "plan-timing"  # <results>/plan-timing/<run_id>: the cache beside it is the probe's
+
+
+@dataclass(frozen=True)
+class CandidateCost:
+    label: str
+    prompts: int
+    group_size: int
+    batch_responses: int
+    lr: float
+    seeds: int
+    max_samples_per_run: int
+    max_steps_per_run: int
+    evals_per_run: int
+    step_s: float  # median wall seconds of one training step, timed alone; nan = not timed
+    eval_s: float  # seconds of one held-out evaluation (0 when the backend reports none)
+    setup_s: float  # model build, warm start (cached after the first), first evaluation
+    run_s_max: float  # predicted wall seconds of one run to its whole budget; nan = not timed
+
+
+@dataclass(frozen=True)
+class PlanPreview:
+    source: str  # the recipe
+    results_dir: str
+    backend: str
+    reference: str
+    candidates: tuple[CandidateCost, ...]
+    runs: int
+    runs_finished: int  # already in the results directory: a probe reuses them
+    workers: int
+    timing_source: str  # where the wall times come from, in words
+    timed_steps: int  # training steps timed per candidate; 0 = none
+    total_samples_max: int
+    total_steps_max: int
+    wall_s_max: float  # predicted probe wall time, all runs to their budgets, `workers` at a time
+    reference_run_samples: int  # one full run at the reference: the recipe's budget per run
+    reference_run_s: float
+    cost_vs_reference_run: float  # probe samples / one reference run's samples
+    gpus: int  # hardware.num_gpus when the recipe runs on CUDA; 0 on CPU
+    gpu_hours_max: float  # wall_s_max * gpus / 3600 (0 on CPU)
+    one_off_s: float = 0.0  # paid once per results directory (the tiny model's cached warm start)
+    notes: tuple[str, ...] = ()
+
+
+def _evals(max_samples: int, batch: int, every: int) -> int:
+    """Held-out evaluations of one run: one at the start, then every ``every`` responses."""
+    steps = math.ceil(max_samples / batch)
+    return 1 + (steps if every <= 0 else max_samples // every)
+
+
+def time_candidate(recipe: Recipe, cand: Candidate, steps: int, scratch: Path) -> tuple[float, float, float]:
+    """Time ``steps`` training steps of ``cand`` alone: (step_s, eval_s, setup_s).
+
+    step_s is the median wall time between consecutive training steps, less the evaluation the
+    backend reports inside a step (``other_s`` of a step that logged an eval metric); the first
+    training step (allocator and kernel warm-up) is dropped when there are at least two."""
+    spec = RunSpec(
+        run_id=run_id(cand, 0),
+        candidate=cand,
+        seed=0,
+        recipe=recipe,
+        run_dir=scratch / run_id(cand, 0),
+        base_lr=recipe.optimizer.lr,
+        reference_batch=plan_candidates(recipe).reference_batch,
+    )
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    backend = backends.load("training", recipe.backend.training)()
+    t0 = time.perf_counter()
+    stream = backend.train(spec)
+    setup_s = math.nan
+    eval_s = 0.0
+    walls: list[float] = []
+    try:
+        last = t0
+        for rec in stream:
+            now = time.perf_counter()
+            evaluated = any(k.startswith("eval") for k in rec.metrics)
+            if rec.step == 0 or math.isnan(setup_s):
+                setup_s = now - t0
+                eval_s = rec.other_s if evaluated else 0.0
+                if rec.step > 0:  # no separate step-0 evaluation: this was a training step too
+                    walls.append(now - t0)
+            else:
+                walls.append(now - last - (rec.other_s if evaluated else 0.0))
+            last = now
+            if len(walls) >= steps:
+                break
+    finally:
+        stream.close()
+    use = walls[1:] if len(walls) >= 2 else walls
+    return (statistics.median(use) if use else math.nan), eval_s, setup_s
+
+
+def _with_setup(c: CandidateCost, setup_s: float) -> CandidateCost:
+    return dataclasses.replace(c, setup_s=setup_s, run_s_max=c.run_s_max - c.setup_s + setup_s)
+
+
+def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
+    """The probe's cost, predicted: budgets from the recipe, wall time from timed steps.
+
+    ``time_steps``: training steps to time per candidate (None: 3 for in-process backends, none for
+    the command backend, which would start a trainer per candidate; 0: do not time)."""
+    plan = plan_candidates(recipe)
+    store = ResultsStore(recipe.run.results_dir)
+    seeds = recipe.budget.seeds
+    max_samples = recipe.budget.max_samples
+    every = recipe.task.eval_every_samples
+    backend = recipe.backend.training
+    if time_steps is None:
+        time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
+    notes: list[str] = []
+    scratch = Path(recipe.run.results_dir) / TIMING_DIR
+    costs: list[CandidateCost] = []
+    try:
+        for cand in plan.candidates:
+            n = cand.batch_responses
+            steps = math.ceil(max_samples / n)
+            evals = _evals(max_samples, n, every)
+            step_s = eval_s = setup_s = math.nan
+            if time_steps > 0:
+                step_s, eval_s, setup_s = time_candidate(recipe, cand, time_steps, scratch)
+            run_s = setup_s + steps * step_s + (evals - 1) * eval_s
+            costs.append(
+                CandidateCost(
+                    cand.label,
+                    cand.prompts,
+                    cand.group_size,
+                    n,
+                    cand.lr,
+                    len(seeds),
+                    steps * n,
+                    steps,
+                    evals,
+                    step_s,
+                    eval_s,
+                    setup_s,
+                    run_s,
+                )  # fmt: skip
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    # the first candidate timed pays one-off costs (the cached warm start): count them once
+    setups = [c.setup_s for c in costs if math.isfinite(c.setup_s)]
+    one_off_s = max(setups) - min(setups) if len(setups) >= 2 else 0.0
+    if one_off_s > 0:
+        costs = [_with_setup(c, min(setups)) for c in costs]
+    runs = len(costs) * len(seeds)
+    finished = sum(store.is_finished(run_id(c, s)) for c in plan.candidates for s in seeds)
+    workers = max(1, min(recipe.run.workers, runs))
+    total_run_s = one_off_s + sum(c.run_s_max * c.seeds for c in costs)
+    if time_steps > 0:
+        timing = f"{time_steps} training steps of each candidate timed alone on this machine"
+        if backend == "nqm":
+            timing += " (the simulation's own compute; its simulated step times are not wall time)"
+        if workers > 1:
+            notes.append(
+                f"{workers} runs at a time share this machine's cores: the wall time assumes they do "
+                "not slow each other down, so it is a lower bound on that account"
+            )
+    else:
+        timing = (
+            "not timed: the command backend starts a trainer per run (pass --time-steps K)"
+            if backend == "command"
+            else "not timed (--time-steps 0)"
+        )
+    ref = next(c for c in costs if c.label == plan.reference)
+    total_samples = sum(c.max_samples_per_run * c.seeds for c in costs)
+    wall = total_run_s / workers
+    gpus = recipe.hardware.num_gpus if recipe.hardware.device == "cuda" else 0
+    notes.append(
+        "upper bounds: a run stops at its target (budget.stop_at_target) or once clearly slower than "
+        "the reference (budget.stop_outside_band), usually well before its budget"
+    )
+    return PlanPreview(
+        source=recipe.source,
+        results_dir=str(recipe.run.results_dir),
+        backend=backend,
+        reference=plan.reference,
+        candidates=tuple(costs),
+        runs=runs,
+        runs_finished=finished,
+        workers=workers,
+        timing_source=timing,
+        timed_steps=time_steps,
+        total_samples_max=total_samples,
+        total_steps_max=sum(c.max_steps_per_run * c.seeds for c in costs),
+        wall_s_max=wall,
+        reference_run_samples=ref.max_samples_per_run,
+        reference_run_s=ref.run_s_max,
+        cost_vs_reference_run=total_samples / ref.max_samples_per_run,
+        gpus=gpus,
+        gpu_hours_max=wall * gpus / 3600 if gpus else 0.0,
+        one_off_s=one_off_s,
+        notes=tuple(notes),
+    )

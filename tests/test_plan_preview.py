@@ -1,0 +1,84 @@
+"""`batchtune plan` / `probe --dry-run` (cost preview) and the probe's fail-fast checks, on the NQM
+simulation (seconds) and, for the declared reward range, the tiny GRPO recipe (nothing runs)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.errors import MetricMissingError
+from batchtune.measure.guards import check_metric_present
+from batchtune.recipe.load import shipped_recipes
+
+NQM = str(shipped_recipes()["nqm"])
+SMALL = ["--set", "candidates.prompts=[1,4,16]", "--set", "budget.seeds=[0,1]"]
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_plan_json_budgets_and_cost_ratio(tmp_path: Path):
+    out = _invoke("plan", NQM, "-r", str(tmp_path / "r"), *SMALL, "--time-steps", "2", "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["runs"] == 6 and data["reference"] == "P1xG8"
+    cands = {c["label"]: c for c in data["candidates"]}
+    for c in cands.values():
+        # every run's budget covers max_samples in whole steps
+        assert c["max_steps_per_run"] == math.ceil(40960 / c["batch_responses"])
+        assert c["max_samples_per_run"] >= 40960
+        assert c["step_s"] > 0 and c["run_s_max"] > 0
+    assert data["total_samples_max"] == sum(c["max_samples_per_run"] * 2 for c in cands.values())
+    assert data["cost_vs_reference_run"] == pytest.approx(data["total_samples_max"] / 40960)
+    assert data["wall_s_max"] > 0 and "timed alone" in data["timing_source"]
+    assert not (tmp_path / "r" / "plan-timing").exists()  # the timing scratch is removed
+    assert not (tmp_path / "r" / "runs").exists()  # nothing of a probe was written
+
+
+def test_probe_dry_run_is_the_plan_and_runs_nothing(tmp_path: Path):
+    out = _invoke("probe", NQM, "-r", str(tmp_path / "r"), *SMALL, "--dry-run", "--time-steps", "0")
+    assert out.exit_code != 0  # --time-steps belongs to `plan` only
+    out = _invoke("probe", NQM, "-r", str(tmp_path / "r"), *SMALL, "--dry-run")
+    assert out.exit_code == 0, out.output
+    assert "Probe budget: " in out.stdout and "one full run at the reference P1xG8" in out.stdout
+    assert not (tmp_path / "r" / "runs").exists()
+
+
+def test_plan_untimed_has_no_wall_time(tmp_path: Path):
+    out = _invoke("plan", NQM, "-r", str(tmp_path / "r"), *SMALL, "--time-steps", "0", "--json")
+    data = json.loads(out.stdout)
+    assert data["wall_s_max"] is None and data["timing_source"].startswith("not timed")
+
+
+def test_metric_check_names_what_is_logged():
+    check_metric_present("eval_reward", {"eval_reward": 0.5}, {"eval_reward"})
+    check_metric_present("eval_reward", {"reward": 0.5, "loss": 1.0}, {"reward", "loss"})  # no eval yet
+    with pytest.raises(MetricMissingError, match="eval_reward, loss, reward"):
+        check_metric_present("accuracy", {"reward": 0.5, "loss": 1.0}, {"eval_reward", "reward", "loss"})
+    with pytest.raises(MetricMissingError, match="eval_acc"):
+        check_metric_present("eval_acc", {"eval_reward": 0.5}, {"eval_reward"})
+
+
+def test_probe_stops_at_first_step_on_a_wrong_metric(tmp_path: Path):
+    results = tmp_path / "r"
+    out = _invoke("probe", NQM, "-r", str(results), *SMALL, "--set", 'target.metric="accuracy"')
+    assert out.exit_code == 2
+    assert "'accuracy' is not logged" in out.output and "loss" in out.output
+    steps = [len(p.read_text().splitlines()) for p in results.glob("runs/*/steps*.jsonl*")]
+    assert steps and max(steps) <= 1  # stopped at the first step, not at the budget
+    assert not (results / "manifest.json").exists()  # so the corrected rerun starts afresh
+    out = _invoke("probe", NQM, "-r", str(results), *SMALL, "--dry-run")
+    assert out.exit_code == 0, out.output
+
+
+def test_target_outside_declared_range_refused_before_running(tmp_path: Path):
+    out = _invoke("probe", "tiny-grpo", "-r", str(tmp_path / "r"), "--set", "target.value=2.0")
+    assert out.exit_code == 2
+    assert "outside eval_reward's range [0, 1]" in out.output
+    assert not (tmp_path / "r").exists()
