@@ -21,6 +21,10 @@ class InputError(BatchtuneError):
     exit_code = 2
 
 
+class MetricMissingError(InputError):
+    """The target metric is not among those a run logs at its first evaluation."""
+
+
 class AnalysisError(BatchtuneError):
     """The data cannot support the requested estimate (one point, all censored, NaN, failed fit)."""
 
