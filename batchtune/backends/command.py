@@ -14,7 +14,8 @@ The command must write its metrics to ``backend.command_log`` (relative to {outp
 placeholders) in ``backend.command_log_format``. Line formats (jsonl, csv, verl) are read while the
 trainer runs and each step is yielded once the next one appears; the others after it exits. A
 non-zero exit is a failed run (an out-of-memory message makes it ``oom``), ``backend.timeout_s`` a
-timed-out one; closing the generator stops the whole process group.
+timed-out one; closing the generator stops the whole process group. The command runs under
+``lifeguard``'s guard, so it and its children also die when batchtune is killed (even by kill -9).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import shutil
 import signal
 import string
 import subprocess
@@ -31,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from batchtune.backends import lifeguard
 from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec
 from batchtune.errors import BatchtuneError, RecipeError
 from batchtune.integrations.common import RunInfo
@@ -103,22 +106,27 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop the command and everything it started (it runs in its own session), also when the
-    command itself has already exited but left children behind."""
-    if proc.poll() is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        return
-    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+    """Stop the command and everything it started (it runs under the lifeguard in its own session),
+    also when the command itself has already exited but left children behind."""
+    try:
+        if proc.poll() is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             return
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S + 1), (signal.SIGKILL, KILL_GRACE_S)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait_s)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # anything the guard's SIGTERM left
+                return
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        lifeguard.unregister_group(proc.pid)
 
 
 class CommandBackend:
@@ -139,9 +147,7 @@ class CommandBackend:
         output_dir = Path(values["output_dir"])
         if output_dir.exists() and any(output_dir.iterdir()):
             # an interrupted earlier attempt of this run: keep it aside, never read its log
-            output_dir.rename(
-                output_dir.with_name(f"{output_dir.name}.stale-{time.strftime('%Y%m%dT%H%M%S')}")
-            )
+            output_dir.rename(output_dir.with_name(f"{output_dir.name}.stale-{time.time_ns()}"))
         output_dir.mkdir(parents=True, exist_ok=True)
         log_path = output_dir / fill(cfg.command_log, values, "backend.command_log")
         fmt = cfg.command_log_format
@@ -160,9 +166,12 @@ class CommandBackend:
         stdout_path, stderr_path = spec.run_dir / "command.stdout", spec.run_dir / "command.stderr"
         spec.run_dir.mkdir(parents=True, exist_ok=True)
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+            if shutil.which(argv[0]) is None:
+                raise RunFailed("failed", f"cannot start {argv[0]!r}: not found or not executable")
             try:
-                proc = subprocess.Popen(
-                    argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+                # the lifeguard stops the command's whole group when batchtune dies, even by kill -9
+                proc = lifeguard.start_guarded(
+                    argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env
                 )
             except OSError as exc:
                 raise RunFailed("failed", f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None

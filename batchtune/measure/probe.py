@@ -12,7 +12,6 @@ import dataclasses
 import math
 import os
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,11 @@ from typing import Any
 from batchtune import backends
 from batchtune.analysis.curves import samples_to_target, target_confirmed
 from batchtune.analysis.efficiency import RunData, SampleEfficiency, analyse_runs
+from batchtune.backends import lifeguard
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.errors import AnalysisError, InputError, MetricMissingError
 from batchtune.events import ProbeEvents
+from batchtune.measure.execute import run_jobs
 from batchtune.measure.guards import check_metric_present, check_target_range
 from batchtune.measure.plan import Plan, plan_candidates, run_id
 from batchtune.recipe.load import recipe_from_dict
@@ -288,7 +289,13 @@ def _check_finished_runs_match(store: ResultsStore, plan: Plan) -> None:
 
 
 def _band_samples(store: ResultsStore, recipe: Recipe, plan: Plan) -> float:
-    """Samples past which a candidate is clearly outside the band: band_factor*(1+tol)*R_ref (upper CI)."""
+    """Samples past which a candidate is clearly outside the band: band_factor*(1+tol)*R_ref (upper CI).
+
+    Never from a partial reference: with any reference seed unfinished (held by another process, or
+    failed to start) there is no band."""
+    ref = plan.by_label().get(plan.reference)
+    if ref is None or not all(store.is_finished(run_id(ref, s)) for s in recipe.budget.seeds):
+        return math.inf
     try:
         eff = analyse_store(store, recipe, plan)
         est = eff.get(plan.reference).estimate
@@ -297,72 +304,6 @@ def _band_samples(store: ResultsStore, recipe: Recipe, plan: Plan) -> float:
     if est is None or not math.isfinite(est.ci_high):
         return math.inf
     return recipe.budget.band_factor * (1 + recipe.target.tolerance) * est.ci_high
-
-
-def _run_many(
-    recipe: Recipe,
-    store: ResultsStore,
-    plan: Plan,
-    jobs: list[tuple[Candidate, int]],
-    policy: StopPolicy,
-    progress: ProgressFn | None,
-) -> int:
-    args = [
-        (recipe, str(store.root), cand, seed, recipe.optimizer.lr, plan.reference_batch, policy)
-        for cand, seed in jobs
-    ]
-    if not args:
-        return 0
-    workers = min(recipe.run.workers, len(args))
-    if recipe.run.executor == "ray":
-        return _run_ray(args, progress)
-    if workers == 1:
-        done = 0
-        for a in args:
-            done += execute_run(*a, events=progress) is not None
-        return done
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")  # fork after torch threads exist is unsafe
-    with ctx.Manager() as manager:
-        queue = manager.Queue()
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            pending: set[Future] = {pool.submit(execute_run, *a, events=queue) for a in args}
-            done = 0
-            while pending:
-                finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                _drain(queue, progress)
-                for fut in finished:
-                    done += fut.result() is not None
-            _drain(queue, progress)
-        return done
-
-
-def _drain(queue: Any, progress: ProgressFn | None) -> None:
-    while not queue.empty():
-        event = queue.get()
-        if progress is not None:
-            progress(event["kind"], event)
-
-
-def _run_ray(args: list[tuple], progress: ProgressFn | None) -> int:
-    """Each run a Ray task with one GPU when CUDA is asked for (optional extra `[ray]`)."""
-    try:
-        import ray
-    except ImportError:
-        raise InputError("run.executor = 'ray' needs Ray: pip install 'batchtune[ray]'") from None
-    ray.init(ignore_reinit_error=True)
-    recipe: Recipe = args[0][0]
-    gpus = 1 if recipe.hardware.device == "cuda" else 0
-    remote = ray.remote(num_cpus=1, num_gpus=gpus)(execute_run)
-    refs = [remote.remote(*a) for a in args]
-    done = 0
-    for ref in refs:
-        rec = ray.get(ref)
-        done += rec is not None
-        if progress is not None and rec is not None:
-            progress("end", {"run_id": rec.run_id, "status": rec.status, "reason": rec.reason})
-    return done
 
 
 def run_probe(
@@ -382,14 +323,19 @@ def run_probe(
         progress("plan", {"total": len(jobs), "todo": len(todo), "max_samples": recipe.budget.max_samples})
     ref_jobs = [(c, s) for c, s in todo if c.label == plan.reference]
     rest = [(c, s) for c, s in todo if c.label != plan.reference]
-    try:
-        done = _run_many(recipe, store, plan, ref_jobs, _stop_policy(recipe, math.inf), progress)
-    except MetricMissingError:
-        if not store.runs():  # nothing finished: let a rerun with the right metric start afresh
-            store.manifest_path.unlink(missing_ok=True)
-        raise
-    band = _band_samples(store, recipe, plan)
-    done += _run_many(recipe, store, plan, rest, _stop_policy(recipe, band), progress)
+    ref_b = plan.reference_batch
+    with lifeguard.sigterm_raises():  # SIGTERM unwinds: pool workers and trainers are stopped
+        try:
+            # waits for reference runs another live process holds: the band needs every seed
+            done = run_jobs(
+                execute_run, recipe, store, ref_b, ref_jobs, _stop_policy(recipe, math.inf), progress
+            )
+        except MetricMissingError:
+            if not store.runs():  # nothing finished: let a rerun with the right metric start afresh
+                store.manifest_path.unlink(missing_ok=True)
+            raise
+        band = _band_samples(store, recipe, plan)
+        done += run_jobs(execute_run, recipe, store, ref_b, rest, _stop_policy(recipe, band), progress)
     efficiency = analyse_store(store, recipe, plan)
     return ProbeResult(
         plan=plan,

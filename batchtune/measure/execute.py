@@ -1,0 +1,151 @@
+"""Where probe runs execute: in this process, in a local pool of worker processes, or on Ray; and
+waiting for runs that another live process holds.
+
+A run is claimed through the results store's lock (``ResultsStore.claim``); a run another process
+holds is never touched here: ``run_jobs`` waits until it is finished, or until its holder has died
+(the lock is free again), and then runs it itself.
+
+Pool workers die with the main process (``PR_SET_PDEATHSIG``, see backends/lifeguard.py), and an
+exception in the main process (SIGTERM raises one, see ``lifeguard.sigterm_raises``) terminates the
+pool instead of waiting for its runs to finish.
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+from batchtune.backends import lifeguard
+from batchtune.backends.spec import Candidate
+from batchtune.events import ProbeEvents
+from batchtune.measure import ray_executor
+from batchtune.measure.plan import run_id
+from batchtune.recipe.schema import Recipe
+from batchtune.records import ResultsStore, RunRecord
+
+# execute_run(recipe, results_dir, candidate, seed, base_lr, reference_batch, policy, events, parallel_runs)
+# measure.probe's, passed in (a module-level function, so a spawned worker can unpickle it)
+RunFn = Callable[..., RunRecord | None]
+
+WAIT_POLL_S = 1.0  # how often a run held by another process is checked
+
+
+def _run_many(
+    run_fn: RunFn,
+    recipe: Recipe,
+    store: ResultsStore,
+    reference_batch: int,
+    jobs: list[tuple[Candidate, int]],
+    policy: Any,
+    progress: ProbeEvents | None,
+) -> int:
+    """Run ``jobs`` once each; a job another process holds is skipped (returns the number run here)."""
+    args = [
+        (recipe, str(store.root), cand, seed, recipe.optimizer.lr, reference_batch, policy)
+        for cand, seed in jobs
+    ]
+    if not args:
+        return 0
+    workers = min(recipe.run.workers, len(args))
+    if recipe.run.executor == "ray":
+        return ray_executor.run_on_ray(run_fn, args, progress)  # tasks, or Ray Jobs for commands
+    if workers == 1:
+        done = 0
+        for a in args:
+            done += run_fn(*a, events=progress, parallel_runs=1) is not None
+        return done
+    return _run_pool(run_fn, args, workers, progress)
+
+
+_WORKER_EVENTS: Any = None  # the progress queue, inherited by each pool worker at its start
+
+
+def _init_worker(events: Any) -> None:
+    """Pool worker start: die with the main process; SIGTERM unwinds (stopping a command's group)."""
+    global _WORKER_EVENTS
+    lifeguard.kill_on_parent_death()
+    _WORKER_EVENTS = events
+    import signal
+
+    from batchtune.errors import Terminated
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def _execute_in_worker(run_fn: RunFn, parallel_runs: int, *args: Any) -> RunRecord | None:
+    return run_fn(*args, events=_WORKER_EVENTS, parallel_runs=parallel_runs)
+
+
+def _run_pool(run_fn: RunFn, args: list[tuple], workers: int, progress: ProbeEvents | None) -> int:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # fork after torch threads exist is unsafe
+    events = ctx.Queue()  # handed to workers at their start: no manager process to outlive us
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(events,)
+    )
+    done = 0
+    try:
+        pending: set[Future] = {pool.submit(_execute_in_worker, run_fn, workers, *a) for a in args}
+        while pending:
+            finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            _drain(events, progress)
+            for fut in finished:
+                done += fut.result() is not None
+        _drain(events, progress)
+    except BaseException:
+        # SIGTERM, Ctrl-C or a worker's error: stop the workers now rather than wait for their runs
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    events.close()
+    return done
+
+
+def _drain(events: Any, progress: ProbeEvents | None) -> None:
+    while True:
+        try:
+            event = events.get_nowait()
+        except (queue_mod.Empty, OSError, ValueError):
+            return
+        if progress is not None:
+            progress(event["kind"], event)
+
+
+def run_jobs(
+    run_fn: RunFn,
+    recipe: Recipe,
+    store: ResultsStore,
+    reference_batch: int,
+    jobs: list[tuple[Candidate, int]],
+    policy: Any,
+    progress: ProbeEvents | None,
+) -> int:
+    """Run ``jobs`` until each is finished, here or by another live process (waited for, with a
+    ``wait`` progress event naming the runs). Returns the number run by this process."""
+    done = _run_many(run_fn, recipe, store, reference_batch, jobs, policy, progress)
+    announced: tuple[str, ...] = ()
+    while True:
+        left = [(c, s) for c, s in jobs if not store.is_finished(run_id(c, s))]
+        if not left:
+            return done
+        ids = tuple(run_id(c, s) for c, s in left)
+        if ids != announced and progress is not None:
+            progress("wait", {"run_ids": list(ids), "message": held_elsewhere_message(ids)})
+        announced = ids
+        time.sleep(WAIT_POLL_S)
+        # a run whose holder died is free again: claim and run it here
+        done += _run_many(run_fn, recipe, store, reference_batch, left, policy, progress)
+
+
+def held_elsewhere_message(ids: tuple[str, ...] | list[str]) -> str:
+    shown = ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
+    return f"still running elsewhere: {shown} (another batchtune process holds them; waiting)"
