@@ -6,6 +6,7 @@ that `batchtune --help` starts without torch.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -14,9 +15,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from batchtune import __version__
-from batchtune.errors import BatchtuneError
+from batchtune.errors import BatchtuneError, Terminated
 
 app = typer.Typer(
     name="batchtune",
@@ -70,8 +72,15 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except BatchtuneError as exc:
-            err_console.print(f"[red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+            _error_line(str(exc))
             raise typer.Exit(exc.exit_code) from None
+        except OSError as exc:  # disk full, file-size limit, read-only or vanished files: the environment
+            where = exc.filename or "a file"
+            _error_line(f"{where}: {exc.strerror or exc}")
+            raise typer.Exit(2) from None
+        except Terminated as exc:
+            err_console.print(f"{exc}: rerun the same command to resume; finished runs are kept")
+            raise typer.Exit(128 + exc.signum) from None
         except KeyboardInterrupt:
             err_console.print("interrupted: rerun the same command to resume; finished runs are kept")
             raise typer.Exit(130) from None
@@ -82,13 +91,19 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             first = str(exc).splitlines()[0] if str(exc) else ""
             err_console.print(
-                f"[red]internal error:[/] {type(exc).__name__}: {first} "
+                f"[red]internal error:[/] {type(exc).__name__}: {escape(first)} "
                 "(a bug in batchtune: rerun with BATCHTUNE_DEBUG=1 for the traceback and report it)",
                 highlight=False,
             )
             raise typer.Exit(70) from None
 
     return wrapper
+
+
+def _error_line(message: str) -> None:
+    """One line on stderr; brackets in the message are text, not rich markup."""
+    text = " ".join(message.split("\n"))
+    err_console.print(f"[red]error:[/] {escape(text)}", markup=True, highlight=False, soft_wrap=True)
 
 
 def _recipe(recipe: str | None, overrides: list[str] | None, results: str | None) -> Any:
@@ -470,7 +485,7 @@ def import_logs_cmd(
     )
     overrides = []
     if metric is not None:
-        overrides.append(f'target.metric="{metric}"')
+        overrides.append(f"target.metric={json.dumps(metric)}")  # a JSON string is a TOML string
     if target is not None:
         overrides.append(f"target.value={target}")
     if lower_is_better:
