@@ -1,0 +1,323 @@
+"""Branched probes: the local critical batch at a checkpoint, and the critical batch as training
+progresses (pure numpy/scipy; METHOD §3.2 short probes, §6, §9).
+
+Merrill et al. 2025 ("Critical Batch Size Revisited", arXiv 2505.23971) branch from a checkpoint of
+a run at batch B0: each branch trains at k*B0 with the LR by the scaling rule for a short window,
+and is "matched" when its smoothed loss keeps up with the smaller batch. We use the estimator of
+ordinary probes on the samples axis instead of a fixed loss tolerance, so the same statistics apply:
+
+    level_c   = median over seeds of the control's fitted metric at W samples past checkpoint c
+                (the control is the branch at B0 itself: the trunk's continuation, one per seed)
+    R_c(B, s) = samples the branch at B, seed s, needs past c to reach level_c (isotonic fit,
+                curves.samples_to_target; censored past max_window_factor * W)
+    local ratio R_c(B, s) / R_c(B0, s), paired over seeds; the local critical batch at c is the
+    joint 1+tol crossing of critical.critical_batch over these R's, with its profile interval.
+
+Every branch curve starts from the checkpoint's own value at 0 samples, so a large batch whose first
+logged point lies far past c is still interpolated from where it began.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from batchtune.analysis.critical import CriticalBatch, critical_batch
+from batchtune.analysis.curves import TargetCrossing, TargetEstimate, estimate_over_seeds, samples_to_target
+from batchtune.analysis.monotone import isotonic_increasing
+from batchtune.errors import AnalysisError
+
+
+@dataclass(frozen=True)
+class BranchCurve:
+    """One branch (or control) run: samples counted from the checkpoint, and its metric."""
+
+    batch: float
+    seed: int
+    samples: np.ndarray  # samples consumed since the checkpoint (> 0), ascending
+    values: np.ndarray
+    failed: bool = False  # diverged / OOM / failed: censored at `consumed`
+    consumed: float = 0.0  # samples the branch spent (its censoring bound)
+
+
+@dataclass(frozen=True)
+class LocalCritical:
+    """The local critical batch at one checkpoint (see the module docstring).
+
+    `critical.crossing` / `crossing_ci`: the joint 1+tol crossing and its interval; None when the
+    joint fit was not possible (then `critical.batch` is the walk's lower bound). `ratios[B]`: per
+    seed R_c(B, s) / R_c(B0, s) (inf where censored). `start_value`: the trunk's metric at c.
+    """
+
+    checkpoint_samples: float
+    start_value: float
+    level: float
+    window_samples: float
+    estimates: dict[float, TargetEstimate]
+    ratios: dict[float, dict[int, float]]
+    critical: CriticalBatch
+    branch_samples: float  # samples all branches of this checkpoint spent
+
+    @property
+    def point(self) -> float:
+        """The local critical batch: the joint crossing, else the largest batch the walk adopted."""
+        c = self.critical
+        if c.crossing is not None and math.isfinite(c.crossing):
+            return float(c.crossing)
+        return float(c.batch if c.batch is not None else c.reference_batch)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        c = self.critical
+        if c.crossing_ci is not None:
+            return (float(c.crossing_ci[0]), float(c.crossing_ci[1]))
+        lo = float(c.lower if c.lower is not None else c.reference_batch)
+        return lo, float(c.upper) if c.upper is not None else math.inf
+
+
+def fitted_at(samples: np.ndarray, values: np.ndarray, x: float, *, higher_is_better: bool) -> float:
+    """The isotonic fit of a curve evaluated at ``x`` samples (linear between fitted points)."""
+    s = np.asarray(samples, dtype=float)
+    sign = 1.0 if higher_is_better else -1.0
+    xs, inv, cnt = np.unique(s, return_inverse=True, return_counts=True)
+    ys = np.bincount(inv, weights=sign * np.asarray(values, dtype=float)) / cnt
+    fit = isotonic_increasing(ys, cnt.astype(float))
+    return float(sign * np.interp(x, xs, fit))
+
+
+def control_level(
+    checkpoint_samples: float,
+    start_value: float,
+    curves: Sequence[BranchCurve],
+    reference_batch: float,
+    window_samples: float,
+    higher_is_better: bool,
+) -> float:
+    """The local target: median over seeds of the controls' fitted metric one window past c."""
+    controls = [c for c in curves if c.batch == reference_batch and not c.failed and c.samples.size]
+    if not controls:
+        raise AnalysisError(
+            f"checkpoint at {checkpoint_samples:g} samples has no finished control branch at the "
+            f"reference batch {reference_batch:g}; rerun the probe to finish it"
+        )
+    short = [c.seed for c in controls if c.samples[-1] < window_samples]
+    if short:
+        raise AnalysisError(
+            f"control branches of seeds {short} at {checkpoint_samples:g} samples stopped before the "
+            f"window of {window_samples:g} samples; rerun the probe"
+        )
+    at = [
+        fitted_at(
+            np.r_[0.0, c.samples],
+            np.r_[start_value, c.values],
+            window_samples,
+            higher_is_better=higher_is_better,
+        )
+        for c in controls
+    ]
+    return float(np.median(at))
+
+
+def _crossing(c: BranchCurve, start_value: float, level: float, higher_is_better: bool) -> TargetCrossing:
+    if c.failed or c.samples.size == 0:
+        return TargetCrossing(None, True, float(max(c.consumed, 1.0)))
+    return samples_to_target(
+        np.r_[0.0, c.samples], np.r_[start_value, c.values], level, higher_is_better=higher_is_better
+    )
+
+
+def local_ratios(
+    start_value: float,
+    curves: Sequence[BranchCurve],
+    reference_batch: float,
+    level: float,
+    higher_is_better: bool,
+    batch: float,
+) -> list[float]:
+    """Per seed R_c(batch, s) / R_c(B0, s) to ``level`` (inf where the branch never reached it)."""
+    ref = {
+        c.seed: _crossing(c, start_value, level, higher_is_better)
+        for c in curves
+        if c.batch == reference_batch
+    }
+    out = []
+    for c in curves:
+        if c.batch != batch or c.seed not in ref or ref[c.seed].samples_to_target is None:
+            continue
+        r = _crossing(c, start_value, level, higher_is_better).samples_to_target
+        out.append(math.inf if r is None else r / max(ref[c.seed].samples_to_target, 1e-12))
+    return out
+
+
+def local_critical_batch(
+    checkpoint_samples: float,
+    start_value: float,
+    curves: Sequence[BranchCurve],
+    *,
+    reference_batch: float,
+    window_samples: float,
+    higher_is_better: bool,
+    tol: float = 0.1,
+    confidence: float = 0.9,
+) -> LocalCritical:
+    """The local critical batch at one checkpoint from its branch curves (module docstring)."""
+    level = control_level(
+        checkpoint_samples, start_value, curves, reference_batch, window_samples, higher_is_better
+    )
+
+    by_batch: dict[float, list[tuple[int, TargetCrossing]]] = {}
+    failed: dict[float, int] = {}
+    for c in curves:
+        crossing = _crossing(c, start_value, level, higher_is_better)
+        if c.failed or c.samples.size == 0:
+            failed[c.batch] = failed.get(c.batch, 0) + 1
+        by_batch.setdefault(c.batch, []).append((c.seed, crossing))
+    batches = sorted(by_batch)
+    failed_batches = [b for b in batches if failed.get(b, 0) == len(by_batch[b])]
+    measured = [b for b in batches if b not in failed_batches]
+    estimates = {
+        b: estimate_over_seeds(
+            [x for _, x in by_batch[b]], confidence=confidence, seed_ids=[s for s, _ in by_batch[b]]
+        )
+        for b in measured
+    }
+    ref_r = {s: x.samples_to_target for s, x in by_batch[reference_batch]}
+    ratios = {
+        b: {
+            s: (math.inf if x.samples_to_target is None else x.samples_to_target) / (ref_r.get(s) or math.nan)
+            for s, x in by_batch[b]
+        }
+        for b in batches
+    }
+    crit = critical_batch(
+        measured,
+        [estimates[b] for b in measured],
+        reference_index=measured.index(reference_batch),
+        tol=tol,
+        confidence=confidence,
+        failed_batches=failed_batches,
+    )
+    return LocalCritical(
+        checkpoint_samples=float(checkpoint_samples),
+        start_value=float(start_value),
+        level=level,
+        window_samples=float(window_samples),
+        estimates=estimates,
+        ratios=ratios,
+        critical=crit,
+        branch_samples=float(sum(c.consumed for c in curves)),
+    )
+
+
+# ---- the critical batch as training progresses ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProgressFit:
+    """log B_crit = a + b log(samples): the local critical batch against samples consumed.
+
+    Weighted least squares on the checkpoints whose crossing is finite, each weighted by the
+    inverse square of its interval's half-width in log space; `predict` gives the point and a t
+    interval (the fit's parameter uncertainty and the scatter of the points about it, as a
+    prediction interval). A trend in log-log space is the simplest one that starts near zero and
+    grows (Merrill et al. 2025 find the critical batch ~0 at init, growing, then plateauing;
+    Kaplan et al. 2020's B_crit(L) is a power law in the loss). With two points the slope has no
+    residual to judge it by: the interval then uses the points' own interval widths (z, not t).
+    """
+
+    intercept: float
+    slope: float
+    cov: np.ndarray  # 2x2 covariance of (intercept, slope)
+    sigma: float  # scatter about the line in log B_crit (1.0 when only the points' intervals count)
+    dof: int
+    n_points: int
+    confidence: float
+
+    def predict(self, samples: float) -> tuple[float, float, float]:
+        """(B_crit, low, high) at ``samples`` consumed."""
+        x = math.log(samples)
+        mean = self.intercept + self.slope * x
+        var = float(np.array([1.0, x]) @ self.cov @ np.array([1.0, x])) + (
+            self.sigma**2 if self.dof > 0 else 0
+        )
+        q = (1 + self.confidence) / 2
+        crit = float(stats.t.ppf(q, self.dof)) if self.dof > 0 else float(stats.norm.ppf(q))
+        half = crit * math.sqrt(max(var, 0.0))
+        return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def fit_progress(
+    samples: Sequence[float],
+    b_crit: Sequence[float],
+    intervals: Sequence[tuple[float, float]],
+    *,
+    confidence: float = 0.9,
+) -> ProgressFit:
+    """Fit log B_crit against log samples (ProgressFit). Needs >= 2 finite checkpoints."""
+    x, y, w = [], [], []
+    z = float(stats.norm.ppf((1 + confidence) / 2))
+    for s, b, (lo, hi) in zip(samples, b_crit, intervals, strict=True):
+        if not (s > 0 and math.isfinite(b) and b > 0):
+            continue
+        lo_ = lo if lo > 0 and math.isfinite(lo) else b / 2
+        hi_ = hi if math.isfinite(hi) else b * 2
+        half = max((math.log(hi_) - math.log(lo_)) / 2 / z, 0.02)
+        x.append(math.log(s))
+        y.append(math.log(b))
+        w.append(1.0 / half**2)
+    if len(x) < 2 or len(set(x)) < 2:
+        raise AnalysisError(
+            f"the critical batch against progress needs >= 2 checkpoints with a finite local critical "
+            f"batch, got {len(x)}; add checkpoints or raise the largest candidate batch"
+        )
+    X = np.column_stack([np.ones(len(x)), x])
+    W = np.diag(w)
+    cov_unit = np.linalg.inv(X.T @ W @ X)
+    beta = cov_unit @ X.T @ W @ np.asarray(y)
+    dof = len(x) - 2
+    if dof > 0:
+        resid = np.asarray(y) - X @ beta
+        s2 = float(resid @ W @ resid) / dof  # in units of the points' own variances
+        scale = max(s2, 1.0)
+        cov = cov_unit * scale
+        sigma = math.sqrt(scale / float(np.mean(w)))
+    else:
+        cov, sigma = cov_unit, 0.0
+    return ProgressFit(float(beta[0]), float(beta[1]), cov, sigma, dof, len(x), confidence)
+
+
+def extrapolate_to_target(
+    samples: np.ndarray, values: np.ndarray, target: float, *, higher_is_better: bool, confidence: float = 0.9
+) -> tuple[float, float, float]:
+    """Samples at which a curve that stopped short would reach ``target``: (point, low, high).
+
+    The metric is fitted as a line in log(samples) over the last half of the curve (the slow,
+    logarithmic-looking late phase of a loss or reward curve; a stated assumption, not a law),
+    and the interval comes from the slope's t interval. inf when the trend does not move towards
+    the target. If the curve already reached the target, its crossing (interval of zero width).
+    """
+    s, v = np.asarray(samples, dtype=float), np.asarray(values, dtype=float)
+    hit = samples_to_target(s, v, target, higher_is_better=higher_is_better)
+    if not hit.censored and hit.samples_to_target is not None:
+        return (hit.samples_to_target,) * 3
+    keep = s >= s[-1] / 2
+    xs, ys = np.log(s[keep]), v[keep]
+    if xs.size < 4:
+        raise AnalysisError("extrapolating to the target needs >= 4 points in the last half of the trunk")
+    res = stats.linregress(xs, ys)
+    sign = 1.0 if higher_is_better else -1.0
+    q = float(stats.t.ppf((1 + confidence) / 2, xs.size - 2))
+    end = res.intercept + res.slope * xs[-1]
+
+    def reach(slope: float) -> float:
+        if sign * slope <= 0:
+            return math.inf
+        return float(math.exp(xs[-1] + (target - end) / slope))
+
+    point = reach(res.slope)
+    a, b = reach(res.slope + sign * q * res.stderr), reach(res.slope - sign * q * res.stderr)
+    return point, min(a, b, point), max(a, b, point)

@@ -1,0 +1,155 @@
+"""From the local critical batches of a branched probe to R(B) at the final target (pure).
+
+Samples-to-target at batch B integrates the local ratios over the run: the trunk's samples between
+checkpoint i and the next (the last checkpoint's segment runs to the final target) are spent at
+the local rate of checkpoint i, so per seed s
+
+    R_s(B) = R(B0) * sum_i w_i r_i(B, s) / sum_i w_i,     w_i = samples of segment i,
+
+over the checkpoints where B was branched (r_i(B, s) = R_c(B, s) / R_c(B0, s), analysis/branched.py;
+inf where the branch never reached the control's level). R(B0) is the trunk's own crossing of the
+target, or, when the trunk stopped short, its extrapolation (`branched.extrapolate_to_target`, an
+interval stated with it). These R's feed the ordinary verdicts, joint fit and ranking
+(efficiency.assess, recommend), so a branched probe is read exactly like a grid one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchtune.analysis.branched import LocalCritical, ProgressFit, extrapolate_to_target, fit_progress
+from batchtune.analysis.curves import TargetCrossing, estimate_over_seeds
+from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
+from batchtune.errors import AnalysisError
+
+
+@dataclass(frozen=True)
+class BranchedSummary:
+    """A branched probe read as a whole. Samples are cumulative from the trunk's start.
+
+    `reference_samples_to_target`: R(B0) to the final target (point, low, high); `extrapolated`
+    when the trunk stopped before the target. `progress`: the local critical batch against samples
+    (None with fewer than 2 finite checkpoints); `critical_at_target`: its prediction at R(B0),
+    (point, low, high), an extrapolation whenever R(B0) lies past the last checkpoint.
+    """
+
+    efficiency: SampleEfficiency
+    locals: tuple[LocalCritical, ...]
+    trunk_samples: float
+    branch_samples: float
+    reference_samples_to_target: tuple[float, float, float]
+    extrapolated: bool
+    progress: ProgressFit | None
+    critical_at_target: tuple[float, float, float] | None
+    notes: tuple[str, ...]
+
+    @property
+    def probe_samples(self) -> float:
+        return self.trunk_samples + self.branch_samples
+
+
+def segment_weights(checkpoints: Sequence[float], end: float) -> np.ndarray:
+    """Samples of the trunk each checkpoint stands for: [c_i, c_{i+1}), the last to ``end``."""
+    c = np.asarray(checkpoints, dtype=float)
+    w = np.diff(np.r_[c, max(end, c[-1])])
+    return w if w.sum() > 0 else np.ones_like(c)
+
+
+def summarise_branched(
+    trunk_samples: np.ndarray,
+    trunk_values: np.ndarray,
+    locals_: Sequence[LocalCritical],
+    cands: Sequence[CandidateEfficiency],
+    *,
+    reference: str,
+    metric: str,
+    target: float,
+    higher_is_better: bool,
+    tolerance: float = 0.1,
+    confidence: float = 0.9,
+) -> BranchedSummary:
+    """R(B) per candidate from the local ratios (module docstring), then the usual assessment.
+
+    ``cands``: the candidates with their timings and costs (estimates are replaced); a candidate no
+    checkpoint branched is left out with a note (it was not measured).
+    """
+    if not locals_:
+        raise AnalysisError("a branched probe needs at least one checkpoint with finished branches")
+    notes: list[str] = []
+    r0, lo0, hi0 = extrapolate_to_target(
+        trunk_samples, trunk_values, target, higher_is_better=higher_is_better, confidence=confidence
+    )
+    extrapolated = r0 > float(np.max(trunk_samples)) or lo0 != hi0
+    if not math.isfinite(r0):
+        raise AnalysisError(
+            f"the trunk's {metric} does not trend towards {target} (no finite extrapolation): lengthen "
+            "branch.trunk_samples or check the target"
+        )
+    if extrapolated:
+        notes.append(
+            f"R(B0) {r0:,.0f} [{lo0:,.0f}, {hi0:,.0f}] samples is extrapolated from the trunk (which "
+            f"stopped at {float(np.max(trunk_samples)):,.0f}): metric linear in log(samples)"
+        )
+    ck = [lc.checkpoint_samples for lc in locals_]
+    w = segment_weights(ck, r0)
+    out: list[CandidateEfficiency] = []
+    for c in cands:
+        b = float(c.batch_responses)
+        per_seed: dict[int, list[tuple[float, float]]] = {}
+        for wi, lc in zip(w, locals_, strict=True):
+            for s, r in lc.ratios.get(b, {}).items():
+                if not math.isnan(r):
+                    per_seed.setdefault(s, []).append((wi, r))
+        if c.label == reference:
+            per_seed = {s: [(1.0, 1.0)] for s in sorted({s for lc in locals_ for s in lc.ratios.get(b, {})})}
+        if not per_seed:
+            notes.append(f"{c.label} was not branched (the search bracketed the critical batch without it)")
+            continue
+        crossings, ids = [], []
+        for s, pairs in sorted(per_seed.items()):
+            ww = np.array([p[0] for p in pairs])
+            rr = np.array([p[1] for p in pairs])
+            ratio = float(np.sum(ww * rr) / np.sum(ww)) if np.all(np.isfinite(rr)) else math.inf
+            crossings.append(
+                TargetCrossing(r0 * ratio, False, r0 * ratio)
+                if math.isfinite(ratio)
+                else TargetCrossing(None, True, r0)
+            )
+            ids.append(s)
+        est = estimate_over_seeds(crossings, confidence=confidence, seed_ids=ids)
+        out.append(dataclasses.replace(c, estimate=est, family="main"))
+    eff = assess(
+        out,
+        metric=metric,
+        target=target,
+        higher_is_better=higher_is_better,
+        tolerance=tolerance,
+        confidence=confidence,
+        reference=reference,
+    )
+    eff = dataclasses.replace(eff, notes=(*eff.notes, *notes))
+    progress = at_target = None
+    try:
+        progress = fit_progress(
+            ck, [lc.point for lc in locals_], [lc.interval for lc in locals_], confidence=confidence
+        )
+        at_target = progress.predict(r0)
+    except AnalysisError as exc:
+        eff = dataclasses.replace(eff, notes=(*eff.notes, f"critical batch against progress: {exc}"))
+    trunk_cost = float(np.max(trunk_samples))
+    return BranchedSummary(
+        efficiency=eff,
+        locals=tuple(locals_),
+        trunk_samples=trunk_cost,
+        branch_samples=float(sum(lc.branch_samples for lc in locals_)),
+        reference_samples_to_target=(r0, lo0, hi0),
+        extrapolated=extrapolated,
+        progress=progress,
+        critical_at_target=at_target,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,333 @@
+"""Branched probes (`probe.mode = "branched"`): one trunk, short branches from its checkpoints.
+
+Merrill et al. 2025 ("Critical Batch Size Revisited", arXiv 2505.23971): a run at the reference
+batch B0 (the trunk, first seed of budget.seeds) saves checkpoints at `branch.checkpoints` x
+`branch.trunk_samples`; from each checkpoint every main candidate B runs a branch at its scaled LR,
+once per seed. The reference's own branch (the control) runs 1.25 windows and sets the local target:
+its fitted metric one window past the checkpoint. The other branches stop once they reach that
+level (confirmed 20% past it) or after `branch.max_window_factor` windows (censored), and, with
+`branch.skip_after_deviating`, a checkpoint stops climbing at the first batch that deviates.
+analysis/branched.py turns the curves into the local critical batch per checkpoint.
+
+Every trunk and branch is an ordinary run of the results store under `<results>/branched/`: sealed
+by its run.json, never redone; a run killed at any point (even kill -9) is redone from its start on
+rerun, and a trunk redone rewrites the same checkpoints (the backends are deterministic per seed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from batchtune import backends
+from batchtune.analysis.branched import (
+    BranchCurve,
+    LocalCritical,
+    control_level,
+    local_critical_batch,
+    local_ratios,
+)
+from batchtune.analysis.branched_summary import BranchedSummary, summarise_branched
+from batchtune.analysis.efficiency import CandidateEfficiency, RunData, SampleEfficiency
+from batchtune.backends.spec import Candidate, checkpoint_path
+from batchtune.errors import AnalysisError, InputError
+from batchtune.events import ProbeEvents
+from batchtune.measure.plan import Plan, plan_candidates
+from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
+from batchtune.recipe.schema import Recipe
+from batchtune.records import FAILED_STATUSES, ResultsStore
+
+CONTROL_WINDOWS = 1.25  # the control runs past its window so the fit at the window's end is interior
+
+
+@dataclass(frozen=True)
+class BranchedRuns:
+    """What the branched probe measured, as plain data for analysis/branched_summary.py."""
+
+    plan: Plan
+    trunk: RunData
+    checkpoints: tuple[int, ...]  # cumulative samples of each checkpoint
+    locals: tuple[LocalCritical, ...]
+    branches: tuple[RunData, ...]
+    skipped: dict[int, tuple[str, ...]]  # checkpoint -> labels the search did not branch
+    runs_done: int
+    runs_skipped: int
+    wall_s: float
+
+
+def branched_store(results_dir: str | Path) -> ResultsStore:
+    return ResultsStore(Path(results_dir) / "branched")
+
+
+def checkpoint_positions(recipe: Recipe, reference_batch: int) -> tuple[int, ...]:
+    """Checkpoints in cumulative samples: fractions of the trunk rounded to whole trunk steps."""
+    b = recipe.branch
+    out = {max(1, round(f * b.trunk_samples / reference_batch)) * reference_batch for f in b.checkpoints}
+    return tuple(sorted(out))
+
+
+def _trunk_id(ref: Candidate, seed: int) -> str:
+    return f"trunk-{ref.label}-s{seed}"
+
+
+def _branch_id(ckpt: int, cand: Candidate, seed: int) -> str:
+    return f"c{ckpt}-{cand.label}-s{seed}"
+
+
+def _with_budget(recipe: Recipe, max_samples: int) -> Recipe:
+    return dataclasses.replace(recipe, budget=dataclasses.replace(recipe.budget, max_samples=max_samples))
+
+
+def _curve(store: ResultsStore, rid: str, metric: str, origin: int, batch: float) -> BranchCurve:
+    rec = next(r for r in store.runs() if r.run_id == rid)
+    data = RunData(rec, tuple(store.steps(rid)))
+    s, v = data.curve(metric)
+    return BranchCurve(
+        batch=float(batch),
+        seed=rec.seed,
+        samples=s - origin,
+        values=v,
+        failed=rec.status in FAILED_STATUSES,
+        consumed=float(max(rec.samples - origin, 0)),
+    )
+
+
+def run_branched(recipe: Recipe, progress: ProbeEvents | None = None) -> BranchedRuns:
+    """Run (or resume) the trunk and the branches of ``recipe``; returns the measured curves."""
+    t0 = time.perf_counter()
+    if not getattr(backends.load("training", recipe.backend.training), "supports_checkpoints", False):
+        raise InputError(
+            f"the {recipe.backend.training} training backend cannot start from a checkpoint, so "
+            "probe.mode = 'branched' cannot use it; use probe.mode = 'grid'"
+        )
+    root = ResultsStore(recipe.run.results_dir)
+    check_manifest(root, recipe)
+    store = branched_store(recipe.run.results_dir)
+    plan = plan_candidates(recipe)
+    by_label = plan.by_label()
+    main = [by_label[lab] for lab in plan.main]
+    ref = by_label[plan.reference]
+    b0 = ref.batch_responses
+    seeds = list(recipe.budget.seeds)
+    t = recipe.target
+    w = recipe.branch.window_samples
+    ckpts = checkpoint_positions(recipe, b0)
+    ckpt_dir = store.root / "checkpoints"
+    done = skipped_runs = 0
+
+    def run(cand: Candidate, seed: int, rid: str, budget: int, policy: StopPolicy, extra: dict) -> None:
+        nonlocal done, skipped_runs
+        if store.is_finished(rid):
+            skipped_runs += 1
+            return
+        rec = execute_run(
+            _with_budget(recipe, budget),
+            str(store.root),
+            cand,
+            seed,
+            recipe.optimizer.lr,
+            plan.reference_batch,
+            policy,
+            events=progress,
+            rid=rid,
+            spec_extra=extra,
+        )
+        done += rec is not None
+
+    def policy(target: float, max_samples: int, origin: int, stop: bool) -> StopPolicy:
+        return StopPolicy(
+            t.metric, target, t.higher_is_better, t.ema_alpha, max_samples, stop, math.inf, origin
+        )
+
+    trunk_id = _trunk_id(ref, seeds[0])
+    if progress is not None:
+        progress("plan", {"total": 0, "todo": 0, "max_samples": ckpts[-1]})
+    run(
+        ref,
+        seeds[0],
+        trunk_id,
+        ckpts[-1],
+        policy(t.value, ckpts[-1], 0, False),
+        {"save_at_samples": ckpts, "checkpoint_dir": ckpt_dir},
+    )
+    trunk_rec = next((r for r in store.runs() if r.run_id == trunk_id), None)
+    if trunk_rec is None or trunk_rec.status in FAILED_STATUSES or trunk_rec.samples < ckpts[-1]:
+        why = trunk_rec.reason if trunk_rec else "it did not finish"
+        raise AnalysisError(f"the trunk {trunk_id} did not reach its last checkpoint: {why}")
+    trunk = RunData(trunk_rec, tuple(store.steps(trunk_id)))
+    ts, tv = trunk.curve(t.metric)
+
+    locals_: list[LocalCritical] = []
+    curves: list[BranchCurve] = []
+    skipped: dict[int, tuple[str, ...]] = {}
+    prev_lo = 0  # index in main of the last batch within tolerance at the previous checkpoint
+    for c in ckpts:
+        start = float(np.interp(c, ts, tv))
+        extra = {"resume_from": checkpoint_path(ckpt_dir, c)}
+        control_budget = c + math.ceil(CONTROL_WINDOWS * w)
+        for s in seeds:
+            run(
+                ref,
+                s,
+                _branch_id(c, ref, s),
+                control_budget,
+                policy(t.value, control_budget, c, False),
+                extra,
+            )
+        curves[:] = [_curve(store, _branch_id(c, ref, s), t.metric, c, b0) for s in seeds]
+        level = control_level(c, start, curves, b0, w, t.higher_is_better)
+        budget = c + math.ceil(recipe.branch.max_window_factor * w)
+
+        def within(
+            i: int,
+            c: int = c,
+            budget: int = budget,
+            level: float = level,
+            start: float = start,
+            extra: dict = extra,
+        ) -> bool:
+            """Branch candidate main[i] at every seed; True when its paired ratio point <= 1+tol."""
+            cand = main[i]
+            for s in seeds:
+                run(cand, s, _branch_id(c, cand, s), budget, policy(level, budget, c, True), extra)
+            curves.extend(
+                _curve(store, _branch_id(c, cand, s), t.metric, c, cand.batch_responses) for s in seeds
+            )
+            ratios = [
+                r
+                for r in local_ratios(start, curves, b0, level, t.higher_is_better, cand.batch_responses)
+                if r > 0
+            ]
+            return len(ratios) == len(seeds) and math.exp(float(np.mean(np.log(ratios)))) <= 1 + t.tolerance
+
+        tested: list[int] = []
+        if recipe.branch.search == "all":
+            for i in range(1, len(main)):
+                tested.append(i)
+                within(i)
+        else:  # main[lo] is within tolerance (the reference is), main[hi] is not (hi = len: unknown)
+            lo, hi = 0, len(main)
+            guess = prev_lo if prev_lo else len(main) // 2
+            while hi - lo > 1:
+                mid = guess if lo < guess < hi else (lo + hi) // 2
+                guess = mid + 1 if mid == prev_lo else 0
+                tested.append(mid)
+                lo, hi = (mid, hi) if within(mid) else (lo, mid)
+            prev_lo = lo
+        skipped[c] = tuple(main[i].label for i in range(1, len(main)) if i not in tested)
+        locals_.append(
+            local_critical_batch(
+                c,
+                start,
+                curves,
+                reference_batch=b0,
+                window_samples=w,
+                higher_is_better=t.higher_is_better,
+                tol=t.tolerance,
+                confidence=t.confidence,
+            )
+        )
+    branch_ids = {r.run_id for r in store.runs() if r.run_id != trunk_id}
+    branches = tuple(RunData(r, tuple(store.steps(r.run_id))) for r in store.runs() if r.run_id in branch_ids)
+    return BranchedRuns(
+        plan=plan,
+        trunk=trunk,
+        checkpoints=ckpts,
+        locals=tuple(locals_),
+        branches=branches,
+        skipped=skipped,
+        runs_done=done,
+        runs_skipped=skipped_runs,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+@dataclass(frozen=True)
+class BranchedProbeResult:
+    """What `probe` returns in branched mode: ProbeResult's fields plus the branched summary."""
+
+    plan: Plan
+    efficiency: SampleEfficiency
+    summary: BranchedSummary
+    runs: BranchedRuns
+    runs_done: int
+    runs_skipped: int
+    wall_s: float
+    plot_path: Path | None = None
+
+
+def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
+    """Candidates with their measured timings and costs (the trunk counted to the reference), then
+    analysis/branched_summary.py."""
+    t = recipe.target
+    by_label = runs.plan.by_label()
+    cands = []
+    for lab in runs.plan.main:
+        cand = by_label[lab]
+        mine = [r for r in runs.branches if r.record.candidate == lab]
+        if lab == runs.plan.reference:
+            mine.append(runs.trunk)
+        steps = [s for r in mine for s in r.steps]
+        cost = sum(r.record.samples - _origin(r.record.run_id) for r in mine)
+        cands.append(
+            CandidateEfficiency(
+                label=lab,
+                prompts=cand.prompts,
+                group_size=cand.group_size,
+                lr=cand.lr,
+                lr_rule=cand.lr_rule,
+                family="main",
+                estimate=None,
+                verdict=None,
+                n_runs=len(mine),
+                failures=tuple(
+                    f"{r.record.run_id}: {r.record.status} ({r.record.reason})"
+                    for r in mine
+                    if r.record.status in FAILED_STATUSES
+                ),
+                gen_s_per_step=float(np.median([s.gen_s for s in steps])) if steps else 0.0,
+                train_s_per_step=float(np.median([s.train_s for s in steps])) if steps else 0.0,
+                other_s_per_step=float(np.median([s.other_s for s in steps])) if steps else 0.0,
+                samples_consumed=int(cost),
+                wall_s=sum(r.record.wall_s for r in mine),
+                critic_lr=cand.critic_lr,
+            )
+        )
+    ts, tv = runs.trunk.curve(t.metric)
+    return summarise_branched(
+        ts,
+        tv,
+        runs.locals,
+        cands,
+        reference=runs.plan.reference,
+        metric=t.metric,
+        target=t.value,
+        higher_is_better=t.higher_is_better,
+        tolerance=t.tolerance,
+        confidence=t.confidence,
+    )
+
+
+def _origin(rid: str) -> int:
+    """The checkpoint a branch started from (0 for the trunk), from its run id c<samples>-..."""
+    return int(rid[1:].split("-", 1)[0]) if rid.startswith("c") else 0
+
+
+def run_branched_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> BranchedProbeResult:
+    """Run (or resume) a branched probe and read it (`batchtune probe` with probe.mode = branched)."""
+    runs = run_branched(recipe, progress)
+    summary = analyse_branched(recipe, runs)
+    return BranchedProbeResult(
+        plan=runs.plan,
+        efficiency=summary.efficiency,
+        summary=summary,
+        runs=runs,
+        runs_done=runs.runs_done,
+        runs_skipped=runs.runs_skipped,
+        wall_s=runs.wall_s,
+    )
