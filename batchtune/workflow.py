@@ -46,6 +46,10 @@ def plan_preview(cfg: Recipe, time_steps: int | None = None) -> Any:
 
 def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> Any:
     """Run (or resume) the probe, then draw its learning curves; returns measure.probe.ProbeResult."""
+    if cfg.probe.mode == "branched":  # one trunk + short branches: measure.branched.BranchedProbeResult
+        from batchtune.measure.branched import run_branched_probe
+
+        return run_branched_probe(cfg, progress)
     from batchtune.measure.probe import run_probe
 
     result = run_probe(cfg, progress=progress)
@@ -157,6 +161,12 @@ def recommend_for_recipe(
     store = ResultsStore(cfg.run.results_dir)
     if not store.exists():
         raise InputError(f"no results in {store.root}: run `batchtune probe` first, or pass --results")
+    if cfg.probe.mode == "branched":
+        from batchtune.measure.branched import run_branched_probe
+
+        eff = run_branched_probe(cfg, read_only=True).efficiency
+        rec = recommend(eff, throughput_for(cfg, store, eff, throughput))
+        return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
     plan = plan_candidates(cfg)
     labels = {r.candidate for r in store.runs()}
     use_plan = labels <= set(plan.by_label()) and plan.reference in labels
