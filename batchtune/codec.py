@@ -113,11 +113,11 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
     if origin in (list, tuple):
         if not isinstance(value, list):
             raise InputError(f"{where}: expected a list, got {type(value).__name__}")
-        args = typing.get_args(tp)
-        et = args[0] if args else Any
+        elem: tuple[Any, ...] = typing.get_args(tp)
+        et = elem[0] if elem else Any
         items = [_decode(v, et, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+        return tuple(items) if origin is tuple else list(items)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, dict):
         return from_dict(tp, value, where)
     return value
 

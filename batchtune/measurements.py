@@ -172,7 +172,9 @@ def load_measurements(path: str | Path) -> Measurements:
     if errors:
         raise InputError(f"{len(errors)} problem(s) in {p}: " + "; ".join(errors))
 
-    given = {k: (float(v) if STUDY_KEYS[k] is _NUM else v) for k, v in study_raw.items() if k != "name"}
+    given: dict[str, Any] = {
+        k: (float(v) if STUDY_KEYS[k] is _NUM else v) for k, v in study_raw.items() if k != "name"
+    }
     study = Study(name=study_raw.get("name") or p.stem, **given)
     out = [_candidate(c, study, p) for c in cands_raw]
     labels = [m.efficiency.label for m in out]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -139,7 +140,7 @@ def rank_time_to_target(
         )
 
     halfwidths = [_log_halfwidths(r[i], lo[i], hi[i]) for i in range(n)]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, name in enumerate(names):
         is_ref = i == ref
         sample_ratio = float(r[i] / r[ref])

@@ -7,10 +7,11 @@ profile of this hardware, from the timings the probe recorded, or from the measu
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchtune.analysis.curves import TargetEstimate
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.analysis.profile import ProfileResult
 from batchtune.analysis.ranking import Ranking, rank_time_to_target
@@ -82,11 +83,33 @@ def throughput_from_profile(
     return ThroughputModel("profile", True, per, m.knee, mode, tuple(notes))
 
 
-def throughput_from_probe(cands: Sequence[CandidateEfficiency], other_s: float) -> ThroughputModel:
+def contention_note(parallel_runs: Mapping[str, int]) -> str:
+    """Say which candidates were timed sharing the machine with other runs, or "" when none was.
+
+    ``parallel_runs``: label -> the most runs that executed at once while that candidate's runs ran
+    (1 = alone, 0 = unknown, e.g. imported without timing provenance)."""
+    shared = sorted((k for k, v in parallel_runs.items() if v > 1), key=lambda k: -parallel_runs[k])
+    if not shared:
+        return ""
+    alone = sorted(k for k, v in parallel_runs.items() if v == 1)
+    most = max(parallel_runs[k] for k in shared)
+    text = f"{', '.join(shared)} were timed sharing the machine ({most} runs at a time)"
+    if alone:
+        text += f", {', '.join(alone)} alone"
+    return (
+        text + ": contended step times make some batches look slower than they are, so this ranking "
+        "is biased; run `batchtune profile-gen` (timed alone) or probe with run.workers = 1"
+    )
+
+
+def throughput_from_probe(
+    cands: Sequence[CandidateEfficiency], other_s: float, parallel_runs: Mapping[str, int] | None = None
+) -> ThroughputModel:
     """Θ(N) = N / (median gen_s + median train_s + other_s) per step, as the probe measured them.
 
     Evaluation time on the held-out set is not part of training, so the probe's own other_s is left
-    out; ``other_s`` (reward, reference log-probs, weight sync) comes from the recipe.
+    out; ``other_s`` (reward, reference log-probs, weight sync) comes from the recipe. Runs that
+    shared cores (``parallel_runs``, see ``contention_note``) are flagged in the source and a note.
     """
     per: dict[str, Throughput] = {}
     for c in cands:
@@ -96,7 +119,11 @@ def throughput_from_probe(cands: Sequence[CandidateEfficiency], other_s: float) 
         per[c.label] = Throughput(e2e.responses_per_s, c.gen_s_per_step, c.train_s_per_step, other_s)
     if not per:
         raise AnalysisError("no timings to predict throughput from: run `batchtune profile-gen` first")
-    return ThroughputModel("probe timings", True, per)
+    note = contention_note(parallel_runs or {})
+    if note:
+        return ThroughputModel("probe timings, contended", True, per, notes=(note,))
+    alone = parallel_runs and all(v == 1 for v in parallel_runs.values())
+    return ThroughputModel("probe timings, each run alone" if alone else "probe timings", True, per)
 
 
 def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Recommendation:
@@ -115,12 +142,13 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
         )
     if len(ranked) < 2:
         raise AnalysisError("fewer than two candidates have both samples-to-target and throughput")
+    ests = [_estimate(c) for c in ranked]
     ranking = rank_time_to_target(
         [c.label for c in ranked],
         [c.batch_responses for c in ranked],
-        [c.estimate.samples_to_target for c in ranked],
-        [_lower_bound(c.estimate) for c in ranked],
-        [c.estimate.ci_high for c in ranked],
+        [e.samples_to_target for e in ests],
+        [_lower_bound(e) for e in ests],
+        [e.ci_high for e in ests],
         [throughput.per_candidate[c.label].responses_per_s for c in ranked],
         reference=efficiency.reference,
     )
@@ -136,7 +164,7 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
         )
     if winner.family == "fixed_lr":
         notes.append("the winner is a fixed-LR control: check the LR scaling rule")
-    if not math.isfinite(winner.estimate.samples_to_target):
+    if not math.isfinite(_estimate(winner).samples_to_target):
         notes.append("no candidate reached the target: the ranking is by censoring bounds only")
     return Recommendation(
         efficiency=efficiency,
@@ -149,6 +177,13 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
     )
 
 
+def _estimate(c: CandidateEfficiency) -> TargetEstimate:
+    """The estimate of a ranked candidate (ranking keeps only candidates that have one)."""
+    if c.estimate is None:  # an internal invariant, not an input problem
+        raise AssertionError(f"{c.label} was ranked without an estimate")
+    return c.estimate
+
+
 def _lower_bound(est: Any) -> float:
     """The CI's low end, or, when most seeds never reached the target, the samples they ran for:
     R is at least that much (censoring), which is what ranks such a candidate among the slow ones."""
@@ -159,7 +194,7 @@ def _lower_bound(est: Any) -> float:
 
 
 def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput, absolute: bool) -> str:
-    est = w.estimate
+    est = _estimate(w)
     cmp = ">=" if eff.higher_is_better else "<="
     lr = f", lr {w.lr:.3g}" if math.isfinite(w.lr) else ""
     text = f"Confirm with one full run at {w.prompts} prompts x {w.group_size} responses{lr}: "

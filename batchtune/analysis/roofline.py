@@ -76,7 +76,7 @@ def get_hardware(name: str, **overrides: float) -> Hardware:
         raise AnalysisError(f"unknown hardware field(s) {sorted(unknown)}; known fields: {sorted(fields)}.")
     matches = [h for h in KNOWN_HARDWARE.values() if _key(h.name) == _key(name)]
     if matches:
-        return dataclasses.replace(matches[0], **overrides)
+        return dataclasses.replace(matches[0], **overrides)  # type: ignore[arg-type]
     if set(overrides) == fields:
         return Hardware(name, **overrides)
     raise AnalysisError(

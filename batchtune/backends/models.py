@@ -124,10 +124,10 @@ def load_model(cfg: ModelConfig, device: str = "auto", seed: int = 0) -> LoadedM
         model.generation_config.pad_token_id = tok.pad_token_id
         model.generation_config.eos_token_id = tok.eos_token_id
         model.generation_config.bos_token_id = tok.bos_token_id
-        return LoadedModel(model.to(dev, dtype), tok, dev, dtype, cfg.name, True)
+        return LoadedModel(model.to(dev, dtype), tok, dev, dtype, cfg.name, True)  # type: ignore[arg-type]
     try:
-        tok = AutoTokenizer.from_pretrained(cfg.name)
-        model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype)
+        tok = AutoTokenizer.from_pretrained(cfg.name)  # type: ignore[assignment]
+        model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype)  # type: ignore[assignment]
     except (OSError, ValueError) as exc:
         raise BackendError(
             f"cannot load model {cfg.name!r}: {str(exc).splitlines()[0]} "
@@ -136,7 +136,7 @@ def load_model(cfg: ModelConfig, device: str = "auto", seed: int = 0) -> LoadedM
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
-    return LoadedModel(model.to(dev), tok, dev, dtype, cfg.name, False)
+    return LoadedModel(model.to(dev), tok, dev, dtype, cfg.name, False)  # type: ignore[arg-type]
 
 
 def count_params(model: Any) -> int:

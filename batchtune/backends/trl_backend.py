@@ -222,7 +222,7 @@ class TRLBackend:
         )
         trainer = GRPOTrainer(
             model=lm.model,
-            reward_funcs=_reward_function(task),
+            reward_funcs=_reward_function(task),  # type: ignore[arg-type]
             args=args,
             train_dataset=Dataset.from_list(rows),
             processing_class=tok,

@@ -79,7 +79,7 @@ class LogKeys:
                 changes[name] = keys
             else:
                 metrics[name] = (key,)
-        return replace(self, metrics=metrics, required=self.required | set(mapping), **changes)
+        return replace(self, metrics=metrics, required=self.required | set(mapping), **changes)  # type: ignore[arg-type]
 
 
 def merge_keys(*keysets: LogKeys) -> LogKeys:
@@ -96,7 +96,7 @@ def merge_keys(*keysets: LogKeys) -> LogKeys:
         names.extend(n for n in ks.metrics if n not in names)
     return LogKeys(
         metrics={n: cat(ks.metrics.get(n, ()) for ks in keysets) for n in names},
-        **{f: cat(getattr(ks, f) for ks in keysets) for f in KEY_FIELDS},
+        **{f: cat(getattr(ks, f) for ks in keysets) for f in KEY_FIELDS},  # type: ignore[arg-type]
     )
 
 

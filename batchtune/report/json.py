@@ -106,7 +106,7 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
                 "time_to_target_h": num(wr.time_to_target_s / 3600) if thr.absolute else None,
                 "time_ratio": num(wr.time_ratio),
                 "time_ratio_ci": [num(wr.time_ratio_ci[0]), num(wr.time_ratio_ci[1])],
-                "samples_to_target": num(w.estimate.samples_to_target),
+                "samples_to_target": num(w.estimate.samples_to_target) if w.estimate else None,
                 "responses_per_s": num(wt.responses_per_s),
                 "reason": rec.ranking.reason,
                 "confirm": rec.confirm,

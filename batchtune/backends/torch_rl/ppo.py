@@ -56,7 +56,7 @@ class Critic(torch.nn.Module):
     def __init__(self, actor: torch.nn.Module):
         super().__init__()
         self.body = copy.deepcopy(actor).base_model  # drop the LM head; keep the warm-started body
-        hidden = actor.get_input_embeddings().embedding_dim
+        hidden = actor.get_input_embeddings().embedding_dim  # type: ignore[operator]
         self.head = torch.nn.Linear(hidden, 1)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)

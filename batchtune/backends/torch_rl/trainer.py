@@ -114,6 +114,7 @@ def _train(spec: RunSpec) -> Iterator[StepRecord]:
     batch = cand.batch_responses
     ref_batch = spec.reference_batch or batch
     critic_lr = cand.critic_lr if cand.critic_lr is not None else cand.lr
+    learner: PPOLearner | GRPOLearner
     if alg.name == "ppo":
         learner = PPOLearner(lm, ref, recipe, batch, ref_batch, cand.lr, critic_lr)
     else:
