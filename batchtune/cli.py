@@ -174,6 +174,7 @@ def probe(
                 "wall_s": result.wall_s,
                 "plot": str(result.plot_path) if result.plot_path else None,
                 **efficiency_to_dict(result.efficiency),
+                **_branched_json(result),
             }
         )
         return
@@ -183,8 +184,20 @@ def probe(
     )
     render_efficiency(console, result.efficiency)
     render_probe_cost(console, result.efficiency, None)
+    if getattr(result, "summary", None) is not None:  # probe.mode = branched
+        from batchtune.report.branched import render_branched
+
+        render_branched(console, result.summary)
     if result.plot_path:
         console.print(f"Learning curves: {result.plot_path}")
+
+
+def _branched_json(result: Any) -> dict[str, Any]:
+    if getattr(result, "summary", None) is None:
+        return {}
+    from batchtune.report.branched import branched_to_dict
+
+    return {"branched": branched_to_dict(result.summary)}
 
 
 @app.command()

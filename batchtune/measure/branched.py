@@ -97,8 +97,12 @@ def _curve(store: ResultsStore, rid: str, metric: str, origin: int, batch: float
     )
 
 
-def run_branched(recipe: Recipe, progress: ProbeEvents | None = None) -> BranchedRuns:
-    """Run (or resume) the trunk and the branches of ``recipe``; returns the measured curves."""
+def run_branched(
+    recipe: Recipe, progress: ProbeEvents | None = None, *, read_only: bool = False
+) -> BranchedRuns:
+    """Run (or resume) the trunk and the branches of ``recipe``; returns the measured curves.
+
+    ``read_only``: train nothing, read what is there (InputError if a needed run is missing)."""
     t0 = time.perf_counter()
     if not getattr(backends.load("training", recipe.backend.training), "supports_checkpoints", False):
         raise InputError(
@@ -125,6 +129,8 @@ def run_branched(recipe: Recipe, progress: ProbeEvents | None = None) -> Branche
         if store.is_finished(rid):
             skipped_runs += 1
             return
+        if read_only:
+            raise InputError(f"{store.root} lacks the run {rid}: run `batchtune probe` to finish it")
         rec = execute_run(
             _with_budget(recipe, budget),
             str(store.root),
@@ -318,9 +324,11 @@ def _origin(rid: str) -> int:
     return int(rid[1:].split("-", 1)[0]) if rid.startswith("c") else 0
 
 
-def run_branched_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> BranchedProbeResult:
+def run_branched_probe(
+    recipe: Recipe, progress: ProbeEvents | None = None, *, read_only: bool = False
+) -> BranchedProbeResult:
     """Run (or resume) a branched probe and read it (`batchtune probe` with probe.mode = branched)."""
-    runs = run_branched(recipe, progress)
+    runs = run_branched(recipe, progress, read_only=read_only)
     summary = analyse_branched(recipe, runs)
     return BranchedProbeResult(
         plan=runs.plan,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from batchtune import codec
@@ -12,6 +13,38 @@ from batchtune.analysis.recommend import Recommendation
 def num(x: float | None) -> float | str | None:
     """A JSON number under the one convention (batchtune.codec): NaN -> null, inf -> "inf"."""
     return None if x is None else codec.to_jsonable(float(x))
+
+
+def full_run_samples(eff: SampleEfficiency, rec: Recommendation | None) -> tuple[str | None, float | None]:
+    """One full run's samples-to-target at the recommended candidate (or, before a recommendation,
+    the critical batch's; else the reference's): what the probe's cost is measured against."""
+    label = rec.winner.label if rec is not None else None
+    if label is None and eff.critical is not None and eff.critical.batch is not None:
+        label = next(
+            (
+                c.label
+                for c in eff.candidates
+                if c.family == "main" and c.batch_responses == eff.critical.batch
+            ),
+            None,
+        )
+    label = label or eff.reference
+    est = eff.get(label).estimate
+    if est is None or not math.isfinite(est.samples_to_target):
+        return label, None
+    return label, est.samples_to_target
+
+
+def probe_cost(eff: SampleEfficiency, rec: Recommendation | None) -> dict[str, Any]:
+    """probe_cost: samples spent, one full run's samples at the recommendation, and their ratio."""
+    label, full = full_run_samples(eff, rec)
+    return {
+        "samples": eff.total_samples,
+        "wall_s": eff.total_wall_s,
+        "full_run_samples": num(full),
+        "full_run_candidate": label,
+        "ratio": num(eff.total_samples / full) if full else None,
+    }
 
 
 def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
@@ -64,7 +97,7 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
             "b_simple": num(eff.noise_scale.b_simple) if eff.noise_scale else None,
             "critic_grad_norm_slope": num(eff.critic_grad_slope.slope) if eff.critic_grad_slope else None,
         },
-        "probe_cost": {"samples": eff.total_samples, "wall_s": eff.total_wall_s},
+        "probe_cost": probe_cost(eff, None),
         "candidates": candidates,
         "notes": list(eff.notes),
     }
@@ -75,6 +108,7 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
     by_rank = {c.name: c for c in rec.ranking.candidates}
     wr = by_rank[w.label]
     data = efficiency_to_dict(eff)
+    data["probe_cost"] = probe_cost(eff, rec)
     for c in data["candidates"]:
         r = by_rank.get(c["name"])
         t = thr.per_candidate.get(c["name"])

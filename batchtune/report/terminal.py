@@ -196,6 +196,10 @@ def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendati
         text += f"; one full run at {rec.winner.label}: ~{r:,.0f} samples"
         if rec.throughput.absolute:
             text += f", ~{fmt_time(r / rec.winner_throughput.responses_per_s)}"
+    if rec is not None and math.isfinite(rec.winner.estimate.samples_to_target):
+        text += (
+            f": the probe cost {eff.total_samples / rec.winner.estimate.samples_to_target:.2f}x one full run"
+        )
     console.print(text)
 
 
