@@ -31,6 +31,16 @@ class AnalysisError(BatchtuneError):
     exit_code = 3
 
 
+class ThroughputMissing(AnalysisError):
+    """Samples-to-target is known but no throughput is: the critical batch stands, the ranking waits.
+
+    Carries the sample-efficiency analysis so the caller can still show it."""
+
+    def __init__(self, message: str, efficiency: object):
+        super().__init__(message)
+        self.efficiency = efficiency
+
+
 class BackendError(BatchtuneError):
     """A training or generation backend is unavailable or failed outside a single run."""
 

@@ -111,3 +111,26 @@ def test_imported_subset_of_the_default_plan_still_recommends(tmp_path):
     out = runner.invoke(app, ["recommend", "-r", str(results), "--json"])
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["reference"] == "P16xG8"
+
+
+def test_logs_without_timings_still_give_the_critical_batch(tmp_path):
+    """No gen_s/train_s columns: no ranking, but the critical batch needs none, and the note says
+    which throughput source would complete it."""
+    rng = np.random.default_rng(1)
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, rng)
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(",".join(line.split(",")[:-2]) for line in lines) + "\n")  # drop timings
+    results = tmp_path / "res"
+    runner = CliRunner()
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(results), "--metric", "score"]
+    assert runner.invoke(app, [*args, "--target", "0.6"]).exit_code == 0
+    out = runner.invoke(app, ["recommend", "--results", str(results), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["recommended"] is None and "profile-gen" in data["throughput_missing"]
+    assert data["critical_training_batch"]["batch_responses"] in (32.0, 128.0)  # 4x8 or 16x8 overlay
+    by = {c["name"]: c for c in data["candidates"]}
+    assert by["P64xG8"]["status"] == "deviates"  # 3x the samples: no estimator calls that invariant
+    text = runner.invoke(app, ["recommend", "--results", str(results)])
+    assert text.exit_code == 0 and "Critical training batch" in text.output
