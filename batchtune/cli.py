@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from batchtune import __version__
 from batchtune.errors import BatchtuneError, Terminated
+from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 
 app = typer.Typer(
     name="batchtune",
@@ -294,7 +295,7 @@ def recommend(
         str | None, typer.Option(help="Print the winner as trainer config: verl | trl | openrlhf.")
     ] = None,
     gpus: Annotated[int, typer.Option(help="GPUs the trainer runs on (for --emit divisibility checks).")] = 8,
-    gpus_per_node: GpusPerNodeOpt = 8,
+    gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
     json_out: JsonOpt = False,
 ) -> None:
     """Rank every candidate by predicted time-to-target and print the winner, the reasons, and the config.
@@ -302,12 +303,34 @@ def recommend(
     Reads a results directory (probe runs, imported logs, a generation profile) or a measurements file
     (`--measurements`, see docs/formats.md). T(B) = R(B) / Θ(B), normalised to the reference batch.
     """
+    from batchtune.errors import ThroughputMissing
     from batchtune.workflow import recommend_from_args
 
-    rec, emitted, emitted_values = recommend_from_args(
-        recipe, set_ or [], results, measurements, throughput, emit, gpus, gpus_per_node
-    )
+    try:
+        rec, emitted, emitted_values = recommend_from_args(
+            recipe, set_ or [], results, measurements, throughput, emit, gpus, gpus_per_node
+        )
+    except ThroughputMissing as missing:  # logs without timings: the critical batch still stands
+        _show_efficiency_only(missing, json_out)
+        return
     _show_recommendation(rec, emitted, emitted_values, json_out)
+
+
+def _show_efficiency_only(missing: Any, json_out: bool) -> None:
+    from batchtune.report.json import efficiency_to_dict
+    from batchtune.report.terminal import render_efficiency
+
+    if json_out:
+        _print_json(
+            {
+                "recommended": None,
+                "throughput_missing": str(missing),
+                **efficiency_to_dict(missing.efficiency),
+            }
+        )
+        return
+    render_efficiency(console, missing.efficiency)
+    err_console.print(f"[yellow]note:[/] {escape(str(missing))}", highlight=False, soft_wrap=True)
 
 
 def _show_recommendation(rec: Any, emitted: str | None, emitted_values: Any, json_out: bool) -> None:
@@ -334,7 +357,7 @@ def tune(
     results: ResultsOpt = None,
     emit: Annotated[str | None, typer.Option(help="Also print trainer config: verl|trl|openrlhf.")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs for --emit divisibility checks.")] = 8,
-    gpus_per_node: GpusPerNodeOpt = 8,
+    gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
     json_out: JsonOpt = False,
 ) -> None:
     """Probe, profile and recommend in a row (the whole measurement on one recipe).

@@ -19,8 +19,9 @@ from batchtune.analysis.recommend import (
     throughput_from_probe,
     throughput_from_profile,
 )
-from batchtune.errors import InputError
+from batchtune.errors import AnalysisError, InputError, ThroughputMissing
 from batchtune.events import ProbeEvents, SweepProgress
+from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
@@ -41,7 +42,6 @@ def plan_preview(cfg: Recipe, time_steps: int | None = None) -> Any:
     from batchtune.measure.preview import plan_preview as preview
 
     return preview(cfg, time_steps)
-
 
 
 def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> Any:
@@ -144,16 +144,20 @@ def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> T
         )
         model = throughput_from_profile(profile, eff.candidates, other)
         if model is not None:
-            return model
+            where = points[-1].hardware or "this machine"
+            return dataclasses.replace(model, source=f"profile-gen on {where}, timed alone")
         if source == "profile":
             raise InputError(
                 f"{store.root} has no generation and training profile; run `batchtune profile-gen` first"
             )
-    return throughput_from_probe(eff.candidates, other)
+    parallel: dict[str, int] = {}
+    for run in store.runs():  # the most runs that shared the machine with any run of a candidate
+        parallel[run.candidate] = max(parallel.get(run.candidate, 0), run.parallel_runs)
+    return throughput_from_probe(eff.candidates, other, parallel)
 
 
 def recommend_for_recipe(
-    cfg: Recipe, throughput: str, emit: str | None, gpus: int, gpus_per_node: int = 8
+    cfg: Recipe, throughput: str, emit: str | None, gpus: int, gpus_per_node: int = DEFAULT_GPUS_PER_NODE
 ) -> tuple[Recommendation, str | None, Any]:
     from batchtune.measure.plan import plan_candidates
     from batchtune.measure.probe import analyse_store
@@ -165,15 +169,22 @@ def recommend_for_recipe(
         from batchtune.measure.branched import run_branched_probe
 
         eff = run_branched_probe(cfg, read_only=True).efficiency
-        rec = recommend(eff, throughput_for(cfg, store, eff, throughput))
-        return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
-    plan = plan_candidates(cfg)
-    labels = {r.candidate for r in store.runs()}
-    use_plan = labels <= set(plan.by_label()) and plan.reference in labels
-    eff = analyse_store(store, cfg, plan if use_plan else None)
-    rec = recommend(eff, throughput_for(cfg, store, eff, throughput))
+    else:
+        plan = plan_candidates(cfg)
+        labels = {r.candidate for r in store.runs()}
+        use_plan = labels <= set(plan.by_label()) and plan.reference in labels
+        eff = analyse_store(store, cfg, plan if use_plan else None)
+    try:
+        thr = throughput_for(cfg, store, eff, throughput)
+    except AnalysisError as exc:  # the critical batch needs no throughput: keep it, say what would rank
+        raise ThroughputMissing(
+            f"no time-to-target ranking: {exc}. The ranking needs a throughput source: "
+            "`batchtune profile-gen` on the training hardware, timing columns in the imported logs "
+            "(--map gen_s=KEY --map train_s=KEY), or --throughput probe after a probe that timed its steps",
+            eff,
+        ) from None
+    rec = recommend(eff, thr)
     return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
-
 
 def recommend_from_args(
     recipe: str | None,
@@ -183,7 +194,7 @@ def recommend_from_args(
     throughput: str,
     emit: str | None,
     gpus: int,
-    gpus_per_node: int = 8,
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
 ) -> tuple[Recommendation, str | None, Any]:
     if measurements is not None:
         if results is not None:
