@@ -1,4 +1,4 @@
-"""The published GRPO study (METHOD.md §1), shipped as recipes/hunyuan-grpo-measurements.toml."""
+"""The published GRPO study (docs/method.md §1), shipped as recipes/hunyuan-grpo-measurements.toml."""
 
 from __future__ import annotations
 

@@ -223,7 +223,7 @@ def test_roofline_only_is_a_prediction_from_a_config_dir(tmp_path):
     pred = roofline_only(r, "H100-SXM", concurrencies=[1, 64, 1024], model_info=info)
     assert pred.is_prediction and pred.hardware.name == "H100-SXM"
     assert pred.context_tokens == 128 + 256 / 2
-    # weights-only crossing for dense bf16 on an H100 SXM is ~295 (METHOD §4); KV reads push it up
+    # weights-only crossing for dense bf16 on an H100 SXM is ~295 (docs/method.md §4); KV reads push it up
     assert pred.curve.compute_bound_concurrency > 295
     bound = pred.curve.tokens_per_s_bound
     assert bound[0] == pytest.approx(3.35e12 / (494_032_768 * 2 + 256 * 12288), rel=1e-9)

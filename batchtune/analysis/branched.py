@@ -1,5 +1,5 @@
 """Branched probes: the local critical batch at a checkpoint, and the critical batch as training
-progresses (pure numpy/scipy; METHOD §3.2 short probes, §6, §9).
+progresses (pure numpy/scipy; docs/method.md §3.2 short probes, §6, §9).
 
 Merrill et al. 2025 ("Critical Batch Size Revisited", arXiv 2505.23971) branch from a checkpoint of
 a run at batch B0: each branch trains at k*B0 with the LR by the scaling rule for a short window,

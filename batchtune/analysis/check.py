@@ -1,6 +1,6 @@
 """`batchtune check`: decide whether a trainer config sits where the measurements say it should.
 
-Pure: numbers and analysis results in, small frozen verdicts out. Four checks (METHOD.md §3-§5):
+Pure: numbers and analysis results in, small frozen verdicts out. Four checks (docs/method.md §3-§5):
 
 - batch: N = P*G responses per step against the critical training batch and its interval. Above the
   interval's upper end, each doubling needs clearly more samples (R(B)/R(B0) > 1 + tol): fail. Inside:

@@ -1,6 +1,6 @@
 """The critical training batch: the largest batch whose curve still overlays the reference.
 
-METHOD §3.2, operational form: R(B) / R(B0) <= 1 + tol (tol ~ 0.1), judged against the seed-to-seed
+docs/method.md §3.2, operational form: R(B) / R(B0) <= 1 + tol (tol ~ 0.1), judged against the seed-to-seed
 spread. R is samples-to-target (curves.py); B is in the caller's unit (responses N = P*G for RL,
 tokens for pre-training). Sources: McCandlish et al. 2018 (the R(B) model used for
 `interpolated`); Merrill et al. 2025 (branches "match" within a tolerance of the smaller batch).

@@ -129,7 +129,7 @@ def samples_to_target(
     ema_alpha: float = 0.5,
     method: str = "isotonic",
 ) -> TargetCrossing:
-    """Samples-to-target R of one run, read off a fitted monotone curve (METHOD §8).
+    """Samples-to-target R of one run, read off a fitted monotone curve (docs/method.md §8).
 
     method "isotonic" (the default): the crossing of the isotonic regression of the metric on
     samples, interpolated by a monotone cubic through the fitted blocks (`monotone.py`). Noise

@@ -1,5 +1,5 @@
 """From run records to sample efficiency: samples-to-target per candidate, the invariance verdicts,
-the critical training batch and the gradient-noise diagnostics (METHOD.md §3).
+the critical training batch and the gradient-noise diagnostics (docs/method.md §3).
 
 Pure: takes records (plain dataclasses) and returns frozen results; no engine import.
 """
@@ -90,7 +90,7 @@ class SampleEfficiency:
     grad_slope: GradNormSlope | None
     noise_scale: NoiseScale | None
     notes: tuple[str, ...]
-    critic_grad_slope: GradNormSlope | None = None  # PPO: the critic's own batch scale (METHOD §3.5)
+    critic_grad_slope: GradNormSlope | None = None  # PPO: the critic's own batch scale (docs/method.md §3.5)
 
     def get(self, label: str) -> CandidateEfficiency:
         for c in self.candidates:
@@ -207,7 +207,7 @@ def assess(
     reference: str | None = None,
     runs: Sequence[RunData] = (),
 ) -> SampleEfficiency:
-    """Invariance verdicts against the reference and the critical training batch (METHOD §3.2).
+    """Invariance verdicts against the reference and the critical training batch (docs/method.md §3.2).
 
     The critical batch is judged on the main sweep; group-sweep and fixed-LR candidates get a
     verdict against the same reference. ``runs`` (optional) feed the gradient-norm diagnostics.
@@ -297,7 +297,7 @@ def analyse_runs(
     reference: str | None = None,
     families: dict[str, str] | None = None,
 ) -> SampleEfficiency:
-    """Estimate R(B) for every candidate and test invariance against the reference (METHOD §3.2)."""
+    """Estimate R(B) for every candidate and test invariance against the reference (docs/method.md §3.2)."""
     cands = candidates_from_runs(
         runs,
         metric=metric,
@@ -325,7 +325,7 @@ def _gradient_diagnostics(
     """Gradient-norm slope at matched samples, and B_simple from the first step of each batch.
 
     Every probe run starts from the same weights, so the first step's gradients of two batches are
-    taken at the same parameters: exactly the two-batch estimator's setting (METHOD §3.3).
+    taken at the same parameters: exactly the two-batch estimator's setting (docs/method.md §3.3).
     """
     series = []
     first: dict[float, list[float]] = defaultdict(list)

@@ -1,4 +1,4 @@
-"""Learning-rate scaling rules across batch sizes (METHOD.md §3.1). Pure Python, no torch.
+"""Learning-rate scaling rules across batch sizes (docs/method.md §3.1). Pure Python, no torch.
 
 When the batch grows by k = B / B_ref the learning rate must change, or invariance breaks:
 - ``sqrt``   lr = base_lr * sqrt(k)   Adam family (Malladi et al. 2022, SDE argument; Hilton et al. 2021)

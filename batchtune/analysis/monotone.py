@@ -1,6 +1,6 @@
 """A monotone curve fitted to a noisy learning curve, and where it crosses a target.
 
-The estimator behind `curves.samples_to_target` (METHOD §8, "samples-to-target is an estimate, not
+The estimator behind `curves.samples_to_target` (docs/method.md §8, "samples-to-target is an estimate, not
 a first crossing"):
   1. isotonic regression of the metric on samples (pool-adjacent-violators, Ayer et al. 1955;
      Barlow et al. 1972, "Statistical Inference under Order Restrictions"): the least-squares

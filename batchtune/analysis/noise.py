@@ -1,4 +1,4 @@
-"""Gradient norm against batch and the gradient noise scale (METHOD §3.3).
+"""Gradient norm against batch and the gradient noise scale (docs/method.md §3.3).
 
 For the mean gradient of B independent samples (McCandlish et al. 2018, appendix A.1):
     E|g_B|^2 = |G|^2 + tr(S) / B,        B_simple = tr(S) / |G|^2,

@@ -1,4 +1,4 @@
-"""Pre-training batch size: the steps-data trade-off, WSD's E(S), and batch schedules (METHOD §6).
+"""Pre-training batch size: the steps-data trade-off, WSD's E(S), and batch schedules (docs/method.md §6).
 
 Units: batch and data ``E`` in tokens, ``S`` in optimiser steps, ``E = B * S``. Every point
 ``(S_i, E_i)`` is one batch size reaching the *same* target loss.
@@ -63,7 +63,7 @@ def fit_steps_data(steps: object, data: object, *, confidence: float = 0.95) -> 
     ``log S_i = log S_min + log(1 + B_crit / B_i)`` by nonlinear least squares in
     ``(log S_min, log B_crit)``; residuals in ``log S`` equal those in ``log E``, so steps and data
     are treated alike. The start comes from the straight line ``1/S = 1/S_min - B_crit / E``
-    (METHOD §3.4). Needs >= 3 points (2 parameters plus one degree of freedom for the CI).
+    (docs/method.md §3.4). Needs >= 3 points (2 parameters plus one degree of freedom for the CI).
     """
     s, e = _points(steps, data)
     b = e / s

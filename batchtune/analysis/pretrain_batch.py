@@ -1,4 +1,4 @@
-"""B_opt and B_min at one target loss from what the grid of batches measured (METHOD §6).
+"""B_opt and B_min at one target loss from what the grid of batches measured (docs/method.md §6).
 
 The data's own evidence comes first, and is always reported:
 
@@ -23,7 +23,7 @@ Then a fit, checked, that refines each inside its bracket:
   over the line). With no never-reaching batch below, a root under the smallest measured batch is
   an extrapolation and is labelled so; otherwise the bracket is reported.
 
-Intervals: paired bootstrap over seeds (a seed's runs at every batch resampled together, METHOD §8),
+Intervals: paired bootstrap over seeds (a seed's runs at every batch resampled together, docs/method.md §8),
 percentile interval of the reported estimator at ``confidence``; none with a single seed.
 """
 

@@ -1,4 +1,4 @@
-"""Pre-training reference fits and batch-size schedules (METHOD §6).
+"""Pre-training reference fits and batch-size schedules (docs/method.md §6).
 
 Published fits across compute budgets (Kaplan et al. 2020; DeepSeek LLM 2024) as priors, token-keyed
 batch schedules that state the LR at every stage, and Merrill et al.'s batch warmup rule.
@@ -58,7 +58,7 @@ class ScheduleStage:
     """From ``start_tokens`` of data consumed on: batch ``batch_tokens`` at learning rate ``lr``.
 
     ``weight_decay`` is carried unchanged from the caller (None: not stated); Megatron-style
-    token-keyed schedules do not rescale LR or weight decay for you (METHOD §6).
+    token-keyed schedules do not rescale LR or weight decay for you (docs/method.md §6).
     """
 
     start_tokens: float
@@ -102,7 +102,7 @@ def schedule_from_bopt(
     if batch_multiple_tokens is not None:
         m = float(_positive_finite("batch_multiple_tokens", batch_multiple_tokens)[0])
         batches = np.maximum(np.round(batches / m), 1.0) * m
-    try:  # the LR rules have one home, batchtune.analysis.lr (METHOD §3.1)
+    try:  # the LR rules have one home, batchtune.analysis.lr (docs/method.md §3.1)
         lrs = [scaled_lr(base_lr, float(b), float(batches[0]), rule, lr_table) for b in batches]
     except RecipeError as exc:
         raise AnalysisError(str(exc)) from exc

@@ -1,6 +1,6 @@
 """`batchtune pretrain`: from pre-training loss curves at several batch sizes to the critical batch
 at each target loss, B_opt and B_min where the WSD fit applies, and a token-keyed batch schedule
-(METHOD.md §6).
+(docs/method.md §6).
 
 Input: per-step logs (CSV or JSON lines), one row per logged step, with a run name, the batch in
 tokens, the step and the loss. For every target loss each run gives one point (S_i, E_i = B_i S_i):

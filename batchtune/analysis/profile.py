@@ -1,5 +1,5 @@
 """Profile results and their analysis: everything that needs only stored ThroughputPoints and the
-recipe (no engine), so a profile can be re-analysed from records on disk (METHOD §4).
+recipe (no engine), so a profile can be re-analysed from records on disk (docs/method.md §4).
 
     analyse_throughput(points, recipe)   -> ProfileResult (knee, fit, roofline fraction, train fit)
     roofline_only(recipe, "H100-SXM")    -> RooflinePrediction for hardware the user does not have
@@ -70,7 +70,7 @@ class ModeProfile:
 
     @property
     def knee_fraction_of_bound(self) -> float | None:
-        """Measured / roofline-bound decode throughput at the knee (METHOD §4 target: >= 0.7)."""
+        """Measured / roofline-bound decode throughput at the knee (docs/method.md §4 target: >= 0.7)."""
         if self.knee is None:
             return None
         for rp in self.roofline:

@@ -1,9 +1,9 @@
-"""Rank candidate batches by time-to-target ``T(B) = R(B) / Θ(B)`` (METHOD §1, §5).
+"""Rank candidate batches by time-to-target ``T(B) = R(B) / Θ(B)`` (docs/method.md §1, §5).
 
 ``R``: samples (responses) consumed until the target is first reached, with a confidence interval
 from the curve analysis; ``inf`` when the run never reached it (censored). ``Θ``: end-to-end
 throughput in responses/s, treated as exact: its run-to-run spread (a few %) is small next to the
-seed-to-seed spread of ``R`` (up to 2x on small RL tasks, METHOD §3.2).
+seed-to-seed spread of ``R`` (up to 2x on small RL tasks, docs/method.md §3.2).
 
 Relative to a reference batch ``B0`` (usually the smallest):
 
@@ -189,7 +189,7 @@ def _reason(
     halfwidths: list[tuple[float, float]],
     names: list[str],
 ) -> str:
-    """Why the winner won, in METHOD §1 terms: responses needed vs throughput gained."""
+    """Why the winner won, in docs/method.md §1 terms: responses needed vs throughput gained."""
     if winner.is_reference:
         parts = [f"{winner.name} (the reference) reaches the target soonest."]
     else:

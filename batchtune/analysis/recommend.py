@@ -1,4 +1,4 @@
-"""`batchtune recommend`: time-to-target T(B) = R(B) / Θ(B) for every candidate (METHOD.md §1, §5).
+"""`batchtune recommend`: time-to-target T(B) = R(B) / Θ(B) for every candidate (docs/method.md §1, §5).
 
 R(B) comes from probe runs, imported logs or a measurements file; Θ(B) from a generation/training
 profile of this hardware, from the timings the probe recorded, or from the measurements file.
@@ -54,7 +54,7 @@ class Recommendation:
 def throughput_from_profile(
     profile: ProfileResult | None, cands: Sequence[CandidateEfficiency], other_s: float
 ) -> ThroughputModel | None:
-    """Predict Θ(N) from the measured generation and training curves of a profile (METHOD §5.2).
+    """Predict Θ(N) from the measured generation and training curves of a profile (docs/method.md §5.2).
 
     Generation uses the EOS sweep when there is one (real RL lengths are long-tailed), else the
     fixed-length one, at the largest concurrency that fitted in memory: min(N, c_max). The fits and
@@ -160,7 +160,7 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
         notes.append(
             "the PPO critic's gradient norm does not fall like B^-1/2 over this range: its critical batch "
             "is smaller than the actor's; give it smaller mini-batches (verl critic.ppo_mini_batch_size) "
-            "and its own LR rule (METHOD §3.5)"
+            "and its own LR rule (docs/method.md §3.5)"
         )
     if winner.family == "fixed_lr":
         notes.append("the winner is a fixed-LR control: check the LR scaling rule")

@@ -1,4 +1,4 @@
-"""Roofline bounds for decoding: the physical limit a generation engine cannot beat (METHOD §4).
+"""Roofline bounds for decoding: the physical limit a generation engine cannot beat (docs/method.md §4).
 
 Per decode step with ``c`` concurrent sequences, each producing one token:
 
@@ -168,7 +168,7 @@ def compute_bound_concurrency(hw: Hardware, shape: ModelShape, context_tokens: f
     Setting ``n_params * bytes_per_param / hbm = 2 n_active c / peak`` gives
     ``c* = peak / hbm * (n_params / n_active) * (bytes_per_param / 2)``: ~206 on an H200 and ~295
     on an H100 SXM for dense bf16 (the 2 FLOPs and 2 bytes per parameter cancel), 16x more for a
-    128-expert/8-active MoE (METHOD §4). With ``context_tokens > 0`` the KV reads, which grow with
+    128-expert/8-active MoE (docs/method.md §4). With ``context_tokens > 0`` the KV reads, which grow with
     concurrency too, are included: ``c* = W / hbm / (2 n_active / peak - ctx * kv / hbm)``, inf
     when each sequence's KV read costs more than its FLOPs (decode never turns compute-bound).
     """

@@ -1,4 +1,4 @@
-"""The steps/samples trade-off between measured batches (METHOD §3.4).
+"""The steps/samples trade-off between measured batches (docs/method.md §3.4).
 
 McCandlish et al. 2018, "An Empirical Model of Large-Batch Training" (arXiv 1812.06162):
     (S / S_min - 1) (E / E_min - 1) = 1, so

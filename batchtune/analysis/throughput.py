@@ -1,6 +1,6 @@
 """System efficiency from measurements: generation saturation, its knee, training time, end to end.
 
-METHOD §4. Decoding re-reads every weight at each engine step, so at small concurrency the time per
+docs/method.md §4. Decoding re-reads every weight at each engine step, so at small concurrency the time per
 step barely grows and throughput rises almost linearly; it saturates when decoding turns
 compute-bound or memory caps concurrency. Training time grows roughly linearly with batch. The
 end-to-end throughput of one RL step is the batch divided by the sum of its phases.
@@ -144,7 +144,7 @@ def _check_threshold(threshold: float) -> None:
 
 @dataclass(frozen=True)
 class Knee:
-    """The critical generation batch: the knee of the measured throughput curve (METHOD §4).
+    """The critical generation batch: the knee of the measured throughput curve (docs/method.md §4).
 
     ``gains_per_doubling`` holds ``(c1, gain)`` for each pair of successive measured points
     ``(c1, thr1), (c2, thr2)``, normalised to one doubling: ``(thr2/thr1)^(1/log2(c2/c1)) - 1``
@@ -249,7 +249,7 @@ def find_knee(
 
 @dataclass(frozen=True)
 class TrainTimeFit:
-    """Training time per step: ``t(N) = t0_s + t1_s_per_sample * N`` (METHOD §4: roughly linear).
+    """Training time per step: ``t(N) = t0_s + t1_s_per_sample * N`` (docs/method.md §4: roughly linear).
 
     ``assumed_proportional`` is True when only one batch size was measured: the model is then the
     proportional ``t(N) = t1 N`` through the origin (no fixed cost), which overstates the time of
@@ -294,7 +294,7 @@ def generation_time_s(batch_responses: float, gen_fit: GenThroughputFit, max_con
     """Time to generate ``N`` responses with at most ``max_concurrency`` decoding at once.
 
     ``t_gen = N / thr(min(N, max_concurrency))``. ``gen_fit`` must be in responses/s. Ignores the
-    ragged last wave and long-tailed lengths (METHOD §4: profile real lengths for that).
+    ragged last wave and long-tailed lengths (docs/method.md §4: profile real lengths for that).
     """
     n = float(_positive_finite("batch_responses", batch_responses)[0])
     cap = float(_positive_finite("max_concurrency", max_concurrency)[0])
@@ -306,7 +306,7 @@ def generation_time_s(batch_responses: float, gen_fit: GenThroughputFit, max_con
 
 @dataclass(frozen=True)
 class EndToEnd:
-    """One RL step end to end: ``responses_per_s = N / (gen_s + train_s + other_s)`` (METHOD §1).
+    """One RL step end to end: ``responses_per_s = N / (gen_s + train_s + other_s)`` (docs/method.md §1).
 
     ``other_s`` holds reward, reference/old log-probs, critic and weight sync when not in the
     other two phases.
@@ -353,7 +353,7 @@ def predict_end_to_end(
     max_concurrency: float,
     other_s: float = 0.0,
 ) -> EndToEnd:
-    """METHOD §5 step 2: predict Θ(N) from the generation and training models at batch ``N``."""
+    """docs/method.md §5 step 2: predict Θ(N) from the generation and training models at batch ``N``."""
     gen_s = generation_time_s(batch_responses, gen_fit, max_concurrency)
     train_s = float(train_fit.predict(batch_responses))
     return end_to_end_throughput(batch_responses, gen_s, train_s, other_s)

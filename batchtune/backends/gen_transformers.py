@@ -5,7 +5,7 @@ of ``prompt_tokens`` random token ids (seeded; no tokenizer involved). This is a
 batch: ``generate`` returns when its slowest response is done, and finished rows keep being
 computed (as padding) until then, exactly the cost a long length tail imposes on a static batch.
 
-Lengths (METHOD §4: profile both):
+Lengths (docs/method.md §4: profile both):
 
 - ``fixed``: EOS is suppressed, every response is exactly ``max_new_tokens`` tokens.
 - ``eos`` with ``eos_stop_prob = p > 0``: each response's length is drawn up front as

@@ -158,7 +158,7 @@ def nqm_critical_batch(
     so E[L_t] = 1/2 sum_i h_i E[theta_i^2]_t is known in closed form at constant LR (step by step
     under warmup). With alpha(B) = scaled_lr(base_lr, B, reference_batch, rule) let
     R(B) = B * t*(B), t* the first (interpolated) step with E[L_t] <= target_loss. The critical
-    batch is the B at which R(B) / R(B_ref) first exceeds 1 + tolerance (METHOD §3.2), found by a
+    batch is the B at which R(B) / R(B_ref) first exceeds 1 + tolerance (docs/method.md §3.2), found by a
     log-spaced scan then bisection in log B. Why it ends: at small alpha h_i the dynamics in
     samples depend only on alpha / B (invariance under the linear rule), with floor s_i ~ (alpha/B) n/2;
     as alpha h_i grows the floor rises by 2 / (2 - alpha h_i) in the stiff directions and the run

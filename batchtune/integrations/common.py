@@ -2,7 +2,7 @@
 keys mean what. Pure Python, no torch.
 
 An imported run becomes a RunRecord (status "completed", lr_rule "given") plus StepRecords, so it is
-analysed exactly like a probe run. Samples are responses (METHOD.md §2): a log that counts optimiser
+analysed exactly like a probe run. Samples are responses (docs/method.md §2): a log that counts optimiser
 steps is converted with ``samples = step * prompts * group_size`` unless it logs samples itself.
 """
 

@@ -47,7 +47,7 @@ class RecommendationInput:
 
 UNKNOWN_LR_NOTE = (
     "the recommendation carries no learning rate (measurements without LRs): set it yourself, scaled "
-    "from your reference run's LR by the batch ratio (sqrt for Adam, METHOD §3.1)"
+    "from your reference run's LR by the batch ratio (sqrt for Adam, docs/method.md §3.1)"
 )
 
 

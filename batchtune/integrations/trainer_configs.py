@@ -1,6 +1,6 @@
 """Reading a trainer's own config as it lives in a repository, for `batchtune check`.
 
-Four shapes, each converted to batchtune's units (METHOD.md §2: P prompts, G responses per prompt,
+Four shapes, each converted to batchtune's units (docs/method.md §2: P prompts, G responses per prompt,
 N = P*G responses per step, the actor LR, responses decoded at once per engine), remembering the
 file line of every value so CI annotations can point at it:
 

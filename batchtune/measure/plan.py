@@ -1,4 +1,4 @@
-"""The candidates a probe runs: P x G at LRs from the recipe's scaling rule (METHOD.md §3.1, §3.2).
+"""The candidates a probe runs: P x G at LRs from the recipe's scaling rule (docs/method.md §3.1, §3.2).
 
 Three families: the main sweep of prompts P at fixed group size G; an optional sweep of G at fixed
 total responses P*G (does the task follow N, the total responses?); optional fixed-LR controls.

@@ -1,5 +1,5 @@
 """The profiling driver: measure generation throughput against concurrency, and training step time
-against batch, on the user's hardware (METHOD §4); write ThroughputPoints; analyse them.
+against batch, on the user's hardware (docs/method.md §4); write ThroughputPoints; analyse them.
 
     run_profile(recipe, store)       sweep -> points appended to the store -> ProfileResult
     analyse_throughput(points, recipe)  the same ProfileResult from stored points alone

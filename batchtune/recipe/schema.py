@@ -182,7 +182,7 @@ class BackendConfig:
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    # grid: every candidate a run from scratch towards the target (METHOD §3.2);
+    # grid: every candidate a run from scratch towards the target (docs/method.md §3.2);
     # branched: one trunk at the reference batch, checkpointed, and short branches at k x the batch
     # from each checkpoint (Merrill et al. 2025, arXiv 2505.23971); the [branch] section sets it up
     mode: str = "grid"

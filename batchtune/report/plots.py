@@ -8,7 +8,7 @@ writes one file and returns its path.
   against the roofline bound when there is one; training step time against batch with its fit.
 - ``plot_roofline(prediction, path)``: a roofline-only prediction, clearly titled as one.
 - ``plot_learning_curves(curves, target, metric, path)``: metric against samples consumed, one
-  colour per candidate, one line per seed, a horizontal target line (METHOD §3.2).
+  colour per candidate, one line per seed, a horizontal target line (docs/method.md §3.2).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pre-training: steps-data hyperbola, WSD E(S), reference fits, schedules (METHOD §6)."""
+"""Pre-training: steps-data hyperbola, WSD E(S), reference fits, schedules (docs/method.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ranking by time-to-target T = R / Θ (METHOD §1, §5)."""
+"""Ranking by time-to-target T = R / Θ (docs/method.md §1, §5)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from batchtune.analysis.ranking import rank_time_to_target
 from batchtune.errors import AnalysisError
 
-# METHOD §1 worked example (Tencent Hunyuan, GRPO, Qwen3-30B-A3B, G=8). The reference took 11.90 h.
+# docs/method.md §1 worked example (Tencent Hunyuan, GRPO, Qwen3-30B-A3B, G=8). The reference took 11.90 h.
 R0 = 122_880.0  # responses to target at the reference
 THETA0 = R0 / (11.90 * 3600)  # responses/s, so that T0 = 11.90 h
 EXAMPLE = dict(

@@ -1,4 +1,4 @@
-"""Roofline bounds for decoding, checked against hand-computed cases (METHOD §4)."""
+"""Roofline bounds for decoding, checked against hand-computed cases (docs/method.md §4)."""
 
 from __future__ import annotations
 

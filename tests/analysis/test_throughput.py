@@ -1,4 +1,4 @@
-"""Generation saturation, knee, training time and end-to-end throughput (METHOD §4)."""
+"""Generation saturation, knee, training time and end-to-end throughput (docs/method.md §4)."""
 
 from __future__ import annotations
 
@@ -198,7 +198,7 @@ def test_train_time_recovers_line():
 
 
 def test_train_time_method_example_is_near_linear():
-    # METHOD §4: actor update 101.3 s -> 208.6 s when prompts doubled 128 -> 256 (G=8)
+    # docs/method.md §4: actor update 101.3 s -> 208.6 s when prompts doubled 128 -> 256 (G=8)
     fit = fit_train_time([1024, 2048], [101.3, 208.6])
     # a line through both points would cross zero at a negative time: t0 is clipped at 0 and the
     # proportional fit misses each point by ~1.5%
@@ -232,7 +232,7 @@ def test_generation_time_caps_concurrency():
 
 
 def test_end_to_end_method_example():
-    # METHOD §4: PPO batch 256 -> 1024 took collection from 39 s to 68 s: 2.29x throughput
+    # docs/method.md §4: PPO batch 256 -> 1024 took collection from 39 s to 68 s: 2.29x throughput
     small = end_to_end_throughput(256, gen_s=39.0, train_s=0.0)
     large = end_to_end_throughput(1024, gen_s=68.0, train_s=0.0)
     assert large.responses_per_s / small.responses_per_s == pytest.approx(2.29, abs=0.005)

@@ -12,7 +12,7 @@ GAE (Schulman et al. 2016), over response tokens with V = 0 after the last one:
 
 Advantages are whitened over the batch's valid tokens. Actor loss: token-level PPO-clip (as in
 grpo.py). Critic loss: clipped value loss 0.5 max((V - ret)^2, (V_old + clip(V - V_old, +-c) - ret)^2),
-c = value_clip. Actor and critic have separate optimisers and LRs (METHOD §3.5: their batch scales
+c = value_clip. Actor and critic have separate optimisers and LRs (docs/method.md §3.5: their batch scales
 differ); both pre-clip gradient norms are logged.
 """
 
