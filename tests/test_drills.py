@@ -1,0 +1,167 @@
+"""Reliability drills kept as tests: kill -9 and SIGTERM leave no live child, a resume after a kill gives
+the identical answer, and a probe never acts on a run another live process holds.
+
+The long versions (many random kills) are in benchmarks/drills.py; docs/reliability.md has the counts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from batchtune.measure.plan import plan_candidates, run_id
+from batchtune.measure.probe import _band_samples, run_probe
+from batchtune.recipe.load import load_recipe, shipped_recipes
+from batchtune.records import ResultsStore
+from tests.drill_kit import (
+    alive,
+    kill_mid_probe,
+    probe_cmd,
+    summary,
+    trainer_pids,
+    wait_dead,
+    write_command_recipe,
+)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="drills read /proc")
+
+NQM = str(shipped_recipes()["nqm"])
+NQM_SMALL = ["nqm.dim=200", "candidates.prompts=[1, 4]", "budget.seeds=[0, 1]"]
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (from /proc's parent links)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _start_and_wait_for_trainer(cmd: list[str], results: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not trainer_pids(results) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    assert trainer_pids(results), "no trainer started"
+    return proc
+
+
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_kill_minus_nine_leaves_no_live_child(tmp_path, workers):
+    """Main process -> (pool worker ->) guard -> sh -> trainer: kill -9 at the top ends every one."""
+    recipe = write_command_recipe(tmp_path, sleep_s=0.05, workers=workers)
+    results = tmp_path / "r"
+    proc = _start_and_wait_for_trainer(probe_cmd(recipe, results), results)
+    below = _descendants(proc.pid)
+    assert len(below) >= 3 + (workers > 1)  # guard, sh, trainer (+ workers, resource tracker)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert wait_dead(below + trainer_pids(results), timeout_s=10) == []
+
+
+def test_sigterm_stops_children_and_exits_143(tmp_path):
+    recipe = write_command_recipe(tmp_path, sleep_s=0.05)
+    results = tmp_path / "r"
+    proc = _start_and_wait_for_trainer(probe_cmd(recipe, results), results)
+    below = _descendants(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143
+    assert b"terminated by signal 15" in err and len(err.decode().strip().splitlines()) == 1
+    assert not any(alive(p) for p in below + trainer_pids(results))
+    assert not list(results.glob("runs/*/run.json")), "an interrupted run must not be sealed"
+
+
+@pytest.mark.slow
+def test_random_kills_then_resume_give_the_identical_answer(tmp_path):
+    recipe = write_command_recipe(tmp_path)
+    whole = subprocess.run(probe_cmd(recipe, tmp_path / "whole"), capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr
+    rng = random.Random(0)
+    results = tmp_path / "killed"
+    for _ in range(3):
+        kill_mid_probe(probe_cmd(recipe, results), results, after_runs=0, extra_delay_s=rng.uniform(0, 2))
+        assert wait_dead(trainer_pids(results)) == []
+    resumed = subprocess.run(probe_cmd(recipe, results), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert summary(json.loads(resumed.stdout)) == summary(json.loads(whole.stdout))
+
+
+def _hold(path: Path, seconds: float, held: threading.Event) -> None:
+    """Hold ``path``'s flock for ``seconds``, like another live probe holding that run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    held.set()
+    time.sleep(seconds)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+def test_a_run_held_elsewhere_is_waited_for_and_the_band_never_uses_a_partial_reference(tmp_path):
+    recipe = load_recipe(NQM, NQM_SMALL)
+    plan = plan_candidates(recipe)
+    ref = plan.by_label()[plan.reference]
+    store = ResultsStore(tmp_path / "r")
+    held_id = run_id(ref, 1)
+    held = threading.Event()
+    holder = threading.Thread(target=_hold, args=(store.run_dir(held_id) / ".lock", 2.0, held))
+    holder.start()
+    held.wait()
+    events: list[tuple[str, dict]] = []
+    bands: list[float] = []
+    real_band = _band_samples
+
+    def spy_band(*args):
+        bands.append(real_band(*args))
+        return bands[-1]
+
+    import batchtune.measure.probe as probe_mod
+
+    probe_mod._band_samples = spy_band
+    try:
+        result = run_probe(recipe, store.root, lambda kind, info: events.append((kind, info)))
+    finally:
+        probe_mod._band_samples = real_band
+        holder.join()
+    waits = [info for kind, info in events if kind == "wait"]
+    assert waits and waits[0]["run_ids"] == [held_id]
+    assert "still running elsewhere: " + held_id in waits[0]["message"]
+    # the holder released it unfinished (as a dead holder would): this probe then ran it itself
+    assert store.is_finished(held_id) and len(store.runs()) == len(plan.candidates) * 2
+    assert bands and math.isfinite(bands[0])  # computed after the wait, from both seeds
+    assert result.runs_done == len(plan.candidates) * 2
+
+
+def test_no_band_from_a_partial_reference(tmp_path):
+    recipe = load_recipe(NQM, NQM_SMALL)
+    plan = plan_candidates(recipe)
+    store = ResultsStore(tmp_path / "r")
+    run_probe(recipe, store.root)
+    assert math.isfinite(_band_samples(store, recipe, plan))
+    ref = plan.by_label()[plan.reference]
+    (store.run_dir(run_id(ref, 1)) / "run.json").unlink()  # one reference seed unfinished
+    assert _band_samples(store, recipe, plan) == math.inf
