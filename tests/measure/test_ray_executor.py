@@ -1,0 +1,193 @@
+"""Probes on Ray (measure/ray_executor.py), on a local Ray cluster this module starts once: in-process
+trainers as Ray tasks, the command backend as Ray Jobs, and kill -9 of the driver followed by a resume.
+Every comparison is against the local executor on the same recipe: the same answer, run for run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.recipe.load import shipped_recipes
+from batchtune.records import ResultsStore
+
+NQM = str(shipped_recipes()["nqm"])
+# a small NQM probe for the fast test: 2 batches x 2 seeds to an early target (~200 steps each)
+SMALL = ["--set", "candidates.prompts=[1,4]", "--set", "budget.seeds=[0,1]"]
+SMALL += ["--set", "target.value=2.0", "--set", "budget.max_samples=8192"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for the module: 2 CPUs, with its dashboard (it serves the job API)."""
+    ray.init(num_cpus=2, include_dashboard=True, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _probe(results: Path, recipe: str, *extra: str) -> dict:
+    out = CliRunner().invoke(app, ["probe", recipe, "-r", str(results), "--json", *extra])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+def _summary(data: dict) -> dict:
+    return {c["name"]: (c["status"], c["per_seed_samples_to_target"]) for c in data["candidates"]}
+
+
+def _runs(results: Path) -> dict[str, tuple]:
+    """Each run's outcome and its whole curve: what a run on Ray must reproduce exactly."""
+    store = ResultsStore(results)
+    return {
+        r.run_id: (
+            r.status,
+            r.reason,
+            r.steps,
+            r.samples,
+            [(s.samples, s.metrics) for s in store.steps(r.run_id)],
+        )
+        for r in store.runs()
+    }
+
+
+def test_nqm_probe_on_ray_tasks_matches_local(tmp_path, local_ray):
+    local = _probe(tmp_path / "local", NQM, *SMALL)
+    on_ray = _probe(tmp_path / "ray", NQM, *SMALL, "--set", "run.executor=ray", "--set", "run.workers=2")
+    assert _summary(on_ray) == _summary(local)
+    assert on_ray["critical_training_batch"] == local["critical_training_batch"]
+    assert _runs(tmp_path / "ray") == _runs(tmp_path / "local") and len(_runs(tmp_path / "local")) == 4
+    from ray.util.state import list_tasks
+
+    ran = [t for t in list_tasks(filters=[("name", "=", "execute_run")], limit=1000) if t.state == "FINISHED"]
+    assert len(ran) >= 4  # they ran as Ray tasks, not in this process
+    assert not list((tmp_path / "ray" / "runs").glob("*/ray-job.*"))  # tasks, not jobs
+
+
+# A trainer the command backend runs: standard library only, one JSON line per step; P=2 fails
+# half-way with exit code 3, as a crashing trainer would.
+TRAIN = textwrap.dedent(
+    """
+    import json, math, os, random, sys
+    prompts, group, seed, steps = (int(v) for v in sys.argv[1:5])
+    lr, out = float(sys.argv[5]), sys.argv[6]
+    rng = random.Random(seed)
+    print("training", prompts, group, seed, "ray address:", os.environ.get("RAY_ADDRESS", "none"))
+    with open(os.path.join(out, "log.jsonl"), "w") as log:
+        for step in range(1, steps + 1):
+            n = step * prompts * group
+            reward = 1 - math.exp(-lr * n / 4) + rng.gauss(0, 0.01)
+            log.write(json.dumps({"step": step, "samples": n, "prompts": prompts, "group_size": group,
+                                  "lr": lr, "seed": seed, "reward": reward}) + "\\n")
+            log.flush()
+            if prompts == 2 and step == steps // 2:
+                print("boom: the trainer crashed", file=sys.stderr)
+                sys.exit(3)
+    """
+)
+
+
+def _command_recipe(tmp_path: Path) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    recipe = tmp_path / "command.toml"
+    argv = [
+        sys.executable,
+        str(script),
+        "{prompts}",
+        "{group_size}",
+        "{seed}",
+        "{max_steps}",
+        "{lr}",
+        "{output_dir}",
+    ]
+    recipe.write_text(
+        textwrap.dedent(
+            f"""
+            [backend]
+            training = "command"
+            command = {json.dumps(argv)}
+            command_log = "log.jsonl"
+            [optimizer]
+            lr = 0.05
+            [candidates]
+            prompts = [1, 2, 4]
+            group_size = 4
+            [target]
+            metric = "reward"
+            value = 0.5
+            [budget]
+            max_samples = 256
+            seeds = [0, 1]
+            stop_outside_band = false
+            """
+        )
+    )
+    return recipe
+
+
+@pytest.mark.slow
+def test_command_candidates_run_as_ray_jobs_like_local_runs(tmp_path, local_ray):
+    recipe = str(_command_recipe(tmp_path))
+    local = _probe(tmp_path / "local", recipe)
+    on_ray = _probe(tmp_path / "ray", recipe, "--set", "run.executor=ray", "--set", "run.workers=2")
+    assert _summary(on_ray) == _summary(local)
+    runs = _runs(tmp_path / "ray")
+    assert runs == _runs(tmp_path / "local") and len(runs) == 6
+    failed = {rid: r for rid, r in runs.items() if r[0] == "failed"}
+    assert set(failed) == {"P2xG4-s0", "P2xG4-s1"}  # the exit status came back as a local run's
+    assert all("exited with code 3" in r[1] and "boom" in r[1] for r in failed.values())
+    run_dir = tmp_path / "ray" / "runs" / "P1xG4-s0"
+    assert "ray address: none" not in (run_dir / "command.stdout").read_text()  # ran inside a Ray Job
+    assert "batchtune: P1xG4-s0: reached_target" in (run_dir / "ray-job.log").read_text()
+
+
+def _steps_strictly_increase(results: Path) -> bool:
+    store = ResultsStore(results)
+    return all(
+        all(a.step < b.step for a, b in zip(steps, steps[1:], strict=False))
+        for steps in (store.steps(r.run_id) for r in store.runs())
+    )
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_driver_on_ray_then_resume_gives_the_local_answer(tmp_path, local_ray):
+    local = _probe(tmp_path / "local", NQM)
+    results = tmp_path / "ray"
+    argv = [sys.executable, "-m", "batchtune", "probe", NQM, "-r", str(results), "--json"]
+    argv += ["--set", "run.executor=ray", "--set", "run.workers=2"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while len(list(results.glob("runs/*/run.json"))) < 5:  # the reference done, others going
+            assert driver.poll() is None and time.monotonic() < deadline, "the probe ended before the kill"
+            time.sleep(0.2)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+    finally:
+        time.sleep(1.0)  # Ray's processes die with the driver that started them; stragglers too:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+    before = {r.run_id: r.finished_at for r in ResultsStore(results).runs()}
+    assert 5 <= len(before) < 24
+
+    resumed = _probe(results, NQM, "--set", "run.executor=ray", "--set", "run.workers=2")
+    assert _summary(resumed) == _summary(local)
+    assert resumed["runs_reused"] == len(before) and resumed["runs_done"] == 24 - len(before)
+    after = {r.run_id: r.finished_at for r in ResultsStore(results).runs()}
+    assert {rid: after[rid] for rid in before} == before  # no finished run redone
+    assert _steps_strictly_increase(results)  # no run written by two processes at once
+    assert _runs(results) == _runs(tmp_path / "local")
