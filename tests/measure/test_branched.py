@@ -1,0 +1,90 @@
+"""Branched probes on the NQM: a trunk, checkpointed branches, resumable runs (kill -9 safe)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from batchtune.measure.branched import branched_store, run_branched_probe
+from batchtune.recipe.load import load_recipe
+
+SETS = [
+    "probe.mode=branched",
+    "branch.trunk_samples=1024",
+    "branch.window_samples=512",
+    "branch.checkpoints=[0.5, 1.0]",
+    "candidates.prompts=[1, 8, 32, 64, 128]",
+    "budget.seeds=[0, 1]",
+]
+
+
+def _recipe(tmp: Path):
+    return load_recipe("recipes/nqm.toml", [*SETS, f"run.results_dir={tmp}"])
+
+
+def _answer(result) -> dict:
+    sm = result.summary
+    return {
+        "points": [round(lc.point, 6) for lc in sm.locals],
+        "ratios": [{b: dict(r) for b, r in lc.ratios.items()} for lc in sm.locals],
+        "cost": result.efficiency.total_samples,
+    }
+
+
+def test_branched_probe_runs_resumes_and_never_redoes_a_sealed_branch(tmp_path: Path) -> None:
+    first = run_branched_probe(_recipe(tmp_path))
+    assert first.runs_done > 0 and first.runs_skipped == 0
+    sm = first.summary
+    assert [lc.checkpoint_samples for lc in sm.locals] == [512.0, 1024.0]
+    # the control is the trunk's own continuation for the trunk's seed: ratio exactly 1
+    assert all(lc.ratios[8.0][0] == 1.0 for lc in sm.locals)
+    # N = 1024 at lr 3.84 diverges (NQM: lr * h_max > 2); the critical batch is below it
+    assert all(lc.point < 1024 for lc in sm.locals)
+    assert sm.trunk_samples == 1024 and first.efficiency.total_samples == sm.probe_samples
+    sealed = {p: p.stat().st_mtime_ns for p in branched_store(tmp_path).runs_dir.glob("*/run.json")}
+    again = run_branched_probe(_recipe(tmp_path))
+    assert again.runs_done == 0 and again.runs_skipped == first.runs_done
+    assert {p: p.stat().st_mtime_ns for p in sealed} == sealed
+    assert _answer(again) == _answer(first)
+
+
+def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path) -> None:
+    clean = _answer(run_branched_probe(_recipe(tmp_path / "clean")))
+    killed = tmp_path / "killed"
+    code = (
+        "import sys; from batchtune.recipe.load import load_recipe; "
+        "from batchtune.measure.branched import run_branched_probe; "
+        f"run_branched_probe(load_recipe('recipes/nqm.toml', {SETS!r} + ['run.results_dir={killed}']))"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parents[2])
+    runs = branched_store(killed).runs_dir
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(runs.glob("c*/run.json"))) < 3:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    sealed_before = {p: p.read_text() for p in runs.glob("*/run.json")}
+    assert any(p.parent.name.startswith("c") for p in sealed_before), "killed before any branch sealed"
+    resumed = run_branched_probe(_recipe(killed))
+    assert resumed.runs_skipped >= len(sealed_before)
+    assert {p: p.read_text() for p in sealed_before} == sealed_before  # sealed runs untouched
+    assert _answer(resumed) == clean
+    assert json.loads(next(iter(sealed_before.values())))["status"]
+
+
+def test_branched_mode_refuses_a_backend_without_checkpoints(tmp_path: Path) -> None:
+    from batchtune.errors import InputError
+
+    argv = 'backend.command=["python", "-c", "pass"]'
+    cfg = load_recipe(
+        "recipes/nqm.toml", [*SETS, f"run.results_dir={tmp_path}", "backend.training=command", argv]
+    )
+    with pytest.raises(InputError, match="checkpoint"):
+        run_branched_probe(cfg)
