@@ -1,0 +1,73 @@
+"""Where Θ comes from: probe runs record how many runs shared the machine, and `recommend
+--throughput probe` names contended timings in its source and a note (NQM simulation, seconds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from batchtune.analysis.recommend import contention_note
+from batchtune.cli import app
+from batchtune.recipe.load import shipped_recipes
+from batchtune.records import ResultsStore
+
+NQM = str(shipped_recipes()["nqm"])
+SMALL = [
+    *("--set", "candidates.prompts=[1,4,16]", "--set", "budget.seeds=[0,1]"),
+    *("--set", "budget.max_samples=4096", "--set", "target.value=3.0", "--set", "nqm.dim=100"),
+]
+
+
+def test_contention_note_names_shared_and_alone():
+    assert contention_note({"A": 1, "B": 1}) == ""
+    assert contention_note({}) == "" and contention_note({"A": 0}) == ""  # unknown: imported runs
+    note = contention_note({"P1": 1, "P4": 2, "P16": 2})
+    assert "P4, P16 were timed sharing the machine (2 runs at a time), P1 alone" in note
+    assert "profile-gen" in note and "run.workers = 1" in note
+
+
+def _recommend(results: Path) -> dict:
+    out = CliRunner().invoke(app, ["recommend", "-r", str(results), "--throughput", "probe", "--json"])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+@pytest.mark.slow  # ~20 s: two spawned worker processes
+def test_parallel_probe_records_concurrency_and_recommend_flags_it(tmp_path: Path):
+    results = tmp_path / "r"
+    args = ["probe", NQM, "-r", str(results), *SMALL, "--workers", "2", "--json"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    runs = ResultsStore(results).runs()
+    by = {r.run_id: r.parallel_runs for r in runs}
+    assert by["P1xG8-s0"] == 2 == by["P1xG8-s1"]  # the two reference seeds ran side by side
+    assert all(r.cpu_cores >= 1 for r in runs)
+    data = _recommend(results)
+    assert data["throughput_source"] == "probe timings, contended"
+    assert any("sharing the machine (2 runs at a time)" in n for n in data["notes"])
+
+
+def test_serial_probe_says_alone(tmp_path: Path):
+    results = tmp_path / "r"
+    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"])
+    assert out.exit_code == 0, out.output
+    data = _recommend(results)
+    assert data["throughput_source"] == "probe timings, each run alone"
+    assert not any("sharing the machine" in n for n in data["notes"])
+
+
+def test_contended_records_flag_the_ranking(tmp_path: Path):
+    results = tmp_path / "r"
+    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"])
+    assert out.exit_code == 0, out.output
+    for path in results.glob("runs/*/run.json"):  # as if the non-reference runs had shared cores
+        data = json.loads(path.read_text())
+        data["parallel_runs"] = 1 if data["candidate"] == "P1xG8" else 2
+        path.write_text(json.dumps(data))
+    data = _recommend(results)
+    assert data["throughput_source"] == "probe timings, contended"
+    note = next(n for n in data["notes"] if "sharing the machine" in n)
+    assert "P4xG8" in note and "P16xG8" in note and "P1xG8 alone" in note
