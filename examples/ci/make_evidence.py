@@ -1,9 +1,9 @@
-"""Regenerate the results the CI examples check against (committed under examples/ci/results/).
+"""Regenerate the results the CI examples check against (committed under examples/ci/evidence/).
 
-    python examples/ci/make_results.py
+    python examples/ci/make_evidence.py
 
 Runs the noisy-quadratic-model probe and its simulated generation profile (recipes/nqm.toml: a
-simulation with a known answer, seconds on a CPU, nothing downloaded) into examples/ci/results/nqm.
+simulation with a known answer, seconds on a CPU, nothing downloaded) into examples/ci/evidence/nqm.
 Also writes examples/ci/baseline.json (`check --json` of the passing verl config). Every number
 the examples' `batchtune check` reads comes from this run; nothing is typed by hand.
 """
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-OUT = HERE / "results" / "nqm"
+OUT = HERE / "evidence" / "nqm"
 KEEP_STEPS = 30  # logged points per run kept in the committed copy
 
 

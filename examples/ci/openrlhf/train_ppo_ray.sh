@@ -1,6 +1,6 @@
 #!/bin/bash
 # OpenRLHF launch flags (0.10.2 names). Passes.
-#   batchtune check examples/ci/openrlhf/train_ppo_ray.sh --results examples/ci/results/nqm
+#   batchtune check examples/ci/openrlhf/train_ppo_ray.sh --results examples/ci/evidence/nqm
 python3 -m openrlhf.cli.train_ppo_ray \
     --algo.advantage.estimator group_norm \
     --rollout.batch_size 16 \

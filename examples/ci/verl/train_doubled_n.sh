@@ -1,7 +1,7 @@
 #!/bin/bash
 # verl launch script after a review doubled rollout.n and left everything else alone.
 # Fails: 32 x 16 = 512 responses is past the critical batch, and the LR was not rescaled.
-#   batchtune check examples/ci/verl/train_doubled_n.sh --results examples/ci/results/nqm
+#   batchtune check examples/ci/verl/train_doubled_n.sh --results examples/ci/evidence/nqm
 python3 -m verl.trainer.main_ppo \
     data.train_batch_size=32 \
     actor_rollout_ref.rollout.n=16 \
