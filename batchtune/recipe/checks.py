@@ -49,6 +49,8 @@ def check_recipe(recipe: Recipe) -> list[str]:
         errors.append("target.confidence: must lie between 0 and 1")
     if not recipe.budget.seeds:
         errors.append("budget.seeds: needs at least one seed")
+    if recipe.budget.max_extra_seeds < 0:
+        errors.append("budget.max_extra_seeds: must be >= 0 (0 = no sequential seeding)")
     if recipe.budget.max_samples <= 0:
         errors.append("budget.max_samples: must be positive")
     if recipe.run.workers < 1:
@@ -76,6 +78,32 @@ def check_recipe(recipe: Recipe) -> list[str]:
         errors.append("backend.command: the command backend needs an argv list")
     if recipe.backend.training == "pretrain":
         errors.extend(_check_pretrain(recipe))
+    errors.extend(_check_model_and_task(recipe))
+    return errors
+
+
+def _check_model_and_task(recipe: Recipe) -> list[str]:
+    """Shapes a built-in model can have, and a held-out metric only where a held-out set exists."""
+    m, errors = recipe.model, []
+    if m.name == "tiny-llama":
+        if m.hidden_size % m.num_heads:
+            errors.append(f"model.hidden_size: {m.hidden_size} is not divisible by num_heads = {m.num_heads}")
+        if m.num_heads % m.num_kv_heads:
+            errors.append(f"model.num_kv_heads: {m.num_kv_heads} does not divide num_heads = {m.num_heads}")
+        if recipe.generation.max_new_tokens >= m.max_position_embeddings:
+            errors.append(
+                f"generation.max_new_tokens: {recipe.generation.max_new_tokens} leaves no room for the "
+                f"prompt in model.max_position_embeddings = {m.max_position_embeddings}"
+            )
+    if (
+        recipe.backend.training in ("torch", "trl")
+        and recipe.task.eval_size == 0
+        and recipe.target.metric.startswith("eval_")
+    ):
+        errors.append(
+            f"task.eval_size: 0 means no held-out set, so target.metric = {recipe.target.metric!r} is never "
+            "logged; set eval_size or target the training metric (target.metric = 'reward')"
+        )
     return errors
 
 

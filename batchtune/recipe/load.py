@@ -12,6 +12,7 @@ from typing import Any
 
 from batchtune.errors import RecipeError
 from batchtune.recipe.checks import check_recipe
+from batchtune.recipe.ranges import check_ranges
 from batchtune.recipe.schema import CHOICES, Recipe
 
 if sys.version_info >= (3, 11):
@@ -124,7 +125,8 @@ def recipe_from_dict(data: dict[str, Any], source: str = "") -> Recipe:
     errors: list[str] = []
     recipe = _build(Recipe, data, "", errors)
     if not errors:
-        errors = check_recipe(recipe)
+        # ranges first: the cross-field checks assume finite, sane values
+        errors = check_ranges(recipe) or check_recipe(recipe)
     if errors:
         where = f" in {source}" if source else ""
         raise RecipeError(f"{len(errors)} problem(s){where}: " + "; ".join(errors))
@@ -138,9 +140,18 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     if path is not None:
         p = resolve_recipe_path(str(path))
         try:
-            data = tomllib.loads(p.read_text())
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise RecipeError(f"{p} is not valid TOML: {exc}") from None
+        except UnicodeDecodeError:
+            raise RecipeError(f"{p} is not UTF-8 text") from None
+        except OSError as exc:
+            raise RecipeError(f"{p}: {exc.strerror or exc}") from None
+        if not data:
+            raise RecipeError(
+                f"{p} sets nothing (an empty recipe); start from a shipped one: "
+                f"batchtune recipes cp tiny-grpo {p}"
+            )
         source = str(p)
     data = apply_overrides(data, overrides or [])
     return recipe_from_dict(data, source)
