@@ -74,14 +74,17 @@ def test_nqm_probe_on_ray_tasks_matches_local(tmp_path, local_ray):
     assert not list((tmp_path / "ray" / "runs").glob("*/ray-job.*"))  # tasks, not jobs
 
 
-# A trainer the command backend runs: standard library only, one JSON line per step; P=2 fails
-# half-way with exit code 3, as a crashing trainer would.
+# A trainer the command backend runs: standard library only, one JSON line per step; P=2 crashes
+# at its start with exit code 3 (a crash mid-run would leave a curve cut where the log was last polled).
 TRAIN = textwrap.dedent(
     """
     import json, math, os, random, sys
     prompts, group, seed, steps = (int(v) for v in sys.argv[1:5])
     lr, out = float(sys.argv[5]), sys.argv[6]
     rng = random.Random(seed)
+    if prompts == 2:
+        print("boom: the trainer crashed", file=sys.stderr)
+        sys.exit(3)
     print("training", prompts, group, seed, "ray address:", os.environ.get("RAY_ADDRESS", "none"))
     with open(os.path.join(out, "log.jsonl"), "w") as log:
         for step in range(1, steps + 1):
@@ -90,9 +93,6 @@ TRAIN = textwrap.dedent(
             log.write(json.dumps({"step": step, "samples": n, "prompts": prompts, "group_size": group,
                                   "lr": lr, "seed": seed, "reward": reward}) + "\\n")
             log.flush()
-            if prompts == 2 and step == steps // 2:
-                print("boom: the trainer crashed", file=sys.stderr)
-                sys.exit(3)
     """
 )
 
