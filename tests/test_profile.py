@@ -11,7 +11,7 @@ import pytest
 from batchtune.analysis.profile import resolve_hardware
 from batchtune.backends import GENERATION_BACKENDS
 from batchtune.backends.spec import GenRequest, GenResult, ModelInfo, OutOfMemory, RunFailed
-from batchtune.errors import AnalysisError
+from batchtune.errors import AnalysisError, InputError
 from batchtune.measure.profile import (
     analyse_throughput,
     known_hardware_for_device,
@@ -206,7 +206,7 @@ def test_cpu_roofline_needs_overrides():
     r = load_recipe(None, ["hardware.peak_flops=2e11", "hardware.hbm_bytes_per_s=4e10"])
     hw, note = resolve_hardware(r, "cpu")
     assert (hw.peak_flops, hw.hbm_bytes_per_s, note) == (2e11, 4e10, "")
-    with pytest.raises(AnalysisError, match="unknown hardware"):
+    with pytest.raises(InputError, match="unknown hardware"):  # a typo: exit 2, as other input
         resolve_hardware(load_recipe(None, ["hardware.name=TPU-v9"]), "cpu")
 
 

@@ -201,7 +201,8 @@ def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput,
     text += "it should reach "
     goal = f"{eff.metric} {cmp} {eff.target:g}" if math.isfinite(eff.target) else "the target"
     text += f"{goal} after about {est.samples_to_target:,.0f} responses"
-    text += f" ({est.samples_to_target / w.batch_responses:,.0f} steps"
+    steps = est.samples_to_target / w.batch_responses
+    text += f" ({steps:,.0f} step{'' if round(steps) == 1 else 's'}"
     if est.ci_high > est.ci_low:
         text += f"; {est.confidence:.0%} CI {est.ci_low:,.0f}-{est.ci_high:,.0f}"
     text += ")"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchtune.errors import AnalysisError
+from batchtune.errors import AnalysisError, InputError
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def get_hardware(name: str, **overrides: float) -> Hardware:
         return dataclasses.replace(matches[0], **overrides)  # type: ignore[arg-type]
     if set(overrides) == fields:
         return Hardware(name, **overrides)
-    raise AnalysisError(
+    raise InputError(  # a typo in --hardware is an input error (exit 2), like any other
         f"unknown hardware {name!r}; known: {', '.join(KNOWN_HARDWARE)}. For other hardware give "
         "peak_flops (dense bf16 FLOP/s), hbm_bytes_per_s and memory_bytes."
     )

@@ -60,6 +60,8 @@ def efficiency_table(eff: SampleEfficiency) -> Table:
         ratio = c.verdict.ratio if c.verdict else None
         status = c.status
         seeds = f"{c.n_runs}" + (f" ({est.n_censored} cens.)" if est and est.n_censored else "")
+        if eff.extra_seeds.get(c.label):
+            seeds += f" (+{eff.extra_seeds[c.label]} seq.)"
         if c.failures:
             seeds += f" ({len(c.failures)} failed)"
         table.add_row(
@@ -87,7 +89,10 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
             head += "not estimated (the reference never reached the target)"
         else:
             head += f"{fmt_n(crit.batch)} responses"
-            if crit.upper is not None:
+            ref = next((c for c in eff.candidates if c.label == eff.reference), None)
+            if crit.upper is not None and ref is not None and crit.batch == ref.batch_responses:
+                head += f" (the reference itself; {fmt_n(crit.upper)} already needs more samples)"
+            elif crit.upper is not None:
                 head += f" (between {fmt_n(crit.lower)} invariant and {fmt_n(crit.upper)} deviating)"
             else:
                 head += " or more (no probed batch deviated)"
@@ -100,7 +105,9 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
         lines.append(f"Gradient norm vs batch at matched samples (-0.5 = noise-dominated): {g.reason}")
     if eff.critic_grad_slope is not None:
         lines.append(f"Critic gradient norm vs batch (PPO, on its own): {eff.critic_grad_slope.reason}")
-    if eff.noise_scale is not None:
+    if eff.noise_scale is not None and not math.isfinite(eff.noise_scale.b_simple):
+        lines.append("Gradient noise scale B_simple: not estimated (no finite value from these runs)")
+    elif eff.noise_scale is not None:
         lines.append(
             f"Gradient noise scale B_simple ~ {fmt_n(eff.noise_scale.b_simple)} responses "
             "(a prior: it underestimates the critical batch of Adam-trained LMs)"
