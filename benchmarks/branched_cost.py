@@ -1,0 +1,84 @@
+"""What a branched probe costs and how good its answer is, on the NQM (recipes/nqm.toml).
+
+    python benchmarks/branched_cost.py > benchmarks/out/branched_cost.txt
+
+For each setting: `batchtune tune recipes/nqm.toml` with probe.mode = branched (fresh results dir),
+then
+  cost   = probe samples / one full run at the recommendation (the `probe_cost.ratio` of --json),
+  regret = T(recommended) / T(best), T(B) = R_exp(B) / Θ(B): R_exp from the closed-form expected SGD
+           loss (backends.nqm_theory.expected_samples_to_target), Θ(B) the recommendation's own
+           throughput model in the grid row (the simulated time model), best over the candidate batches.
+The grid probe (probe.mode = grid) is the baseline row. Simulated seconds; deterministic per seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tempfile
+
+from batchtune.analysis.lr import scaled_lr
+from batchtune.backends.nqm_theory import expected_samples_to_target
+from batchtune.recipe.load import load_recipe
+
+SETTINGS = {
+    "grid (baseline)": ["probe.mode=grid"],
+    "branched W=1024, ckpts 0.5/1.0 of 3072": [
+        "branch.trunk_samples=3072",
+        "branch.window_samples=1024",
+        "branch.checkpoints=[0.5, 1.0]",
+    ],
+    "branched W=2048, ckpts 0.5/1.0 of 3072": [
+        "branch.trunk_samples=3072",
+        "branch.window_samples=2048",
+        "branch.checkpoints=[0.5, 1.0]",
+    ],
+    "branched W=1024, ckpt 1.0 of 2048, 2 seeds": [
+        "branch.trunk_samples=2048",
+        "branch.window_samples=1024",
+        "branch.checkpoints=[1.0]",
+        "budget.seeds=[0, 1]",
+    ],
+    "branched W=1024, ckpts .25/.5/1 of 4096": [
+        "branch.trunk_samples=4096",
+        "branch.window_samples=1024",
+        "branch.checkpoints=[0.25, 0.5, 1.0]",
+    ],
+}
+
+
+def main() -> None:
+    base = load_recipe("recipes/nqm.toml")
+    thr: dict[str, tuple[int, float]] = {}
+    print("setting | recommended | probe samples | full run at rec. | cost (x full run) | regret | wall s")
+    for name, sets in SETTINGS.items():
+        sets = sets if sets[0].startswith("probe.mode") else ["probe.mode=branched", *sets]
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = ["batchtune", "tune", "recipes/nqm.toml", "--json", "--results", tmp]
+            for s in sets:
+                argv += ["--set", s]
+            out = subprocess.run(argv, capture_output=True, text=True, check=True)
+        d = json.loads(out.stdout)
+        cost = d["probe_cost"]
+        if not thr:  # the grid row: every candidate's throughput (the same time model for all rows)
+            thr = {c["name"]: (c["batch_responses"], c["responses_per_s"]) for c in d["candidates"]}
+        t = {}
+        for name_, (n, per_s) in thr.items():
+            lr = scaled_lr(base.optimizer.lr, n, 8, base.lr_scaling.rule)
+            r = expected_samples_to_target(
+                base.nqm, lr=lr, batch=n, target_loss=base.target.value, warmup_samples=0, max_samples=1e7
+            )
+            t[name_] = r / per_s
+        best = min(v for v in t.values() if math.isfinite(v))
+        rec = d["recommended"]["name"]
+        print(
+            f"{name} | {rec} | {cost['samples']:,} | {cost['full_run_samples']:,.0f} | "
+            f"{cost['ratio']:.2f} | {t[rec] / best:.3f} | {cost['wall_s']:.1f}"
+        )
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
