@@ -1,0 +1,130 @@
+"""docs/ci.md as written: its ci-test commands run as subprocesses on a copy of the shipped example
+layout (examples/ and recipes/nqm.toml), no network; JUnit parses, the step summary has a table, the
+pre-commit hook runs; and check's exit codes on every shipped example (in process)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+EVIDENCE = "examples/ci/evidence/nqm"
+EXAMPLES = {
+    "verl/ppo_trainer.yaml": 0,
+    "verl/train_doubled_n.sh": 1,
+    "trl/grpo_config.yaml": 0,  # passes with a warning (concurrency below the knee)
+    "trl/grpo_config_big.json": 1,
+    "openrlhf/train_ppo_ray.sh": 0,
+    "openrlhf/train_ppo_ray_legacy.sh": 1,
+}
+
+
+def blocks(kind: str) -> list[str]:
+    text = (ROOT / "docs" / "ci.md").read_text()
+    found = re.findall(rf"```bash {kind}\n(.*?)```", text, flags=re.S)
+    return [ln for b in found for ln in b.splitlines() if ln.strip()]
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    (tmp_path / "recipes").mkdir()
+    shutil.copy(ROOT / "recipes" / "nqm.toml", tmp_path / "recipes" / "nqm.toml")
+    return tmp_path
+
+
+def run(line: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    argv = shlex.split(line)
+    assert argv[0] == "batchtune"
+    return subprocess.run(
+        [sys.executable, "-m", "batchtune", *argv[1:]],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow  # four CLI subprocesses, smoke included (~15 s on 2 cores)
+def test_doc_commands_run_as_written(layout: Path) -> None:
+    summary = layout / "summary.md"
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_ACTIONS": "true"}
+    passing, failing = blocks("ci-test"), blocks("ci-test-fails")
+    assert passing and failing
+    for line in passing:
+        out = run(line, layout, env)
+        assert out.returncode == 0, (line, out.stdout[-2000:], out.stderr[-2000:])
+    for line in failing:
+        out = run(line, layout, env)
+        assert out.returncode == 1, (line, out.stderr[-2000:])
+        assert "::error file=examples/ci/verl/train_doubled_n.sh,line=6," in out.stdout
+    junits = sorted((layout / "reports").glob("*.xml"))
+    assert len(junits) == 3
+    for j in junits:
+        suite = ET.parse(j).getroot().find("testsuite")
+        assert suite is not None and int(suite.get("tests")) == 4
+    doubled = ET.parse(layout / "reports" / "batchtune-doubled.xml").getroot()
+    assert {c.get("name") for c in doubled.iter("testcase") if c.find("failure") is not None} == {
+        "batch",
+        "lr",
+    }
+    md = summary.read_text()
+    assert md.count("| check | status | configured | expected | why |") == 3
+    assert re.search(r"^\| batch \| .*fail", md, flags=re.M)
+
+
+@pytest.mark.slow  # two CLI subprocesses
+def test_pre_commit_hook_entry(layout: Path) -> None:
+    hook = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())[0]
+    bindir = layout / "bin"
+    bindir.mkdir()
+    shim = bindir / "batchtune"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m batchtune "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    files = ["examples/ci/openrlhf/train_ppo_ray.sh", "examples/ci/openrlhf/train_ppo_ray_legacy.sh"]
+    argv = [*shlex.split(hook["entry"]), "--results", EVIDENCE, *files]
+    out = subprocess.run(argv, cwd=layout, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr  # the legacy one is past the critical batch
+    assert all(re.search(p, f) for f in files for p in [hook["files"]])
+
+
+@pytest.mark.parametrize(("config", "code"), sorted(EXAMPLES.items()))
+def test_shipped_examples_exit_codes(config: str, code: int, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    junit = tmp_path / "j.xml"
+    res = CliRunner().invoke(
+        app, ["check", f"examples/ci/{config}", "--results", EVIDENCE, "--junit", str(junit), "--json"]
+    )
+    assert res.exit_code == code, res.output
+    root = ET.parse(junit).getroot()
+    assert len(list(root.iter("testcase"))) == 4
+
+
+def test_bad_input_and_missing_evidence(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    bad = tmp_path / "x.toml"
+    bad.write_text("prompts = 8\n")
+    assert CliRunner().invoke(app, ["check", str(bad), "--results", EVIDENCE]).exit_code == 2
+    ok = tmp_path / "big.toml"
+    ok.write_text("prompts = 8\ngroup_size = 8\nlr = 0.24\n")
+    assert CliRunner().invoke(app, ["check", str(ok)]).exit_code == 2  # no evidence given
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = CliRunner().invoke(app, ["check", str(ok), "--results", str(empty)])
+    assert res.exit_code in (2, 3), res.output
