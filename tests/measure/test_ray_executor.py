@@ -163,6 +163,7 @@ def _steps_strictly_increase(results: Path) -> bool:
 @pytest.mark.slow
 def test_kill_9_of_the_driver_on_ray_then_resume_gives_the_local_answer(tmp_path, local_ray):
     local = _probe(tmp_path / "local", NQM)
+    total = len(_runs(tmp_path / "local"))  # 24, and extra seeds where the probe adds them
     results = tmp_path / "ray"
     argv = [sys.executable, "-m", "batchtune", "probe", NQM, "-r", str(results), "--json"]
     argv += ["--set", "run.executor=ray", "--set", "run.workers=2"]
@@ -182,11 +183,11 @@ def test_kill_9_of_the_driver_on_ray_then_resume_gives_the_local_answer(tmp_path
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)
     before = {r.run_id: r.finished_at for r in ResultsStore(results).runs()}
-    assert 5 <= len(before) < 24
+    assert 5 <= len(before) < total
 
     resumed = _probe(results, NQM, "--set", "run.executor=ray", "--set", "run.workers=2")
     assert _summary(resumed) == _summary(local)
-    assert resumed["runs_reused"] == len(before) and resumed["runs_done"] == 24 - len(before)
+    assert resumed["runs_reused"] == len(before) and resumed["runs_done"] == total - len(before)
     after = {r.run_id: r.finished_at for r in ResultsStore(results).runs()}
     assert {rid: after[rid] for rid in before} == before  # no finished run redone
     assert _steps_strictly_increase(results)  # no run written by two processes at once
