@@ -600,10 +600,11 @@ def recipes_show(recipe: RecipeArg = None, set_: SetOpt = None) -> None:
 @recipes_app.command("validate")
 @handle_errors
 def recipes_validate(recipe: Annotated[str, typer.Argument(help="Recipe file or name.")]) -> None:
-    """Check a recipe: unknown keys, wrong types and bad values are reported together."""
-    from batchtune.recipe.load import load_recipe
+    """Check a recipe: unknown keys, wrong types and bad values are reported together, and the checks a
+    probe runs before its first run (task, prompts file, reward import, command placeholders)."""
+    from batchtune.workflow import validate_recipe
 
-    cfg = load_recipe(recipe)
+    cfg = validate_recipe(recipe)
     console.print(f"[green]ok[/] {cfg.source}")
 
 

@@ -34,6 +34,16 @@ def recipe_for(recipe: str | None, overrides: list[str], results: str | None) ->
     return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
 
 
+def validate_recipe(recipe: str) -> Recipe:
+    """Load ``recipe`` and run every check a probe would run before its first run (the backend's
+    too: task, prompts file, reward import, command placeholders)."""
+    from batchtune.measure import preflight
+
+    cfg = load_recipe(recipe)
+    preflight.check(cfg)
+    return cfg
+
+
 # ---- plan / probe --------------------------------------------------------------------------------
 
 
@@ -125,7 +135,9 @@ def _recipe_for_results(recipe: str | None, overrides: list[str], results: str |
 
     if recipe is None and results is not None:
         manifest = ResultsStore(results).read_manifest()
-        if manifest and "recipe" in manifest:
+        if manifest is not None and not isinstance(manifest.get("recipe"), dict):
+            raise InputError(f"{results}/manifest.json has no recipe table; name one: recommend RECIPE")
+        if manifest:
             data = apply_overrides(manifest["recipe"], overrides)
             return replace_results_dir(recipe_from_dict(data, f"{results}/manifest.json"), results)
     return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)

@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import shutil
 import signal
 import string
@@ -77,10 +78,12 @@ def placeholders(spec: RunSpec) -> dict[str, Any]:
 def fill(template: str, values: dict[str, Any], where: str) -> str:
     """``template`` with placeholders filled; a clear error for unknown or inexpressible ones."""
     try:
-        names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parsed = [(f, spec or "") for _, f, spec, _ in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
         raise RecipeError(f"{where}: {template!r}: {exc} (write {{{{ and }}}} for literal braces)") from None
-    for name in names:
+    for name, spec in parsed:
+        if any(len(w) > 3 for w in re.findall(r"\d+", spec)):  # {lr:>300000000} would fill gigabytes
+            raise RecipeError(f"{where}: {{{name}:{spec}}}: a width or precision above 999")
         if name not in values:
             raise RecipeError(f"{where}: unknown placeholder {{{name}}}; known: {', '.join(sorted(values))}")
         if values[name] is None:

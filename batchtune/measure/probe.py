@@ -21,8 +21,9 @@ from batchtune.analysis.curves import samples_to_target, target_confirmed
 from batchtune.analysis.efficiency import RunData, SampleEfficiency, analyse_runs
 from batchtune.backends import lifeguard
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
-from batchtune.errors import AnalysisError, InputError, MetricMissingError
+from batchtune.errors import AnalysisError, InputError, MetricMissingError, RecipeError
 from batchtune.events import ProbeEvents
+from batchtune.measure import preflight
 from batchtune.measure.execute import run_jobs
 from batchtune.measure.guards import check_metric_present, check_target_range
 from batchtune.measure.plan import Plan, plan_candidates, run_id
@@ -77,11 +78,19 @@ def check_manifest(store: ResultsStore, recipe: Recipe) -> None:
     if manifest is None:
         store.write_manifest({"recipe": recipe.to_dict(), "source": recipe.source, "created": time.time()})
         return
+    where = store.manifest_path
+    if not isinstance(manifest.get("recipe"), dict):
+        raise InputError(f"{where} has no recipe table; move it away (or use another --results directory)")
     try:
-        old = recipe_from_dict(manifest["recipe"])
-    except Exception:  # an older or hand-edited manifest: compare what we can
-        old = None
-    if old is not None and _defining(old) != _defining(recipe):
+        old = recipe_from_dict(manifest["recipe"], str(where))
+    except RecipeError as exc:  # never compare against a recipe that cannot be read: say so
+        raise InputError(f"{where}: the stored recipe is unreadable ({exc}); use another --results") from None
+    if _defining(old) != _defining(recipe) and _only_failed_runs(store):
+        # every run failed (a recipe error, now fixed): keep them aside and start over
+        store.runs_dir.rename(store.root / f"runs.failed-{time.time_ns()}")
+        store.write_manifest({"recipe": recipe.to_dict(), "source": recipe.source, "created": time.time()})
+        return
+    if _defining(old) != _defining(recipe):
         diffs = [
             f"{sec}.{key}"
             for sec, values in _defining(recipe).items()
@@ -92,6 +101,12 @@ def check_manifest(store: ResultsStore, recipe: Recipe) -> None:
             f"{store.root} holds a probe of a different recipe (changed: {', '.join(diffs[:6])}); "
             "use another --results directory, or delete it to start over"
         )
+
+
+def _only_failed_runs(store: ResultsStore) -> bool:
+    """Whether the store holds runs and every one of them failed (status ``failed``)."""
+    runs = store.runs()
+    return bool(runs) and all(r.status == "failed" for r in runs)
 
 
 def _stop_policy(recipe: Recipe, band_samples: float) -> StopPolicy:
@@ -313,6 +328,7 @@ def run_probe(
     t0 = time.perf_counter()
     store = ResultsStore(results_dir or recipe.run.results_dir)
     check_target_range(recipe)
+    preflight.check(recipe)  # task, prompts file, reward import, command placeholders: before any write
     check_manifest(store, recipe)
     plan = plan_candidates(recipe)
     seeds = recipe.budget.seeds

@@ -1,0 +1,95 @@
+"""Checks that need the backends, run before the first run (and by `batchtune recipes validate`).
+
+recipe/ checks what the values alone say (types, ranges, cross-field rules). Here: what only the
+backend that will run them can say: that the task exists and can be built (the prompts file opens,
+the reward function imports, which runs the user's module: a recipe is code), and that the command's
+placeholders are known and its program exists. Every problem is reported at once, as a RecipeError,
+so nothing is written and no run is sealed as failed for a mistake in the recipe.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from batchtune.errors import BatchtuneError, RecipeError
+from batchtune.recipe.schema import Recipe
+
+MAX_ARITHMETIC_DIGITS = 3  # the arithmetic task enumerates all 10**(2d) problems
+
+
+def problems(recipe: Recipe) -> list[str]:
+    """Every problem the backend of ``recipe`` would meet before training, one message each."""
+    training = recipe.backend.training
+    if training in ("torch", "trl"):
+        return _task_problems(recipe)
+    if training == "command":
+        return _command_problems(recipe)
+    return []
+
+
+def check(recipe: Recipe) -> None:
+    """Raise one RecipeError naming every problem (see ``problems``)."""
+    found = problems(recipe)
+    if found:
+        where = f" in {recipe.source}" if recipe.source else ""
+        raise RecipeError(f"{len(found)} problem(s){where}: " + "; ".join(found))
+
+
+def _task_problems(recipe: Recipe) -> list[str]:
+    from batchtune.backends.torch_rl.tasks import BUILTIN_TASKS, import_reward, make_task
+
+    task = recipe.task
+    if task.name not in (*BUILTIN_TASKS, "jsonl"):
+        return [f"task.name: unknown task {task.name!r}; choose one of {', '.join(BUILTIN_TASKS)} or 'jsonl'"]
+    if task.name == "arithmetic" and task.difficulty > MAX_ARITHMETIC_DIGITS:
+        return [
+            f"task.difficulty: arithmetic takes 1 to {MAX_ARITHMETIC_DIGITS} digits, got {task.difficulty}"
+        ]
+    if task.name == "jsonl" and task.prompts_file and not Path(task.prompts_file).is_file():
+        errors = [f"task.prompts_file: {task.prompts_file} is not a readable file"]
+        if task.reward:
+            try:
+                import_reward(task.reward)
+            except BatchtuneError as exc:
+                errors.append(str(exc))
+        return errors
+    try:
+        make_task(task)  # reads the prompts file and imports the reward function
+    except BatchtuneError as exc:
+        return [str(exc)]
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return [f"task.prompts_file: {task.prompts_file}: {exc}"]
+    return []
+
+
+def _command_problems(recipe: Recipe) -> list[str]:
+    from batchtune.backends.command import fill, placeholders
+    from batchtune.backends.spec import Candidate, RunFailed, RunSpec
+
+    cfg = recipe.backend
+    errors: list[str] = []
+    if not cfg.command_log:
+        errors.append("backend.command_log: say which file the command writes its metrics to")
+    p, g = recipe.candidates.prompts[0], recipe.candidates.group_size
+    spec = RunSpec(
+        "preflight", Candidate(f"P{p}xG{g}", p, g, recipe.optimizer.lr, "none"), 0, recipe,
+        Path(recipe.run.results_dir) / "runs" / "preflight", recipe.optimizer.lr, p * g,
+    )  # fmt: skip
+    values = placeholders(spec)
+    templates = [(f"backend.command[{i}]", t) for i, t in enumerate(cfg.command)]
+    templates += [(f"backend.command_env.{k}", v) for k, v in cfg.command_env.items()]
+    templates += [("backend.command_log", cfg.command_log)]
+    for where, template in templates:
+        try:
+            text = fill(template, values, where)
+        except RecipeError as exc:
+            errors.append(str(exc))
+            continue
+        except RunFailed:  # a placeholder that is not whole for this candidate: decided per run
+            continue
+        if len(text) > 1 << 16:
+            errors.append(f"{where}: fills to {len(text)} characters; check its format spec")
+    if cfg.command and shutil.which(cfg.command[0]) is None and "{" not in cfg.command[0]:
+        errors.append(f"backend.command[0]: {cfg.command[0]!r} is not found or not executable")
+    return errors
