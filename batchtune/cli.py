@@ -63,6 +63,15 @@ GpusPerNodeOpt = Annotated[
     int, typer.Option(help="GPUs per node, for the node layout of --emit verl|openrlhf.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead.")]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="With --emit: write a file the trainer takes (verl overrides, TRL YAML, OpenRLHF script).",
+        show_default=False,
+    ),
+]
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -296,6 +305,7 @@ def recommend(
     ] = None,
     gpus: Annotated[int, typer.Option(help="GPUs the trainer runs on (for --emit divisibility checks).")] = 8,
     gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
+    out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Rank every candidate by predicted time-to-target and print the winner, the reasons, and the config.
@@ -306,6 +316,7 @@ def recommend(
     from batchtune.errors import ThroughputMissing
     from batchtune.workflow import recommend_from_args
 
+    _check_out(emit, out)
     try:
         rec, emitted, emitted_values = recommend_from_args(
             recipe, set_ or [], results, measurements, throughput, emit, gpus, gpus_per_node
@@ -313,7 +324,14 @@ def recommend(
     except ThroughputMissing as missing:  # logs without timings: the critical batch still stands
         _show_efficiency_only(missing, json_out)
         return
-    _show_recommendation(rec, emitted, emitted_values, json_out)
+    _show_recommendation(rec, emitted, emitted_values, json_out, emit, out)
+
+
+def _check_out(emit: str | None, out: Path | None) -> None:
+    if out is not None and emit is None:
+        from batchtune.errors import InputError
+
+        raise InputError("--out writes the --emit config: add --emit verl|trl|openrlhf")
 
 
 def _show_efficiency_only(missing: Any, json_out: bool) -> None:
@@ -333,18 +351,32 @@ def _show_efficiency_only(missing: Any, json_out: bool) -> None:
     err_console.print(f"[yellow]note:[/] {escape(str(missing))}", highlight=False, soft_wrap=True)
 
 
-def _show_recommendation(rec: Any, emitted: str | None, emitted_values: Any, json_out: bool) -> None:
+def _show_recommendation(
+    rec: Any,
+    emitted: str | None,
+    emitted_values: Any,
+    json_out: bool,
+    trainer: str | None = None,
+    out: Path | None = None,
+) -> None:
+    written = None
+    if out is not None and trainer is not None and emitted is not None:
+        from batchtune.workflow import write_emitted
+
+        written = write_emitted(trainer, emitted, emitted_values, out)
     if json_out:
         from batchtune.report.json import recommendation_to_dict
 
         data = recommendation_to_dict(rec)
         if emitted is not None:
-            data["emitted"] = {"text": emitted, "values": emitted_values}
+            data["emitted"] = {"text": emitted, "values": emitted_values, "file": written}
         _print_json(data)
         return
     from batchtune.report.terminal import render_probe_cost, render_recommendation
 
     render_recommendation(console, rec, emitted)
+    if written is not None:
+        console.print(f"Trainer config written to {written}", highlight=False)
     if rec.efficiency.total_samples:
         render_probe_cost(console, rec.efficiency, rec)
 
@@ -358,13 +390,17 @@ def tune(
     emit: Annotated[str | None, typer.Option(help="Also print trainer config: verl|trl|openrlhf.")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs for --emit divisibility checks.")] = 8,
     gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
+    out: OutOpt = None,
+    workers: Annotated[int | None, typer.Option(help="Parallel local processes (run.workers).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Probe, profile and recommend in a row (the whole measurement on one recipe).
 
     With no recipe it runs the built-in default: a tiny Llama on a built-in task, on CPU, in minutes.
     """
-    cfg = _recipe(recipe, list(set_ or []), results)
+    _check_out(emit, out)
+    overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
+    cfg = _recipe(recipe, overrides, results)
     from batchtune import workflow
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency
@@ -382,7 +418,7 @@ def tune(
     if not json_out:
         console.rule("3/3 recommend: time-to-target")
     rec, emitted, values = workflow.recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)
-    _show_recommendation(rec, emitted, values, json_out)
+    _show_recommendation(rec, emitted, values, json_out, emit, out)
 
 
 @app.command()

@@ -9,11 +9,13 @@ the rule and the nearest valid setting when the winner cannot be expressed exact
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from batchtune.analysis.recommend import Recommendation
 from batchtune.errors import InputError
 from batchtune.integrations.emit_base import TRAINERS, EmittedConfig, RecommendationInput
+from batchtune.integrations.emit_files import sig3
 from batchtune.integrations.openrlhf import emit_openrlhf
 from batchtune.integrations.trl import emit_trl
 from batchtune.integrations.verl import emit_verl
@@ -30,6 +32,8 @@ def emit(trainer: str, rec: RecommendationInput, num_gpus: int, **options: Any) 
     emitters = {"verl": emit_verl, "trl": emit_trl, "openrlhf": emit_openrlhf}
     if trainer not in emitters:
         raise InputError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
+    # LRs to 3 significant digits: the probe cannot resolve more, and the text must paste cleanly
+    rec = dataclasses.replace(rec, lr=sig3(rec.lr), critic_lr=sig3(rec.critic_lr))
     return emitters[trainer](rec, num_gpus, **options)
 
 

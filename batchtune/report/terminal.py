@@ -183,8 +183,11 @@ def render_recommendation(console: Console, rec: Recommendation, emitted: str | 
     for n in rec.notes:
         if n not in rec.efficiency.notes:
             console.print(f"[yellow]note:[/] {n}")
-    if emitted:
+    if emitted and console.is_terminal:
         console.print(Panel(emitted, title="Trainer config", border_style="cyan"))
+    elif emitted:  # piped or redirected: plain text that pastes as it is (no box, no wrapping)
+        console.print("Trainer config:")
+        console.print(emitted.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
 
 
 def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendation | None) -> None:
