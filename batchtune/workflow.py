@@ -241,7 +241,23 @@ def _emit(
     from batchtune.integrations.emit import emit_for_recommendation
 
     out = emit_for_recommendation(rec, trainer, gpus, cfg, gpus_per_node=gpus_per_node)
+    concurrency = rec.winner_throughput.generation_concurrency
+    if cfg is not None and concurrency and rec.throughput.source.startswith("profile"):
+        from batchtune.analysis.roofline import KNOWN_HARDWARE
+        from batchtune.integrations.emit_files import hardware_caveat
+
+        points = ResultsStore(cfg.run.results_dir).throughput()
+        where = points[-1].hardware if points else ""
+        caveat = hardware_caveat(where, concurrency, tuple(KNOWN_HARDWARE))
+        return out.text + f"# {caveat}\n", out.values
     return out.text, out.values
+
+
+def write_emitted(trainer: str, text: str, values: dict[str, object], out: Path) -> Path:
+    """``--emit TRAINER --out FILE``: the emitted config as a file the trainer takes as it is."""
+    from batchtune.integrations.emit_files import write_trainer_file
+
+    return write_trainer_file(trainer, values, text, out)
 
 
 # ---- check ---------------------------------------------------------------------------------------
