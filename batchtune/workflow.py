@@ -78,12 +78,12 @@ def _plot_probe(store: ResultsStore, efficiency: Any) -> Path | None:
             continue
         s, v = run.curve(efficiency.metric)
         curves.setdefault(run.record.candidate, []).append((s.tolist(), v.tolist()))
-    order = [c.label for c in efficiency.candidates if c.label in curves]
+    order = [c for c in efficiency.candidates if c.label in curves]
     if not order:
         return None
     store.plots_dir.mkdir(parents=True, exist_ok=True)
-    return plot_learning_curves(
-        {lab: curves[lab] for lab in order},
+    return plot_learning_curves(  # legend: the batch N and the LR it ran at, then the label
+        {f"N={c.batch_responses}, lr {c.lr:.3g} ({c.label})": curves[c.label] for c in order},
         efficiency.target,
         efficiency.metric,
         store.plots_dir / "learning_curves.png",
@@ -196,7 +196,14 @@ def recommend_for_recipe(
             eff,
         ) from None
     rec = recommend(eff, thr)
+    rec = dataclasses.replace(rec, notes=(*rec.notes, f"time-to-target plot: {_plot_time(store, rec)}"))
     return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
+
+
+def _plot_time(store: ResultsStore, rec: Recommendation) -> Path:
+    from batchtune.report.plots_time import TIME_PLOT, plot_time_to_target
+
+    return plot_time_to_target(rec, store.plots_dir / TIME_PLOT)
 
 def recommend_from_args(
     recipe: str | None,

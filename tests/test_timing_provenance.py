@@ -71,3 +71,14 @@ def test_contended_records_flag_the_ranking(tmp_path: Path):
     assert data["throughput_source"] == "probe timings, contended"
     note = next(n for n in data["notes"] if "sharing the machine" in n)
     assert "P4xG8" in note and "P16xG8" in note and "P1xG8 alone" in note
+
+
+def test_recommend_writes_the_time_to_target_plot(tmp_path: Path):
+    results = tmp_path / "r"
+    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"])
+    assert out.exit_code == 0, out.output
+    data = _recommend(results)
+    note = next(n for n in data["notes"] if n.startswith("time-to-target plot: "))
+    path = Path(note.removeprefix("time-to-target plot: "))
+    assert path == results / "plots" / "time_to_target.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000

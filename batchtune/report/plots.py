@@ -56,7 +56,8 @@ def plot_throughput(result: ProfileResult, path: Path) -> Path:
         c = np.array([p.concurrency for p in ok], dtype=float)
         y = np.array([p.responses_per_s for p in ok])
         err = np.array([p.step_latency_spread_s / p.step_latency_s * p.responses_per_s for p in ok])
-        ax.errorbar(c, y, yerr=err, fmt="o", color=colour, label=f"{mode}: measured (median)", capsize=2)
+        yerr = [np.minimum(err, y), err]  # a throughput is never negative: clip the lower bar at 0
+        ax.errorbar(c, y, yerr=yerr, fmt="o", color=colour, label=f"{mode}: measured (median)", capsize=2)
         if m.fit is not None:
             grid = np.geomspace(c.min(), c.max(), 200)
             ax.plot(grid, m.fit.predict(grid), "-", color=colour, alpha=0.6, label=f"{mode}: fit c/(t0+t1 c)")
@@ -74,7 +75,7 @@ def plot_throughput(result: ProfileResult, path: Path) -> Path:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrency (responses in flight)")
     ax.set_ylabel("responses / s")
-    ax.set_title(f"generation: {result.model} on {result.device}")
+    ax.set_title(f"generation: {result.model} on {result.device}", fontsize=9, wrap=True)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 
@@ -117,7 +118,10 @@ def plot_throughput(result: ProfileResult, path: Path) -> Path:
         ax.errorbar(
             n,
             t,
-            yerr=[p.step_latency_spread_s for p in ok],
+            yerr=[
+                np.minimum([p.step_latency_spread_s for p in ok], t),
+                [p.step_latency_spread_s for p in ok],
+            ],
             fmt="o",
             color="tab:green",
             label="measured (median)",
@@ -162,7 +166,9 @@ def plot_roofline(prediction: RooflinePrediction, path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("concurrency")
     ax.set_ylabel("decode tokens / s (upper bound)")
-    ax.set_title(f"PREDICTION, not measured: {prediction.model_info.name} on {prediction.hardware.name}")
+    ax.set_title(
+        f"PREDICTION, not measured:\n{prediction.model_info.name} on {prediction.hardware.name}", fontsize=9
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, path)
