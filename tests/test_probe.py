@@ -161,14 +161,6 @@ def test_bad_recipe_values(tmp_path, override, fragment):
     assert out.exit_code == 2 and fragment in out.output and "Traceback" not in out.output
 
 
-def test_ray_executor_gives_the_same_answer(tmp_path, baseline):
-    """The optional Ray executor (`pip install 'batchtune[ray]'`), on a local Ray instance."""
-    pytest.importorskip("ray")
-    serial = baseline[1]
-    on_ray = _probe_json(tmp_path / "ray", "--set", "run.executor=ray")
-    assert _summary(on_ray) == _summary(serial)
-
-
 def test_runs_at_another_lr_are_not_reused(tmp_path):
     """Adding a smaller batch moves the reference batch and every scaled LR: refuse to mix."""
     results = tmp_path / "r"

@@ -36,6 +36,13 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def local_nqm(tmp_path_factory) -> tuple[Path, dict]:
+    """The shipped NQM probe on the local executor, the answer Ray must give (read-only)."""
+    results = tmp_path_factory.mktemp("local-nqm") / "r"
+    return results, _probe(results, NQM)
+
+
 def _probe(results: Path, recipe: str, *extra: str) -> dict:
     out = CliRunner().invoke(app, ["probe", recipe, "-r", str(results), "--json", *extra])
     assert out.exit_code == 0, out.output
@@ -161,9 +168,18 @@ def _steps_strictly_increase(results: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_kill_9_of_the_driver_on_ray_then_resume_gives_the_local_answer(tmp_path, local_ray):
-    local = _probe(tmp_path / "local", NQM)
-    total = len(_runs(tmp_path / "local"))  # 24, and extra seeds where the probe adds them
+def test_nqm_recipe_on_ray_gives_the_local_answer(tmp_path, local_ray, local_nqm):
+    """`batchtune probe recipes/nqm.toml --set run.executor=ray`: the local executor's answer."""
+    on_ray = _probe(tmp_path / "ray", NQM, "--set", "run.executor=ray")
+    assert _summary(on_ray) == _summary(local_nqm[1])
+    assert on_ray["critical_training_batch"] == local_nqm[1]["critical_training_batch"]
+    assert _runs(tmp_path / "ray") == _runs(local_nqm[0])
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_driver_on_ray_then_resume_gives_the_local_answer(tmp_path, local_ray, local_nqm):
+    local_dir, local = local_nqm
+    total = len(_runs(local_dir))  # 24, and extra seeds where the probe adds them
     results = tmp_path / "ray"
     argv = [sys.executable, "-m", "batchtune", "probe", NQM, "-r", str(results), "--json"]
     argv += ["--set", "run.executor=ray", "--set", "run.workers=2"]
@@ -191,7 +207,7 @@ def test_kill_9_of_the_driver_on_ray_then_resume_gives_the_local_answer(tmp_path
     assert resumed["runs_reused"] == len(before) and resumed["runs_done"] == len(after) - len(before)
     assert {rid: after[rid] for rid in before} == before  # no finished run redone
     assert _steps_strictly_increase(results)  # no run written by two processes at once
-    ray_runs, local_runs = _runs(results), _runs(tmp_path / "local")
+    ray_runs, local_runs = _runs(results), _runs(local_dir)
     assert {rid: ray_runs[rid] for rid in local_runs if rid in ray_runs} == {
         rid: local_runs[rid] for rid in local_runs if rid in ray_runs
     }
