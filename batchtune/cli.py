@@ -244,6 +244,30 @@ def _show_plan(cfg: Any, time_steps: int | None, json_out: bool) -> None:
         render_plan(console, preview)
 
 
+@app.command()
+@handle_errors
+def report(
+    results: Annotated[str, typer.Argument(help="Results directory (a probe's, or imported logs).")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Folder for report.html and report.md (default: RESULTS).", show_default=False
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write one self-contained HTML report (plots embedded, tables, the recommendation and why, the
+    probe's cost, caveats) and the same as Markdown for a pull request.
+    """
+    from batchtune import workflow
+
+    html_path, md_path = workflow.report(results, out)
+    if json_out:
+        _print_json({"html": str(html_path), "markdown": str(md_path)})
+        return
+    console.print(f"wrote {html_path} (open it in a browser) and {md_path}", highlight=False)
+
+
 @app.command("profile-gen")
 @handle_errors
 def profile_gen(

@@ -90,6 +90,39 @@ def _plot_probe(store: ResultsStore, efficiency: Any) -> Path | None:
     )
 
 
+# ---- report --------------------------------------------------------------------------------------
+
+
+def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
+    """`batchtune report`: report.html (self-contained) and report.md into ``out_dir`` (default: the
+    results directory), from the results' recommendation, or its sample efficiency alone when no
+    throughput source exists. Returns (html, markdown) paths."""
+    from batchtune.errors import ThroughputMissing
+    from batchtune.records import atomic_write_text
+    from batchtune.report.html import build_sections, to_html, to_markdown
+
+    store = ResultsStore(results)
+    if not store.exists():
+        raise InputError(f"no results in {results}: run `batchtune probe` (or import-logs) first")
+    try:
+        rec, _, _ = recommend_from_args(None, [], results, None, "auto", None, 8)
+        eff, missing = rec.efficiency, ""
+    except ThroughputMissing as exc:
+        rec, eff, missing = None, exc.efficiency, str(exc)
+    pngs = sorted(store.plots_dir.glob("*.png"), key=lambda p: p.stat().st_mtime)
+    throughput = [p for p in pngs if p.name.startswith("throughput-")][-1:]  # the latest profile
+    plots = [p for p in pngs if p.name in ("time_to_target.png", "learning_curves.png")] + throughput
+    sections = build_sections(eff, rec, plots, missing)
+    title = f"batchtune report: {Path(results).name}"
+    subtitle = f"results {store.root}; {len(store.runs())} runs; target {eff.metric}"
+    out = Path(out_dir) if out_dir is not None else store.root
+    out.mkdir(parents=True, exist_ok=True)
+    html_path, md_path = out / "report.html", out / "report.md"
+    atomic_write_text(html_path, to_html(title, subtitle, sections))
+    atomic_write_text(md_path, to_markdown(title, subtitle, sections, out))
+    return html_path, md_path
+
+
 # ---- profile-gen ---------------------------------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ def plot_time_to_target(rec: Any, path: Path) -> Path:
         if math.isfinite(r.time_ratio):
             lo, hi = r.time_ratio_ci
             lo = lo if math.isfinite(lo) else r.time_ratio
-            hi = hi if math.isfinite(hi) else r.time_ratio
+            hi = hi if math.isfinite(hi) else top  # an open interval reaches the top edge
             yerr = [[max(r.time_ratio - lo, 0.0)], [max(hi - r.time_ratio, 0.0)]]
             label = "predicted T/T0 (interval)" if first["measured"] else None
             ax.errorbar([x], [r.time_ratio], yerr=yerr, fmt="o", color="tab:blue", capsize=3, label=label)

@@ -1,0 +1,43 @@
+"""`batchtune report RESULTS`: one self-contained HTML page and Markdown (NQM simulation, seconds)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.recipe.load import shipped_recipes
+
+NQM = str(shipped_recipes()["nqm"])
+SMALL = [
+    *("--set", "candidates.prompts=[1,4,16]", "--set", "budget.seeds=[0,1]"),
+    *("--set", "budget.max_samples=4096", "--set", "target.value=3.0", "--set", "nqm.dim=100"),
+]
+
+
+def test_report_is_self_contained_with_plots_tables_and_recommendation(tmp_path: Path):
+    results = tmp_path / "r"
+    runner = CliRunner()
+    assert runner.invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"]).exit_code == 0
+    out = runner.invoke(app, ["report", str(results), "--out", str(tmp_path / "rep"), "--json"])
+    assert out.exit_code == 0, out.output
+    paths = json.loads(out.stdout)
+    page = Path(paths["html"]).read_text()
+    assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
+    # plots embedded (learning curves and the time-to-target figure), nothing fetched from elsewhere
+    assert len(re.findall(r'src="data:image/png;base64,', page)) >= 2
+    assert not re.search(r'(src|href)="(https?:|/|\.\.?/)', page)
+    for heading in ("Recommendation", "Predicted time-to-target", "Sample efficiency", "Probe cost"):
+        assert f"<h2>{heading}</h2>" in page
+    assert "class='winner'" in page and "Θ (throughput) from probe timings" in page
+    md = Path(paths["markdown"]).read_text()
+    assert "| rank | candidate | N |" in md and "## Probe cost" in md
+    assert "![time_to_target](" in md
+
+
+def test_report_without_results_is_an_input_error(tmp_path: Path):
+    out = CliRunner().invoke(app, ["report", str(tmp_path / "none")])
+    assert out.exit_code == 2 and "no results" in out.output
