@@ -84,6 +84,12 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except BatchtuneError as exc:
             _error_line(str(exc))
             raise typer.Exit(exc.exit_code) from None
+        except UnicodeDecodeError as exc:  # a reader that did not name its file: name the inputs
+            given = [*args, *kwargs.values()]
+            given += [p for v in kwargs.values() if isinstance(v, list) for p in v]
+            files = [str(v) for v in given if isinstance(v, Path)]
+            _error_line(f"{', '.join(files) or 'an input file'} is not UTF-8 text (byte {exc.start})")
+            raise typer.Exit(2) from None
         except OSError as exc:  # disk full, file-size limit, read-only or vanished files: the environment
             where = exc.filename or "a file"
             _error_line(f"{where}: {exc.strerror or exc}")

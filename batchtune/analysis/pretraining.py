@@ -11,6 +11,7 @@ never reach it are left out and reported).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections import defaultdict
@@ -61,6 +62,13 @@ class PretrainAnalysis:
     schedule_note: str
 
 
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start})") from None
+
+
 def read_runs(paths: Sequence[Path], columns: dict[str, str]) -> list[PretrainRun]:
     """Read per-step rows from CSV or JSON-lines files; every problem names file, line and column."""
     names = {c: columns.get(c, c) for c in COLUMNS}
@@ -71,15 +79,14 @@ def read_runs(paths: Sequence[Path], columns: dict[str, str]) -> list[PretrainRu
             raise InputError(f"{p} not found")
         if p.suffix in (".jsonl", ".json"):
             records = []
-            for i, line in enumerate(p.read_text().splitlines(), 1):
+            for i, line in enumerate(_text(p).splitlines(), 1):
                 if line.strip():
                     try:
                         records.append((i, json.loads(line)))
                     except json.JSONDecodeError:
                         raise InputError(f"{p}:{i}: not valid JSON") from None
         else:
-            with open(p, newline="") as fh:
-                records = list(enumerate(csv.DictReader(fh), 2))
+            records = list(enumerate(csv.DictReader(io.StringIO(_text(p), newline="")), 2))
         if not records:
             raise InputError(f"{p} has no rows")
         for i, row in records:
@@ -92,6 +99,9 @@ def read_runs(paths: Sequence[Path], columns: dict[str, str]) -> list[PretrainRu
                     values.append(float(row[col]))
                 except (TypeError, ValueError):
                     raise InputError(f"{p}:{i}: column {col!r}: {row[col]!r} is not a number") from None
+                low = {"batch_tokens": 0.0, "step": -1.0}.get(logical, -math.inf)  # batch > 0, step >= 0
+                if not (math.isfinite(values[-1]) and values[-1] > low):
+                    raise InputError(f"{p}:{i}: column {col!r}: {row[col]!r} is out of range")
             run = str(row.get(names["run"], p.stem))
             rows[run].append((values[0], values[1], values[2]))
     runs = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -162,7 +163,7 @@ def read_table(
             raise InputError(f"{path}:{line}: column {col!r}: {raw!r} is not a number")
         if value is None and required:
             raise InputError(f"{path}:{line}: column {col!r} is empty")
-        if value is not None and integer and value != int(value):
+        if value is not None and integer and not (math.isfinite(value) and value == int(value)):
             raise InputError(f"{path}:{line}: column {col!r}: {raw!r} is not a whole number")
         return value
 

@@ -79,6 +79,8 @@ def check_recipe(recipe: Recipe) -> list[str]:
     if recipe.backend.training == "pretrain":
         errors.extend(_check_pretrain(recipe))
     errors.extend(_check_model_and_task(recipe))
+    if not recipe.run.results_dir.strip():
+        errors.append("run.results_dir: must name a directory (empty would write into the current one)")
     return errors
 
 

@@ -101,6 +101,7 @@ RANGES: dict[str, Range] = {
     "budget.max_samples": _size(),
     "budget.band_factor": Range(1, 1000, why="(a candidate is stopped past band_factor * (1+tol) * R_ref)"),
     "budget.seeds": Range(0, 2**32 - 1),
+    "budget.max_extra_seeds": Range(0, 1000),
     "budget.diverge_factor": Range(1, 1e12, open_lo=True, why="(a loss above it times its first value)"),
     "generation.max_new_tokens": _size(1 << 24),
     "generation.prompt_tokens": _size(1 << 24),
