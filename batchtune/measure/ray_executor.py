@@ -47,6 +47,7 @@ from batchtune.records import ResultsStore, RunRecord, atomic_write_text
 JOB_BACKENDS = frozenset({"command"})  # trainers that may start Ray themselves: Ray Jobs, not tasks
 POLL_S = 0.5  # how often in-flight tasks and jobs are checked
 EXIT_TAKEN = 75  # a job's exit code when its run was finished or held by another process (EX_TEMPFAIL)
+SUBMIT_WAIT_S = 30.0  # how long a job submission is retried while the cluster's job agent starts
 JOB_PAYLOAD = "ray-job.json"  # the job's arguments, beside the run it makes
 JOB_LOG = "ray-job.log"  # the job's output as Ray kept it
 JOB_ERROR = "ray-job.error.json"  # written by a job whose run function raised outside the run
@@ -293,14 +294,30 @@ def _submit(client: Any, python: str, run_fn: RunFn, a: RunArgs, cfg: RunConfig,
     payload = store.run_dir(rid) / JOB_PAYLOAD
     atomic_write_text(payload, _job_payload(run_fn, a) + "\n")
     (store.run_dir(rid) / JOB_ERROR).unlink(missing_ok=True)
-    return client.submit_job(
-        entrypoint=f"{shlex.quote(python)} -m batchtune.measure.ray_executor {shlex.quote(str(payload))}",
-        submission_id=f"batchtune-{rid}-{uuid.uuid4().hex[:8]}",
-        runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1", **cfg.ray_env}},
-        metadata={"batchtune_results": a[1], "batchtune_run": rid},
-        entrypoint_num_cpus=cfg.ray_num_cpus,
-        entrypoint_num_gpus=gpus,
-    )
+    entrypoint = f"{shlex.quote(python)} -m batchtune.measure.ray_executor {shlex.quote(str(payload))}"
+    deadline = time.monotonic() + SUBMIT_WAIT_S
+    while True:
+        try:
+            return client.submit_job(
+                entrypoint=entrypoint,
+                submission_id=f"batchtune-{rid}-{uuid.uuid4().hex[:8]}",
+                runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1", **cfg.ray_env}},
+                metadata={"batchtune_results": a[1], "batchtune_run": rid},
+                entrypoint_num_cpus=cfg.ray_num_cpus,
+                entrypoint_num_gpus=gpus,
+            )
+        except RuntimeError as exc:  # a cluster just started has no job agent for a few seconds
+            if "try again" not in str(exc) or time.monotonic() > deadline:
+                hint = (
+                    " (is another Ray on this machine holding the job agent's port 52365? start one with "
+                    "`ray start --head` and set run.ray_address)"
+                    if "agent" in str(exc)
+                    else ""
+                )
+                raise BackendError(
+                    f"Ray did not take the job of run {rid}: {_first_line(exc)}{hint}"
+                ) from None
+            time.sleep(1.0)
 
 
 def store_run(store: ResultsStore, rid: str) -> RunRecord:
