@@ -10,7 +10,7 @@ import dataclasses
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -91,6 +91,7 @@ class SampleEfficiency:
     noise_scale: NoiseScale | None
     notes: tuple[str, ...]
     critic_grad_slope: GradNormSlope | None = None  # PPO: the critic's own batch scale (docs/method.md §3.5)
+    extra_seeds: dict[str, int] = field(default_factory=dict)  # label -> sequential seeds added
 
     def get(self, label: str) -> CandidateEfficiency:
         for c in self.candidates:

@@ -27,6 +27,7 @@ from batchtune.measure import preflight
 from batchtune.measure.execute import run_jobs
 from batchtune.measure.guards import check_metric_present, check_target_range
 from batchtune.measure.plan import Plan, plan_candidates, run_id
+from batchtune.measure.sequential import add_seeds, with_extra_seeds
 from batchtune.recipe.load import recipe_from_dict
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore, RunRecord
@@ -271,7 +272,7 @@ def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None)
         families.update({lab: "fixed_lr" for lab in plan.fixed_lr})
         families.update({lab: "main" for lab in plan.main})  # a label in two sweeps is main
     t = recipe.target
-    return analyse_runs(
+    eff = analyse_runs(
         runs,
         metric=t.metric,
         target=t.value,
@@ -282,6 +283,7 @@ def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None)
         reference=plan.reference if plan else None,
         families=families,
     )
+    return with_extra_seeds(eff, runs, recipe.budget.seeds)
 
 
 def _check_finished_runs_match(store: ResultsStore, plan: Plan) -> None:
@@ -352,6 +354,8 @@ def run_probe(
             raise
         band = _band_samples(store, recipe, plan)
         done += run_jobs(execute_run, recipe, store, ref_b, rest, _stop_policy(recipe, band), progress)
+        policy = lambda: _stop_policy(recipe, _band_samples(store, recipe, plan))  # noqa: E731
+        done += add_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
     efficiency = analyse_store(store, recipe, plan)
     return ProbeResult(
         plan=plan,

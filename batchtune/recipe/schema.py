@@ -125,6 +125,8 @@ class BudgetConfig:
     band_factor: float = 1.5  # "clearly": past band_factor * (1 + tol) * reference R (upper CI)
     seeds: list[int] = field(default_factory=lambda: [0, 1])
     diverge_factor: float = 10.0  # loss above this multiple of its first value counts as diverged
+    # sequential seeding: rounds of one more seed (paired with the reference) for inconclusive batches
+    max_extra_seeds: int = 3
 
 
 @dataclass(frozen=True)

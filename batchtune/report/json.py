@@ -69,6 +69,7 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
                 "sample_ratio": num(ratio.ratio) if ratio else (1.0 if c.label == eff.reference else None),
                 "sample_ratio_ci": [num(ratio.ci_low), num(ratio.ci_high)] if ratio else None,
                 "n_seeds": est.n_seeds if est else 0,
+                "extra_seeds": eff.extra_seeds.get(c.label, 0),  # sequential seeding
                 "n_censored": est.n_censored if est else 0,
                 "per_seed_samples_to_target": [num(v) for v in est.per_seed] if est else [],
                 "failures": list(c.failures),

@@ -1,0 +1,110 @@
+"""Sequential seeding: more seeds only where a verdict is undecided (docs/method.md §3.2).
+
+After the probe's planned runs, a batch whose R(B)/R(B0) interval straddles 1 + tol
+("inconclusive") gets one more seed, and so does the reference batch: the ratio pairs seeds by
+seed id (analysis/critical.py), so an extra seed at B alone would not narrow it. Then the probe is
+analysed again, and the next round adds a seed to the batches still inconclusive, until none is
+or ``budget.max_extra_seeds`` rounds are spent. Round k uses seed ``max(budget.seeds) + k`` for
+every batch it touches, so the extra runs of a batch and of the reference share seed ids.
+
+Resumable like the rest of the probe: every round's decision is a function of the finished runs,
+so a rerun replays the same rounds and redoes only unfinished runs. What was spent is derived from
+the store (runs whose seed is not in ``budget.seeds``), so `probe` and `recommend` report it alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from batchtune.analysis.critical import INCONCLUSIVE
+from batchtune.analysis.efficiency import RunData, SampleEfficiency
+from batchtune.backends.spec import Candidate
+from batchtune.events import ProbeEvents
+from batchtune.measure.execute import RunFn, run_jobs
+from batchtune.measure.plan import Plan, run_id
+from batchtune.recipe.schema import Recipe
+from batchtune.records import ResultsStore
+
+
+def extra_seed(recipe: Recipe, round_: int) -> int:
+    """The seed id of sequential round ``round_`` (1-based): past every planned seed."""
+    return max(recipe.budget.seeds) + round_
+
+
+def undecided(eff: SampleEfficiency) -> list[str]:
+    """Labels of the candidates whose verdict is inconclusive, in the order of the analysis."""
+    return [c.label for c in eff.candidates if c.verdict is not None and c.verdict.status == INCONCLUSIVE]
+
+
+def add_seeds(
+    recipe: Recipe,
+    store: ResultsStore,
+    plan: Plan,
+    run_fn: RunFn,
+    analyse: Callable[[ResultsStore, Recipe, Plan], SampleEfficiency],
+    policy: Callable[[], Any],
+    progress: ProbeEvents | None = None,
+) -> int:
+    """Run the sequential rounds (module docstring); returns the number of runs executed here.
+
+    ``analyse`` is measure.probe.analyse_store and ``policy()`` its stop policy for non-reference
+    runs (recomputed each round: the reference's band narrows as its seeds grow), passed in so
+    this module does not import measure.probe.
+    """
+    cap = recipe.budget.max_extra_seeds
+    done = 0
+    by_label = plan.by_label()
+    ref = by_label.get(plan.reference)
+    if cap <= 0 or ref is None:
+        return 0
+    for k in range(1, cap + 1):
+        labels = [lab for lab in undecided(analyse(store, recipe, plan)) if lab in by_label]
+        if not labels:
+            break
+        seed = extra_seed(recipe, k)
+        ref_job: list[tuple[Candidate, int]] = [(ref, seed)]
+        rest = [(by_label[lab], seed) for lab in labels if lab != plan.reference]
+        todo_ref = [(c, s) for c, s in ref_job if not store.is_finished(run_id(c, s))]
+        todo = [(c, s) for c, s in rest if not store.is_finished(run_id(c, s))]
+        if progress is not None and (todo_ref or todo):
+            progress(
+                "plan",
+                {
+                    "total": len(todo_ref) + len(todo),
+                    "todo": len(todo_ref) + len(todo),
+                    "max_samples": recipe.budget.max_samples,
+                },
+            )
+        no_band = dataclasses.replace(policy(), band_samples=float("inf"))
+        done += run_jobs(run_fn, recipe, store, plan.reference_batch, todo_ref, no_band, progress)
+        done += run_jobs(run_fn, recipe, store, plan.reference_batch, todo, policy(), progress)
+    return done
+
+
+def extra_seed_counts(runs: Sequence[RunData], seeds: Sequence[int]) -> dict[str, int]:
+    """Per candidate label, the finished runs whose seed is not a planned one (the extra seeds)."""
+    planned = set(seeds)
+    out: dict[str, int] = {}
+    for r in runs:
+        if r.record.seed not in planned:
+            out[r.record.candidate] = out.get(r.record.candidate, 0) + 1
+    return out
+
+
+def with_extra_seeds(
+    eff: SampleEfficiency, runs: Sequence[RunData], seeds: Sequence[int]
+) -> SampleEfficiency:
+    """``eff`` with ``extra_seeds`` filled in and a note saying what sequential seeding spent."""
+    counts = extra_seed_counts(runs, seeds)
+    if not counts:
+        return eff
+    planned = set(seeds)
+    spent = sum(r.record.samples for r in runs if r.record.seed not in planned)
+    shown = ", ".join(f"{c.label} +{counts[c.label]}" for c in eff.candidates if counts.get(c.label, 0) > 0)
+    note = (
+        f"sequential seeding (budget.max_extra_seeds): extra seeds where a verdict was inconclusive, "
+        f"with the reference paired: {shown}; {sum(counts.values())} runs, {spent} samples"
+    )
+    return dataclasses.replace(eff, extra_seeds=counts, notes=(*eff.notes, note))
