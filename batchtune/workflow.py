@@ -213,8 +213,10 @@ def recommend_for_recipe(
     if cfg.probe.mode == "branched":
         from batchtune.measure.branched import run_branched_probe
 
-        eff = run_branched_probe(cfg, read_only=True).efficiency
+        branched = run_branched_probe(cfg, read_only=True)
+        eff = branched.efficiency
     else:
+        branched = None
         plan = plan_candidates(cfg)
         labels = {r.candidate for r in store.runs()}
         use_plan = labels <= set(plan.by_label()) and plan.reference in labels
@@ -229,6 +231,10 @@ def recommend_for_recipe(
             eff,
         ) from None
     rec = recommend(eff, thr)
+    if branched is not None:  # the critical batch against progress gives a batch schedule
+        from batchtune.analysis.branched_summary import with_schedule
+
+        rec = with_schedule(rec, branched.summary, cfg.target.tolerance)
     rec = dataclasses.replace(rec, notes=(*rec.notes, f"time-to-target plot: {_plot_time(store, rec)}"))
     return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
 

@@ -25,6 +25,8 @@ import numpy as np
 from batchtune.analysis.branched import LocalCritical, ProgressFit, extrapolate_to_target, fit_progress
 from batchtune.analysis.curves import TargetCrossing, estimate_over_seeds
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
+from batchtune.analysis.recommend import Recommendation
+from batchtune.analysis.schedule import ScheduleCandidate, compare_schedule
 from batchtune.errors import AnalysisError
 
 
@@ -153,3 +155,48 @@ def summarise_branched(
         critical_at_target=at_target,
         notes=tuple(notes),
     )
+
+
+def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> Recommendation:
+    """``rec`` with the batch schedule of analysis/schedule.py built from the branched probe's
+    critical-batch-vs-progress fit, compared with every fixed batch that has a throughput; a note
+    instead when there is no fit (fewer than two usable checkpoints)."""
+    fit = summary.progress
+    if fit is None:
+        note = "no batch schedule: it needs the critical batch at >= 2 checkpoints (branch.checkpoints)"
+        return dataclasses.replace(rec, notes=(*rec.notes, note))
+
+    first = min(lc.checkpoint_samples for lc in summary.locals)
+
+    def crit_at(p: np.ndarray) -> np.ndarray:
+        """The fit; before the first checkpoint never above its value there (no data says the
+        start tolerates more, and a falling fit extrapolated back to 0 samples grows without bound)."""
+        fitted = np.exp(fit.intercept + fit.slope * np.log(p))
+        return np.where(
+            p < first, np.minimum(fitted, math.exp(fit.intercept + fit.slope * math.log(first))), fitted
+        )
+
+    thr = rec.throughput.per_candidate
+    cands = [
+        ScheduleCandidate(c.label, c.prompts, c.group_size, c.lr, thr[c.label].responses_per_s)
+        for c in rec.efficiency.candidates
+        if c.family == "main" and c.label in thr
+    ]
+    cmp = compare_schedule(
+        crit_at,
+        cands,
+        reference=rec.efficiency.reference,
+        end_progress=summary.reference_samples_to_target[0],
+        tol=tol,
+        last_measured_progress=max(lc.checkpoint_samples for lc in summary.locals),
+    )
+    if cmp.best_fixed != rec.winner.label:
+        cmp = dataclasses.replace(
+            cmp,
+            notes=(
+                *cmp.notes,
+                f"the schedule model's best fixed batch ({cmp.best_fixed}) differs from the ranking's "
+                f"winner ({rec.winner.label}), which uses the measured local ratios",
+            ),
+        )
+    return dataclasses.replace(rec, schedule=cmp)

@@ -15,6 +15,7 @@ from batchtune.analysis.curves import TargetEstimate
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.analysis.profile import ProfileResult
 from batchtune.analysis.ranking import Ranking, rank_time_to_target
+from batchtune.analysis.schedule import ScheduleComparison
 from batchtune.analysis.throughput import Knee, end_to_end_throughput, predict_end_to_end
 from batchtune.errors import AnalysisError
 
@@ -49,6 +50,7 @@ class Recommendation:
     winner_throughput: Throughput
     confirm: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    schedule: ScheduleComparison | None = None  # a batch schedule vs the best fixed batch (branched probes)
 
 
 def throughput_from_profile(
