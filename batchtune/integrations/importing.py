@@ -6,9 +6,11 @@ them exactly like probe runs. The results directory's manifest records the targe
 
 from __future__ import annotations
 
+import glob
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from batchtune.errors import InputError
 from batchtune.integrations.common import RunInfo
@@ -28,6 +30,45 @@ def parse_mapping(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def expand_paths(paths: Sequence[Path]) -> list[Path]:
+    """Each path as given, or the sorted matches of a glob (``runs/*/checkpoint-*``; the shell
+    usually expands it first, quoted it reaches here); a path or glob matching nothing is an error."""
+    out: list[Path] = []
+    for path in paths:
+        text = str(path)
+        if any(ch in text for ch in "*?["):
+            matches = sorted(Path(m) for m in glob.glob(text))
+            if not matches:
+                raise InputError(f"{text} matches no file or folder")
+            out.extend(matches)
+        elif not Path(path).exists():
+            raise InputError(f"{path} not found")
+        else:
+            out.append(Path(path))
+    return out
+
+
+def check_run_ids(runs: Sequence[Any], store: ResultsStore) -> None:
+    """Two different runs never share an id silently: not within one import, and not with a run of
+    another file already in the results directory (the same file imported again is skipped)."""
+    seen: dict[str, str] = {}
+    for run in runs:
+        if run.run_id in seen and seen[run.run_id] != run.source:
+            raise InputError(
+                f"run id {run.run_id!r} is taken by both {seen[run.run_id]} and {run.source}: import them "
+                "one at a time with --run-id NAME each (or name their folders apart)"
+            )
+        seen[run.run_id] = run.source
+    existing = {r.run_id: r.source for r in store.runs()}
+    for run in runs:
+        old = existing.get(run.run_id)
+        if old is not None and old != run.source:
+            raise InputError(
+                f"{store.root} already holds run {run.run_id!r} from {old}; {run.source} is another run: "
+                "give it its own id with --run-id NAME"
+            )
+
+
 def import_logs(
     paths: Sequence[Path],
     fmt: str,
@@ -38,13 +79,12 @@ def import_logs(
 ) -> tuple[ImportResult, Recipe]:
     """Read every path first (all-or-nothing), then write the runs and the manifest."""
     runs = []
-    for path in paths:
-        if not Path(path).exists():
-            raise InputError(f"{path} not found")
+    for path in expand_paths(paths):
         runs.extend(read_log(path, fmt, info, mapping))
     if not runs:
         raise InputError(f"no runs found in {', '.join(map(str, paths))}")
     store = ResultsStore(results)
+    check_run_ids(runs, store)
     manifest = store.read_manifest()
     base = manifest["recipe"] if manifest else {}
     recipe = recipe_from_dict(apply_overrides(base, target_overrides), "import-logs")  # checked first

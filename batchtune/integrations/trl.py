@@ -43,7 +43,9 @@ TRL_KEYS = LogKeys(
     metrics={"reward": ("reward",), "eval_reward": ("eval_reward",), "loss": ("loss",)},
     grad_norm=("grad_norm",),
     lr=("learning_rate", "train/learning_rate"),  # trainer_state.json; W&B and TensorBoard add train/
-    step_s=("step_time",),  # TRL times generation and update together; imported as other_s
+    # TRL times generation and update together: the whole step, imported as train_s so the
+    # throughput of the cluster that logged it ranks the runs (recommend --throughput probe)
+    train_s=("step_time",),
     response_length=("completions/mean_length",),
 )
 
@@ -135,7 +137,11 @@ def read_trl_state(path: str | Path, info: RunInfo, keys: LogKeys | None = None)
         raise InputError(
             f"{state_path}: log_history has no logged steps (was logging_steps larger than the run?)"
         )
-    default_id = state_path.parent.name if state_path.parent.name else state_path.stem
+    # TRL saves into <output_dir>/checkpoint-N: the output dir names the run, not the checkpoint
+    folder = state_path.parent
+    if re.fullmatch(r"checkpoint-\d+", folder.name) and folder.parent.name:
+        folder = folder.parent
+    default_id = folder.name or state_path.stem
     return build_run(merge_by_step(entries), info, keys or TRL_KEYS, str(state_path), default_id)
 
 

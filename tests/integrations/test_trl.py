@@ -57,7 +57,7 @@ def test_real_trainer_state_reads_back(trl_run):
     assert [s.grad_norm for s in run.steps] == pytest.approx([r.grad_norm for r in trained])
     assert [s.lr for s in run.steps] == pytest.approx([1e-3] * 3) and run.lr == pytest.approx(1e-3)
     assert all(s.tokens > 0 for s in run.steps)  # completions/mean_length * completions
-    assert run.steps[0].other_s > 0  # TRL's step_time
+    assert run.steps[0].train_s > 0 and run.steps[0].other_s == 0  # TRL step_time: the whole step
     assert read_log(out_dir / "trainer_state.json", "trl", info)[0].steps == run.steps
 
 
