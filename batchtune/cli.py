@@ -398,6 +398,10 @@ def _show_recommendation(
         from batchtune.report.json import recommendation_to_dict
 
         data = recommendation_to_dict(rec)
+        if rec.schedule is not None:
+            from batchtune.report.schedule import schedule_to_dict
+
+            data["batch_schedule"] = schedule_to_dict(rec.schedule)
         if emitted is not None:
             data["emitted"] = {"text": emitted, "values": emitted_values, "file": written}
         _print_json(data)

@@ -13,3 +13,12 @@ def test_unknown_hardware_is_an_input_error():
     out = CliRunner().invoke(app, ["profile-gen", "--roofline-only", "--hardware", "H100"])
     assert out.exit_code == 2, out.output
     assert "unknown hardware 'H100'" in out.output and "H100-SXM" in out.output
+
+
+def test_recipes_list_json():
+    import json
+
+    out = CliRunner().invoke(app, ["recipes", "list", "--json"])
+    assert out.exit_code == 0, out.output
+    names = {r["name"] for r in json.loads(out.stdout)}
+    assert {"tiny-grpo", "nqm"} <= names
