@@ -641,19 +641,27 @@ def pretrain(
 
 @recipes_app.command("list")
 @handle_errors
-def recipes_list() -> None:
+def recipes_list(json_out: JsonOpt = False) -> None:
     """The recipes that ship with batchtune, with the first line of each header."""
     from rich.table import Table
 
     from batchtune.recipe.load import shipped_recipes
 
+    rows = [
+        (
+            name,
+            str(path),
+            next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), ""),
+        )
+        for name, path in sorted(shipped_recipes().items())
+    ]
+    if json_out:
+        _print_json([{"name": n, "path": p, "summary": s} for n, p, s in rows])
+        return
     table = Table(title="Shipped recipes (use the name or a path)")
     table.add_column("name")
     table.add_column("what it is for")
-    for name, path in sorted(shipped_recipes().items()):
-        first = next(
-            (ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), ""
-        )
+    for name, _, first in rows:
         table.add_row(name, first)
     console.print(table)
 
