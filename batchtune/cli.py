@@ -177,6 +177,14 @@ def probe(
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency, render_probe_cost
 
+    if cfg.backend.training == "pretrain":  # a grid of token batches -> B_opt, B_min per target loss
+        from batchtune.report.pretrain_grid import render_pretrain_grid
+
+        with probe_progress(console, enabled=not json_out) as progress:
+            grid = workflow.pretrain_probe(cfg, progress)
+        _print_json(grid) if json_out else render_pretrain_grid(console, grid)
+        return
+
     with probe_progress(console, enabled=not json_out) as progress:
         result = workflow.probe(cfg, progress)
     if json_out:

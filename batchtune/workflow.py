@@ -287,6 +287,10 @@ def _emit(
     from batchtune.integrations.emit import emit_for_recommendation
 
     out = emit_for_recommendation(rec, trainer, gpus, cfg, gpus_per_node=gpus_per_node)
+    from batchtune.integrations.emit_schedule import schedule_appendix  # "" without a schedule
+
+    appendix = schedule_appendix(trainer, rec, cfg, gpus, gpus_per_node=gpus_per_node)
+    out = dataclasses.replace(out, text=out.text + appendix)
     concurrency = rec.winner_throughput.generation_concurrency
     if cfg is not None and concurrency and rec.throughput.source.startswith("profile"):
         from batchtune.analysis.roofline import KNOWN_HARDWARE
