@@ -417,6 +417,10 @@ def _show_recommendation(
     from batchtune.report.terminal import render_probe_cost, render_recommendation
 
     render_recommendation(console, rec, emitted)
+    if rec.schedule is not None:
+        from batchtune.report.schedule import render_schedule
+
+        render_schedule(console, rec.schedule)
     if written is not None:
         console.print(f"Trainer config written to {written}", highlight=False)
     if rec.efficiency.total_samples:

@@ -291,6 +291,10 @@ def _emit(
 
     appendix = schedule_appendix(trainer, rec, cfg, gpus, gpus_per_node=gpus_per_node)
     out = dataclasses.replace(out, text=out.text + appendix)
+    from batchtune.integrations.emit_schedule import schedule_appendix  # "" without a schedule
+
+    appendix = schedule_appendix(trainer, rec, cfg, gpus, gpus_per_node=gpus_per_node)
+    out = dataclasses.replace(out, text=out.text + appendix)
     concurrency = rec.winner_throughput.generation_concurrency
     if cfg is not None and concurrency and rec.throughput.source.startswith("profile"):
         from batchtune.analysis.roofline import KNOWN_HARDWARE
