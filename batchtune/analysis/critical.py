@@ -253,6 +253,39 @@ def _walk(ascending: list[Verdict], b0: float, tol: float) -> tuple[float, float
     return crit, upper, notes
 
 
+def _respect_verdicts(
+    ascending: list[Verdict],
+    measured: np.ndarray,
+    crit: float,
+    lower: float,
+    upper: float | None,
+    b0: float,
+) -> tuple[float, float, float | None, str]:
+    """Keep the fit's answer inside the measured bracket: the model never overrules measured points.
+
+    A batch whose whole ratio interval is within 1 + tol ("invariant") is at or below the critical
+    batch; one whose whole interval is above ("deviates") is above it. When they agree with each
+    other, the estimate is moved into [largest invariant, smallest deviating) and `lower` / `upper`
+    are tightened to them; when they conflict (noise), the fit decides.
+    """
+    inv = [v.batch for v in ascending if v.status == INVARIANT and v.batch in measured]
+    dev = [v.batch for v in ascending if v.status == DEVIATES]
+    lo_ev, hi_ev = max(inv, default=b0), min(dev, default=math.inf)
+    if lo_ev >= hi_ev:
+        return crit, lower, upper, ""
+    below = measured[measured < hi_ev]
+    new = float(min(max(crit, lo_ev), below.max()))
+    lower = max(lower, lo_ev)
+    upper = hi_ev if upper is None or hi_ev < upper else upper
+    if upper is not None and upper <= new:  # the fit's interval ended below a measured invariant
+        above = measured[measured > new]
+        upper = hi_ev if math.isfinite(hi_ev) else (float(above.min()) if above.size else None)
+    if upper is not None and math.isinf(upper):
+        upper = None
+    why = "" if new == crit else f"the fit alone says {crit:g}; the measured verdicts bracket it at {new:g}"
+    return new, min(lower, new), upper, why
+
+
 def _joint_runs(
     b: np.ndarray, estimates: Sequence[TargetEstimate], usable: np.ndarray
 ) -> tuple[list[float], list[float], list[int] | None]:
@@ -358,8 +391,11 @@ def critical_batch(
         lower = float(max(measured[measured <= cross_ci[0]].max(initial=b0), b0))
         above = measured[measured > cross_ci[1]]
         upper = float(above.min()) if above.size else failed_from
+        crit, lower, upper, clamp = _respect_verdicts(ascending, measured, crit, lower, upper, b0)
         head = f"critical batch {crit:g}" + (" (the reference)" if crit == b0 else "")
         head += f": {joint.describe()}"
+        if clamp:
+            notes.insert(0, clamp)
         if crit != walk:
             notes.append(f"the verdict walk alone would say {walk:g} (a lower bound)")
     parts = [head]
