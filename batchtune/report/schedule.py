@@ -31,7 +31,8 @@ def schedule_table(cmp: ScheduleComparison) -> Table:
 
 def render_schedule(console: Console, cmp: ScheduleComparison) -> None:
     console.print(schedule_table(cmp))
-    console.print(cmp.verdict().capitalize() + ".", highlight=False)
+    v = cmp.verdict()
+    console.print(v[0].upper() + v[1:] + ".", highlight=False)
     for n in cmp.notes:
         console.print(f"[yellow]note:[/] {n}")
 
