@@ -1,0 +1,209 @@
+"""The typer app, the options every command shares, and the one error funnel: every expected failure
+becomes one line on stderr and an exit code here, and only here. Heavy modules are imported inside
+commands so that `batchtune --help` starts without torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from batchtune import __version__
+from batchtune.errors import BatchtuneError, Terminated
+
+app = typer.Typer(
+    name="batchtune",
+    help=(
+        "Find the batch size, learning rate and generation concurrency that reach your target "
+        "quality soonest: time-to-target = samples-to-target / end-to-end throughput.\n\n"
+        "Start with `batchtune tune` (the built-in tiny GRPO default, a few minutes on CPU), or "
+        "`batchtune recommend --measurements FILE` on numbers you already have."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+recipes_app = typer.Typer(help="List, show, copy and validate recipes.", no_args_is_help=True)
+app.add_typer(recipes_app, name="recipes")
+
+
+def _console(stderr: bool = False) -> Console:
+    """Wide tables stay readable in logs and CI, where there is no terminal to measure."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=150)
+
+
+console = _console()
+err_console = Console(stderr=True, width=400)
+
+RecipeArg = Annotated[
+    str | None,
+    typer.Argument(help="Recipe TOML file or shipped recipe name (default: tiny-grpo).", show_default=False),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override a recipe value, e.g. --set optimizer.lr=3e-4 (repeatable)."),
+]
+ResultsOpt = Annotated[
+    str | None,
+    typer.Option("--results", "-r", help="Results directory (default: the recipe's run.results_dir)."),
+]
+GpusPerNodeOpt = Annotated[
+    int, typer.Option(help="GPUs per node, for the node layout of --emit verl|openrlhf.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead.")]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="With --emit: write a file the trainer takes (verl overrides, TRL YAML, OpenRLHF script).",
+        show_default=False,
+    ),
+]
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn expected failures into one line on stderr and an exit code; nothing else prints a trace."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BatchtuneError as exc:
+            _error_line(str(exc))
+            raise typer.Exit(exc.exit_code) from None
+        except UnicodeDecodeError as exc:  # a reader that did not name its file: name the inputs
+            given = [*args, *kwargs.values()]
+            given += [p for v in kwargs.values() if isinstance(v, list) for p in v]
+            files = [str(v) for v in given if isinstance(v, Path)]
+            _error_line(f"{', '.join(files) or 'an input file'} is not UTF-8 text (byte {exc.start})")
+            raise typer.Exit(2) from None
+        except OSError as exc:  # disk full, file-size limit, read-only or vanished files: the environment
+            where = exc.filename or "a file"
+            _error_line(f"{where}: {exc.strerror or exc}")
+            raise typer.Exit(2) from None
+        except Terminated as exc:
+            err_console.print(f"{exc}: rerun the same command to resume; finished runs are kept")
+            raise typer.Exit(128 + exc.signum) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted: rerun the same command to resume; finished runs are kept")
+            raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except Exception as exc:  # a bug: still one line, the trace on request
+            if os.environ.get("BATCHTUNE_DEBUG"):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            err_console.print(
+                f"[red]internal error:[/] {type(exc).__name__}: {escape(first)} "
+                "(a bug in batchtune: rerun with BATCHTUNE_DEBUG=1 for the traceback and report it)",
+                highlight=False,
+            )
+            raise typer.Exit(70) from None
+
+    return wrapper
+
+
+def _error_line(message: str) -> None:
+    """One line on stderr; brackets in the message are text, not rich markup."""
+    text = " ".join(message.split("\n"))
+    err_console.print(f"[red]error:[/] {escape(text)}", markup=True, highlight=False, soft_wrap=True)
+
+
+def _recipe(recipe: str | None, overrides: list[str] | None, results: str | None) -> Any:
+    from batchtune.workflow import recipe_for
+
+    return recipe_for(recipe, overrides or [], results)
+
+
+def _print_json(data: Any) -> None:
+    from batchtune import codec
+
+    sys.stdout.write(codec.dumps(data, indent=2) + "\n")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        console.print(f"batchtune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    pass
+
+
+def _check_out(emit: str | None, out: Path | None) -> None:
+    if out is not None and emit is None:
+        from batchtune.errors import InputError
+
+        raise InputError("--out writes the --emit config: add --emit verl|trl|openrlhf")
+
+
+def _show_efficiency_only(missing: Any, json_out: bool) -> None:
+    from batchtune.report.json import efficiency_to_dict
+    from batchtune.report.terminal import render_efficiency
+
+    if json_out:
+        _print_json(
+            {
+                "recommended": None,
+                "throughput_missing": str(missing),
+                **efficiency_to_dict(missing.efficiency),
+            }
+        )
+        return
+    render_efficiency(console, missing.efficiency)
+    err_console.print(f"[yellow]note:[/] {escape(str(missing))}", highlight=False, soft_wrap=True)
+
+
+def _show_recommendation(
+    rec: Any,
+    emitted: str | None,
+    emitted_values: Any,
+    json_out: bool,
+    trainer: str | None = None,
+    out: Path | None = None,
+) -> None:
+    written = None
+    if out is not None and trainer is not None and emitted is not None:
+        from batchtune.workflow import write_emitted
+
+        written = write_emitted(trainer, emitted, emitted_values, out)
+    if json_out:
+        from batchtune.report.json import recommendation_to_dict
+
+        data = recommendation_to_dict(rec)
+        if rec.schedule is not None:
+            from batchtune.report.schedule import schedule_to_dict
+
+            data["batch_schedule"] = schedule_to_dict(rec.schedule)
+        if emitted is not None:
+            data["emitted"] = {"text": emitted, "values": emitted_values, "file": written}
+        _print_json(data)
+        return
+    from batchtune.report.terminal import render_probe_cost, render_recommendation
+
+    render_recommendation(console, rec, emitted)
+    if rec.schedule is not None:
+        from batchtune.report.schedule import render_schedule
+
+        render_schedule(console, rec.schedule)
+    if written is not None:
+        console.print(f"Trainer config written to {written}", highlight=False)
+    if rec.efficiency.total_samples:
+        render_probe_cost(console, rec.efficiency, rec)

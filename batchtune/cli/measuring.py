@@ -1,0 +1,247 @@
+"""Commands that measure: probe, plan (a cost preview), profile-gen, tune, smoke."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from batchtune.cli.app import (
+    GpusPerNodeOpt,
+    JsonOpt,
+    OutOpt,
+    RecipeArg,
+    ResultsOpt,
+    SetOpt,
+    _check_out,
+    _print_json,
+    _recipe,
+    _show_recommendation,
+    app,
+    console,
+    handle_errors,
+)
+from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
+
+
+@app.command()
+@handle_errors
+def probe(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: ResultsOpt = None,
+    workers: Annotated[int | None, typer.Option(help="Parallel local processes (run.workers).")] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the plan and its predicted cost (as `plan`); run nothing."),
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Short LR-scaled training runs at each candidate batch; find the critical training batch.
+
+    Runs the reference (smallest) batch first, then the rest, stopping each run at the target, at its
+    sample budget, or as soon as it is clearly slower than the reference. Interrupted? Rerun the same
+    command: finished runs are kept and not redone.
+    """
+    overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
+    cfg = _recipe(recipe, overrides, results)
+    if dry_run:
+        _show_plan(cfg, None, json_out)
+        return
+    from batchtune import workflow
+    from batchtune.report.progress import probe_progress
+    from batchtune.report.terminal import render_efficiency, render_probe_cost
+
+    if cfg.backend.training == "pretrain":  # a grid of token batches -> B_opt, B_min per target loss
+        from batchtune.report.pretrain_grid import render_pretrain_grid
+
+        with probe_progress(console, enabled=not json_out) as progress:
+            grid = workflow.pretrain_probe(cfg, progress)
+        _print_json(grid) if json_out else render_pretrain_grid(console, grid)
+        return
+
+    with probe_progress(console, enabled=not json_out) as progress:
+        result = workflow.probe(cfg, progress)
+    if json_out:
+        from batchtune.report.json import efficiency_to_dict
+
+        _print_json(
+            {
+                "results_dir": str(cfg.run.results_dir),
+                "runs_done": result.runs_done,
+                "runs_reused": result.runs_skipped,
+                "wall_s": result.wall_s,
+                "plot": str(result.plot_path) if result.plot_path else None,
+                **efficiency_to_dict(result.efficiency),
+                **_branched_json(result),
+            }
+        )
+        return
+    console.print(
+        f"{result.runs_done} run(s) done, {result.runs_skipped} reused from {cfg.run.results_dir} "
+        f"in {result.wall_s:.0f} s"
+    )
+    render_efficiency(console, result.efficiency)
+    render_probe_cost(console, result.efficiency, None)
+    if getattr(result, "summary", None) is not None:  # probe.mode = branched
+        from batchtune.report.branched import render_branched
+
+        render_branched(console, result.summary)
+    if result.plot_path:
+        console.print(f"Learning curves: {result.plot_path}")
+
+
+def _branched_json(result: Any) -> dict[str, Any]:
+    if getattr(result, "summary", None) is None:
+        return {}
+    from batchtune.report.branched import branched_to_dict
+
+    return {"branched": branched_to_dict(result.summary)}
+
+
+@app.command()
+@handle_errors
+def plan(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: ResultsOpt = None,
+    workers: Annotated[int | None, typer.Option(help="Parallel local processes (run.workers).")] = None,
+    time_steps: Annotated[
+        int | None,
+        typer.Option(
+            help="Training steps to time per candidate, alone (default: 3; 0 for the command backend).",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """What `probe` would run and cost, before spending it: candidates, seeds, samples and steps per run,
+    wall time predicted from a few steps of each candidate timed here, and the cost against one run.
+    """
+    overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
+    _show_plan(_recipe(recipe, overrides, results), time_steps, json_out)
+
+
+def _show_plan(cfg: Any, time_steps: int | None, json_out: bool) -> None:
+    from batchtune import workflow
+    from batchtune.report.plan import plan_to_dict, render_plan
+
+    preview = workflow.plan_preview(cfg, time_steps)
+    if json_out:
+        _print_json(plan_to_dict(preview))
+    else:
+        render_plan(console, preview)
+
+
+@app.command("profile-gen")
+@handle_errors
+def profile_gen(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: ResultsOpt = None,
+    hardware: Annotated[
+        str | None, typer.Option(help="Known GPU for the roofline (H200, H100-SXM, ...); default: detect.")
+    ] = None,
+    roofline_only: Annotated[
+        bool, typer.Option("--roofline-only", help="Predict from the roofline alone; run no engine.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure generation throughput against concurrency and training time per step on this machine.
+
+    Sweeps responses in flight over the recipe's grid (fixed-length and EOS modes), finds the critical
+    generation batch (the knee: one more doubling buys less than the threshold), compares each point
+    with the roofline bound, and times optimiser steps against batch. Out-of-memory points are recorded
+    as the ceiling.
+    """
+    overrides = list(set_ or []) + ([f"hardware.name={hardware}"] if hardware else [])
+    cfg = _recipe(recipe, overrides, results)
+    _profile(cfg, json_out=json_out, roofline_only=roofline_only)
+
+
+def _profile(cfg: Any, *, json_out: bool, roofline_only: bool = False, quiet_json: bool = False) -> Any:
+    from batchtune import workflow
+    from batchtune.report.profile import render_prediction, render_profile
+    from batchtune.report.progress import simple_progress
+
+    with simple_progress(console, "profiling", enabled=not (json_out or roofline_only)) as progress:
+        result, paths = workflow.profile(cfg, progress, roofline_only=roofline_only)
+    if json_out:
+        if not quiet_json:
+            _print_json({**result.to_dict(), "plots": [str(p) for p in paths]})
+        return result
+    (render_prediction if roofline_only else render_profile)(console, result)
+    for p in paths:
+        console.print(f"Plot: {p}")
+    return result
+
+
+@app.command()
+@handle_errors
+def tune(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: ResultsOpt = None,
+    emit: Annotated[str | None, typer.Option(help="Also print trainer config: verl|trl|openrlhf.")] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs for --emit divisibility checks.")] = 8,
+    gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
+    out: OutOpt = None,
+    workers: Annotated[int | None, typer.Option(help="Parallel local processes (run.workers).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Probe, profile and recommend in a row (the whole measurement on one recipe).
+
+    With no recipe it runs the built-in default: a tiny Llama on a built-in task, on CPU, in minutes.
+    """
+    _check_out(emit, out)
+    overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
+    cfg = _recipe(recipe, overrides, results)
+    from batchtune import workflow
+    from batchtune.report.progress import probe_progress
+    from batchtune.report.terminal import render_efficiency
+
+    if not json_out:
+        console.rule("1/3 probe: sample efficiency")
+    with probe_progress(console, enabled=not json_out) as progress:
+        result = workflow.probe(cfg, progress)
+    if not json_out:
+        render_efficiency(console, result.efficiency)
+        if result.plot_path:
+            console.print(f"Learning curves: {result.plot_path}")
+        console.rule("2/3 profile-gen: system efficiency")
+    _profile(cfg, json_out=json_out, quiet_json=True)
+    if not json_out:
+        console.rule("3/3 recommend: time-to-target")
+    rec, emitted, values = workflow.recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)
+    _show_recommendation(rec, emitted, values, json_out, emit, out)
+
+
+@app.command()
+@handle_errors
+def smoke(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: Annotated[
+        str | None, typer.Option("--results", "-r", help="Keep the results here (default: a temporary dir).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The whole pipeline on your recipe at its smallest sizes, in seconds: one seed, two batches, two
+    steps, the tiniest model shape, a simulated engine where none is installed. Proves the recipe,
+    task, reward, trainer command and log reader work before a real probe is paid for; prints what it
+    checked and what it skipped. Exit 1 if a stage failed.
+    """
+    from batchtune import workflow
+
+    result = workflow.smoke(recipe, list(set_ or []), results)
+    if json_out:
+        _print_json(result)
+    else:
+        console.print(f"smoke: {result.recipe} in {result.wall_s:.1f} s, results in {result.results_dir}")
+        style = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
+        for st in result.stages:
+            console.print(f"  [{style[st.status]}]{st.status:7}[/] {st.name:12} {st.detail}", highlight=False)
+        console.print("reduced for smoke (not checked at full size):", highlight=False)
+        for line in result.reduced:
+            console.print(f"  - {line}", highlight=False)
+    raise typer.Exit(0 if result.ok else 1)

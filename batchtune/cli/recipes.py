@@ -1,0 +1,85 @@
+"""`batchtune recipes list | show | validate | cp`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from batchtune.cli.app import (
+    JsonOpt,
+    RecipeArg,
+    SetOpt,
+    _print_json,
+    console,
+    handle_errors,
+    recipes_app,
+)
+
+
+@recipes_app.command("list")
+@handle_errors
+def recipes_list(json_out: JsonOpt = False) -> None:
+    """The recipes that ship with batchtune, with the first line of each header."""
+    from rich.table import Table
+
+    from batchtune.recipe.load import shipped_recipes
+
+    rows = [
+        (
+            name,
+            str(path),
+            next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), ""),
+        )
+        for name, path in sorted(shipped_recipes().items())
+    ]
+    if json_out:
+        _print_json([{"name": n, "path": p, "summary": s} for n, p, s in rows])
+        return
+    table = Table(title="Shipped recipes (use the name or a path)")
+    table.add_column("name")
+    table.add_column("what it is for")
+    for name, _, first in rows:
+        table.add_row(name, first)
+    console.print(table)
+
+
+@recipes_app.command("show")
+@handle_errors
+def recipes_show(recipe: RecipeArg = None, set_: SetOpt = None) -> None:
+    """Print a recipe with every default filled in (after --set overrides)."""
+    from batchtune.recipe.load import DEFAULT_RECIPE, load_recipe, recipe_to_toml
+
+    sys.stdout.write(recipe_to_toml(load_recipe(recipe or DEFAULT_RECIPE, set_ or [])))
+
+
+@recipes_app.command("validate")
+@handle_errors
+def recipes_validate(recipe: Annotated[str, typer.Argument(help="Recipe file or name.")]) -> None:
+    """Check a recipe: unknown keys, wrong types and bad values are reported together, and the checks a
+    probe runs before its first run (task, prompts file, reward import, command placeholders)."""
+    from batchtune.workflow import validate_recipe
+
+    cfg = validate_recipe(recipe)
+    console.print(f"[green]ok[/] {cfg.source}")
+
+
+@recipes_app.command("cp")
+@handle_errors
+def recipes_cp(
+    name: Annotated[str, typer.Argument(help="Shipped recipe name.")],
+    dest: Annotated[Path, typer.Argument(help="Where to write the copy.")],
+) -> None:
+    """Copy a shipped recipe to edit it."""
+    from batchtune.errors import InputError
+    from batchtune.recipe.load import resolve_recipe_path
+
+    src = resolve_recipe_path(name)
+    if dest.is_dir():
+        dest = dest / src.name
+    if dest.exists():
+        raise InputError(f"{dest} exists; choose another name")
+    dest.write_text(src.read_text())
+    console.print(f"wrote {dest}")

@@ -1,0 +1,245 @@
+"""Commands that read results: recommend, report, check, import-logs, pretrain."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from batchtune.cli.app import (
+    GpusPerNodeOpt,
+    JsonOpt,
+    OutOpt,
+    RecipeArg,
+    ResultsOpt,
+    SetOpt,
+    _check_out,
+    _print_json,
+    _show_efficiency_only,
+    _show_recommendation,
+    app,
+    console,
+    handle_errors,
+)
+from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
+
+
+@app.command()
+@handle_errors
+def recommend(
+    recipe: RecipeArg = None,
+    set_: SetOpt = None,
+    results: ResultsOpt = None,
+    measurements: Annotated[
+        Path | None,
+        typer.Option("--measurements", "-m", help="A measurements TOML file instead of a results dir."),
+    ] = None,
+    throughput: Annotated[
+        str, typer.Option(help="Where Θ comes from: auto | profile | probe (auto: profile if any).")
+    ] = "auto",
+    emit: Annotated[
+        str | None, typer.Option(help="Print the winner as trainer config: verl | trl | openrlhf.")
+    ] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs the trainer runs on (for --emit divisibility checks).")] = 8,
+    gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Rank every candidate by predicted time-to-target and print the winner, the reasons, and the config.
+
+    Reads a results directory (probe runs, imported logs, a generation profile) or a measurements file
+    (`--measurements`, see docs/formats.md). T(B) = R(B) / Θ(B), normalised to the reference batch.
+    """
+    from batchtune.errors import ThroughputMissing
+    from batchtune.workflow import recommend_from_args
+
+    _check_out(emit, out)
+    try:
+        rec, emitted, emitted_values = recommend_from_args(
+            recipe, set_ or [], results, measurements, throughput, emit, gpus, gpus_per_node
+        )
+    except ThroughputMissing as missing:  # logs without timings: the critical batch still stands
+        _show_efficiency_only(missing, json_out)
+        return
+    _show_recommendation(rec, emitted, emitted_values, json_out, emit, out)
+
+
+@app.command()
+@handle_errors
+def report(
+    results: Annotated[str, typer.Argument(help="Results directory (a probe's, or imported logs).")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Folder for report.html and report.md (default: RESULTS).", show_default=False
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write one self-contained HTML report (plots embedded, tables, the recommendation and why, the
+    probe's cost, caveats) and the same as Markdown for a pull request.
+    """
+    from batchtune import workflow
+
+    html_path, md_path = workflow.report(results, out)
+    if json_out:
+        _print_json({"html": str(html_path), "markdown": str(md_path)})
+        return
+    console.print(f"wrote {html_path} (open it in a browser) and {md_path}", highlight=False)
+
+
+@app.command()
+@handle_errors
+def check(
+    config: Annotated[
+        Path, typer.Argument(help="The trainer config: verl YAML or overrides, TRL, OpenRLHF flags.")
+    ],
+    results: ResultsOpt = None,
+    measurements: Annotated[
+        Path | None,
+        typer.Option("--measurements", "-m", help="A measurements TOML file instead of --results."),
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="auto | verl | trl | openrlhf | generic.")
+    ] = "auto",
+    baseline: Annotated[
+        Path | None, typer.Option(help="An earlier `check --json` output: fail if time-to-target regresses.")
+    ] = None,
+    junit: Annotated[Path | None, typer.Option(help="Also write the checks as JUnit XML here.")] = None,
+    lr_rule: Annotated[
+        str, typer.Option(help="LR rule to check against: auto (the results' own) | sqrt | linear | none.")
+    ] = "auto",
+    lr_tolerance: Annotated[
+        float | None, typer.Option(help="Fail when lr/rule leaves [1/(1+x), 1+x].")
+    ] = None,
+    time_tolerance: Annotated[float | None, typer.Option(help="Fail when T/T_baseline > 1+x.")] = None,
+    waste_tolerance: Annotated[
+        float | None,
+        typer.Option(help="Warn below the critical batch when it gives up more than 1+x throughput."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a trainer config against a probe: batch vs the critical batch, LR vs the rule, generation
+    concurrency vs the knee, time-to-target vs a baseline.
+
+    Exit codes: 0 pass (warnings included), 1 a check failed, 2 bad input, 3 not enough evidence.
+    With $GITHUB_STEP_SUMMARY set, appends a Markdown summary there and prints ::error/::warning
+    annotations on the config's lines. See docs/ci.md.
+    """
+    import dataclasses as dc
+
+    from batchtune import workflow
+    from batchtune.analysis.check import CheckTolerances
+    from batchtune.report import check as report
+
+    given = {"lr": lr_tolerance, "time": time_tolerance, "waste": waste_tolerance}
+    tol = dc.replace(CheckTolerances(), **{k: v for k, v in given.items() if v is not None})
+    tc, result = workflow.check(config, fmt, results, measurements, baseline, tol, lr_rule)
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(report.junit_xml(tc, result))
+    if report.write_step_summary(tc, result) is not None or os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in report.github_annotations(tc, result):
+            sys.stdout.write(line + "\n")
+    if json_out:
+        _print_json(report.check_to_dict(tc, result))
+    else:
+        report.render_check(console, tc, result)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command("import-logs")
+@handle_errors
+def import_logs_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="Log files or folders (one run each, or several).")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="jsonl | csv | verl | trl | tensorboard | wandb.")
+    ] = "jsonl",
+    results: Annotated[str, typer.Option("--results", "-r", help="Results directory to add the runs to.")] = (
+        "bt-results/imported"
+    ),
+    prompts: Annotated[int, typer.Option(help="P of these runs, if the log does not say.")] = 0,
+    group_size: Annotated[int, typer.Option(help="G of these runs, if the log does not say.")] = 0,
+    lr: Annotated[float, typer.Option(help="LR of these runs, if the log does not say.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of these runs.")] = 0,
+    run_id: Annotated[str, typer.Option(help="Run id (default: from the file name).")] = "",
+    samples_per_step: Annotated[
+        int, typer.Option(help="Responses per logged step when it is not P*G (e.g. TRL's optimiser steps).")
+    ] = 0,
+    map_: Annotated[
+        list[str] | None,
+        typer.Option("--map", help="NAME=KEY: which log key or column holds a batchtune field (repeatable)."),
+    ] = None,
+    metric: Annotated[str | None, typer.Option(help="Target metric name (target.metric).")] = None,
+    target: Annotated[float | None, typer.Option(help="Target value (target.value).")] = None,
+    lower_is_better: Annotated[bool, typer.Option(help="The metric is a loss.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Import runs you already have (verl, TRL, OpenRLHF/TensorBoard, W&B CSV, generic CSV/JSONL).
+
+    They are stored like probe runs, so `batchtune recommend --results DIR` analyses them the same way.
+    Every file is read and checked before anything is written. See docs/import-logs.md.
+    """
+    from batchtune.integrations.common import RunInfo
+    from batchtune.integrations.importing import import_logs, parse_mapping
+
+    info = RunInfo(
+        prompts=prompts,
+        group_size=group_size,
+        lr=lr,
+        seed=seed,
+        run_id=run_id,
+        samples_per_step=samples_per_step,
+    )
+    overrides = []
+    if metric is not None:
+        overrides.append(f"target.metric={json.dumps(metric)}")  # a JSON string is a TOML string
+    if target is not None:
+        overrides.append(f"target.value={target}")
+    if lower_is_better:
+        overrides.append("target.higher_is_better=false")
+    result, cfg = import_logs(paths, fmt, results, info, parse_mapping(map_ or []), overrides)
+    if json_out:
+        _print_json({"results_dir": results, "added": list(result.added), "skipped": list(result.skipped)})
+        return
+    console.print(
+        f"imported {len(result.added)} run(s) into {results}"
+        + (f"; {len(result.skipped)} already there" if result.skipped else "")
+        + f". Target: {cfg.target.metric} {'>=' if cfg.target.higher_is_better else '<='} {cfg.target.value}"
+    )
+    console.print(f"Next: batchtune recommend --results {results}")
+
+
+@app.command()
+@handle_errors
+def pretrain(
+    paths: Annotated[list[Path], typer.Argument(help="Per-step loss logs (CSV or JSONL).")],
+    targets: Annotated[
+        str, typer.Option(help="Target losses, comma-separated (default: three levels the runs reach).")
+    ] = "",
+    base_lr: Annotated[float, typer.Option(help="LR tuned at the schedule's first batch.")] = 3e-4,
+    rule: Annotated[str, typer.Option(help="LR rule across stages: sqrt | linear | none.")] = "sqrt",
+    map_: Annotated[
+        list[str] | None,
+        typer.Option("--map", help="NAME=COLUMN for run, batch_tokens, step, loss (repeatable)."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Pre-training: critical batch per target loss, B_opt/B_min (WSD), and a token-keyed schedule.
+
+    Each run (one batch size, in tokens) gives the steps and tokens it took to first reach each target
+    loss; the McCandlish hyperbola gives S_min, E_min and B_crit, the three-stage WSD fit of E(S) gives
+    B_opt and B_min. See docs/pretraining.md.
+    """
+    from batchtune import workflow
+    from batchtune.report.terminal import render_pretrain
+
+    result = workflow.pretrain(paths, targets, base_lr, rule, list(map_ or []))
+    if json_out:
+        _print_json(result)
+        return
+    render_pretrain(console, result)
