@@ -1,4 +1,4 @@
-"""`batchtune probe`: short LR-scaled training runs at several batches, resumable (METHOD.md §3, §7).
+"""`batchtune probe`: short LR-scaled training runs at several batches, resumable (method.md §3, §7).
 
 Order of work: the reference candidate first (all seeds), so every other run can stop as soon as it is
 clearly outside the reference's tolerance band; then the rest, in local processes or on Ray. Each run
