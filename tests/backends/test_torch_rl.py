@@ -328,17 +328,21 @@ def test_cuda_bf16_steps(results, algorithm):
 
 @pytest.mark.slow
 def test_default_probe_finds_the_critical_batch_inside_the_range(tmp_path):
-    """The shipped default: small batches overlay, the largest deviate (docs/trainer.md, ~35 s).
+    """The shipped default: the largest batch deviates and the joint crossing is inside the range.
 
-    recipes/tiny-ppo.toml shows the same (critical batch 32) in ~45 s; it is measured in the docs
-    rather than here, to keep this file under a minute.
+    Only what held on three seed sets is asserted (docs/benchmarks.md, "Reproducible default";
+    versions in constraints/tested-versions.txt). Measured on 2 shared CPU cores, seeds 0-2 / 3-5 /
+    6-8: critical batch 32 / 32 / 32 by the joint fit, crossing 36 [30, 50] / 51 [42, 66] /
+    39 [28, 108], while the verdict walk alone said 16 / 32 / 32 and per-seed R differs from the
+    figures of docs/trainer.md (another machine). So: 256 deviates, the bracket closes at or below
+    256, and the crossing lies strictly between the smallest and the largest batch.
     """
     from batchtune.measure.probe import run_probe
 
     root = Path(__file__).resolve().parents[2]
     result = run_probe(load_recipe(root / "recipes" / "tiny-grpo.toml"), tmp_path / "results")
     critical = result.efficiency.critical
-    assert critical is not None and critical.batch is not None
-    assert 16 < critical.batch < 256, critical.reason  # measured: 32
-    assert critical.upper is not None and critical.upper <= 128, critical.reason
-    assert [v.status for v in critical.verdicts][-1] == "deviates"
+    assert critical is not None and critical.batch is not None, critical
+    assert [v.status for v in critical.verdicts][-1] == "deviates", critical.reason
+    assert critical.upper is not None and critical.upper <= 256, critical.reason
+    assert critical.crossing is not None and 16 < critical.crossing < 256, critical.reason
