@@ -76,7 +76,14 @@ def test_nqm_probe_on_ray_tasks_matches_local(tmp_path, local_ray):
     assert _runs(tmp_path / "ray") == _runs(tmp_path / "local") and len(_runs(tmp_path / "local")) == 4
     from ray.util.state import list_tasks
 
-    ran = [t for t in list_tasks(filters=[("name", "=", "execute_run")], limit=1000) if t.state == "FINISHED"]
+    deadline = time.monotonic() + 20  # task events reach Ray's state API a little after the fact
+    while True:
+        ran = [
+            t for t in list_tasks(filters=[("name", "=", "execute_run")], limit=1000) if t.state == "FINISHED"
+        ]
+        if len(ran) >= 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert len(ran) >= 4  # they ran as Ray tasks, not in this process
     assert not list((tmp_path / "ray" / "runs").glob("*/ray-job.*"))  # tasks, not jobs
 
