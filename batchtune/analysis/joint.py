@@ -14,8 +14,10 @@ Interval for any function g(theta) (B_crit, the crossing): the profile-likelihoo
 dof = cells - seed effects - shape parameters; its coverage is measured by
 benchmarks/coverage_critical.py. Model choice by AIC = n log(RSS/n) + 2k; the power shape is
 taken only when it beats McCandlish by more than 6 ("strong" evidence; at a margin of 2 it was
-chosen in 10-17% of McCandlish-true simulations and those picks broke the coverage), and then the
-crossing interval is the union of both shapes' intervals.
+chosen in 10-17% of McCandlish-true simulations and those picks broke the coverage); whenever it
+fits better by more than 2 (chosen or not), the crossing interval is the union of both shapes'
+intervals, so a misspecified McCandlish shape (the NQM's flat-then-steep R(B)) cannot exclude the
+truth on the strength of its own narrow interval.
 Crossing of R(B)/R(B0) = 1 + tol: mccandlish B* = B0 (1 + tol) + tol B_crit;
 power B* = B_crit ((1 + tol)(1 + (B0/B_crit)^a) - 1)^(1/a).
 """
@@ -35,6 +37,7 @@ from batchtune.errors import AnalysisError
 
 MODELS = ("mccandlish", "power")
 _AIC_MARGIN = 6.0  # the flexible shape must beat McCandlish by this much AIC to be chosen
+_AIC_AMBIGUOUS = 2.0  # from here up, the flexible shape fits better: report both shapes' crossings
 _N_BCRIT = 321  # grid points of log B_crit, from B_min / 256 to B_max * 256
 _EXPONENTS = np.exp(np.linspace(math.log(0.25), math.log(4.0), 41))
 
@@ -191,10 +194,13 @@ def fit_joint(
         power = _shape_fit("power", bc2, a2, rss_of(bc2, a2), n, n_u + 2, dof2, f2, b0, tol)
     delta = mcc.aic - power.aic if power is not None else math.nan
     chosen = "power" if power is not None and delta > _AIC_MARGIN else "mccandlish"
-    if chosen == "power" and power is not None:  # honest about the model choice: both intervals
+    if power is not None and delta > _AIC_AMBIGUOUS:  # honest about the model choice: both intervals
         lo = min(power.crossing_ci[0], mcc.crossing_ci[0])
         hi = max(power.crossing_ci[1], mcc.crossing_ci[1])
-        power = dataclasses.replace(power, crossing_ci=(lo, hi))
+        if chosen == "power":
+            power = dataclasses.replace(power, crossing_ci=(lo, hi))
+        else:  # the data lean to the flexible shape without deciding: the answer is either's
+            mcc = dataclasses.replace(mcc, crossing_ci=(lo, hi))
     return JointFit(
         mccandlish=mcc,
         power=power,

@@ -90,6 +90,24 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
             "lower": num(crit.lower),
             "upper": num(crit.upper),
             "interpolated": num(crit.interpolated),
+            "crossing": num(crit.crossing),
+            "crossing_ci": [num(v) for v in crit.crossing_ci] if crit.crossing_ci else None,
+            "failed_from": num(crit.failed_from),
+            "walk_batch": num(crit.walk_batch),
+            "fit": None
+            if crit.joint is None
+            else {
+                "model": crit.joint.chosen,
+                "b_crit": num(crit.joint.best.b_crit),
+                "b_crit_ci": [num(v) for v in crit.joint.best.b_crit_ci],
+                "exponent": num(crit.joint.best.exponent),
+                "residual_rms_log": num(crit.joint.best.residual_rms_log),
+                "delta_aic_mccandlish_minus_power": num(crit.joint.delta_aic),
+                "paired_seeds": crit.joint.paired,
+                "runs": crit.joint.n_cells,
+                "confidence": crit.joint.confidence,
+                "summary": crit.joint.describe(),
+            },
             "reason": crit.reason,
         },
         "gradient_noise": {

@@ -93,12 +93,16 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
             if crit.upper is not None and ref is not None and crit.batch == ref.batch_responses:
                 head += f" (the reference itself; {fmt_n(crit.upper)} already needs more samples)"
             elif crit.upper is not None:
-                head += f" (between {fmt_n(crit.lower)} invariant and {fmt_n(crit.upper)} deviating)"
+                head += f" (the measured bracket: {fmt_n(crit.lower)} to {fmt_n(crit.upper)})"
             else:
                 head += " or more (no probed batch deviated)"
-        if crit.interpolated is not None and math.isfinite(crit.interpolated):
-            head += f"; McCandlish interpolation {fmt_n(crit.interpolated)}"
+        if crit.crossing is not None and crit.crossing_ci is not None and crit.joint is not None:
+            lo, hi = crit.crossing_ci
+            conf = f"{100 * crit.joint.confidence:.0f}%"
+            head += f"; R(B)/R(B0) reaches 1+tol at {fmt_n(crit.crossing)} ({conf} CI {fmt_ci(lo, hi)})"
         lines.append(head)
+        if crit.joint is not None:
+            lines.append(f"  {crit.joint.describe()}")
         lines.append(f"  {crit.reason}")
     if eff.grad_slope is not None:
         g = eff.grad_slope
