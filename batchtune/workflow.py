@@ -147,6 +147,17 @@ def profile(
 # ---- pretrain ------------------------------------------------------------------------------------
 
 
+def pretrain_probe(cfg: Recipe, progress: ProbeEvents | None = None) -> Any:
+    """Run (or resume) the pre-training grid of a ``backend.training = "pretrain"`` recipe, analyse
+    it and draw B_opt and B_min against the target loss; returns measure.pretrain_probe's result."""
+    from batchtune.measure.pretrain_probe import run_pretrain_probe
+    from batchtune.report.pretrain_grid import plot_bopt_bmin
+
+    result = run_pretrain_probe(cfg, progress)
+    plot = plot_bopt_bmin(result.analysis, ResultsStore(cfg.run.results_dir).plots_dir / "bopt_bmin.png")
+    return dataclasses.replace(result, plot_path=plot)
+
+
 def pretrain(paths: list[Path], targets: str, base_lr: float, rule: str, mapping: list[str]) -> Any:
     """Fit the pre-training curves of loss logs; returns analysis.pretraining's result."""
     from batchtune.analysis.pretraining import analyse, read_runs
@@ -244,6 +255,7 @@ def _plot_time(store: ResultsStore, rec: Recommendation) -> Path:
 
     return plot_time_to_target(rec, store.plots_dir / TIME_PLOT)
 
+
 def recommend_from_args(
     recipe: str | None,
     overrides: list[str],
@@ -287,10 +299,6 @@ def _emit(
     from batchtune.integrations.emit import emit_for_recommendation
 
     out = emit_for_recommendation(rec, trainer, gpus, cfg, gpus_per_node=gpus_per_node)
-    from batchtune.integrations.emit_schedule import schedule_appendix  # "" without a schedule
-
-    appendix = schedule_appendix(trainer, rec, cfg, gpus, gpus_per_node=gpus_per_node)
-    out = dataclasses.replace(out, text=out.text + appendix)
     from batchtune.integrations.emit_schedule import schedule_appendix  # "" without a schedule
 
     appendix = schedule_appendix(trainer, rec, cfg, gpus, gpus_per_node=gpus_per_node)
