@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from batchtune import codec, workflow
+from batchtune import codec, workflow_ci
 from batchtune.errors import BatchtuneError
 from batchtune.recipe.load import shipped_recipes
 
@@ -24,7 +24,7 @@ def main() -> None:
             continue
         t0 = time.perf_counter()
         try:
-            res = workflow.smoke(str(path), [], None)
+            res = workflow_ci.smoke(str(path), [], None)
             status = (
                 "ok"
                 if res.ok

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from batchtune import workflow
+from batchtune import workflow_ci
 from batchtune.cli import app
 
 
 def test_smoke_nqm_runs_every_stage_and_says_what_it_shrank(tmp_path):
-    res = workflow.smoke("nqm", [], str(tmp_path / "r"))
+    res = workflow_ci.smoke("nqm", [], str(tmp_path / "r"))
     assert res.ok
     assert [s.name for s in res.stages] == ["probe", "profile-gen", "recommend"]
     assert {s.status for s in res.stages[:2]} == {"ok"}
@@ -30,5 +30,5 @@ def test_smoke_cli_leaves_no_results_behind(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # a tiny Llama warm start and two GRPO runs (~3-8 s on 2 cores)
 def test_smoke_tiny_grpo(tmp_path):
-    res = workflow.smoke("tiny-grpo", [], str(tmp_path / "r"))
+    res = workflow_ci.smoke("tiny-grpo", [], str(tmp_path / "r"))
     assert res.ok and res.stages[0].status == "ok"

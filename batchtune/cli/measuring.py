@@ -231,9 +231,9 @@ def smoke(
     task, reward, trainer command and log reader work before a real probe is paid for; prints what it
     checked and what it skipped. Exit 1 if a stage failed.
     """
-    from batchtune import workflow
+    from batchtune import workflow_ci
 
-    result = workflow.smoke(recipe, list(set_ or []), results)
+    result = workflow_ci.smoke(recipe, list(set_ or []), results)
     if json_out:
         _print_json(result)
     else:

@@ -132,13 +132,13 @@ def check(
     """
     import dataclasses as dc
 
-    from batchtune import workflow
+    from batchtune import workflow_ci
     from batchtune.analysis.check import CheckTolerances
     from batchtune.report import check as report
 
     given = {"lr": lr_tolerance, "time": time_tolerance, "waste": waste_tolerance}
     tol = dc.replace(CheckTolerances(), **{k: v for k, v in given.items() if v is not None})
-    tc, result = workflow.check(config, fmt, results, measurements, baseline, tol, lr_rule)
+    tc, result = workflow_ci.check(config, fmt, results, measurements, baseline, tol, lr_rule)
     if junit is not None:
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_text(report.junit_xml(tc, result))

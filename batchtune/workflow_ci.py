@@ -1,0 +1,208 @@
+"""The workflow of the CI commands: `check` (a trainer config against a probe's evidence) and `smoke`
+(the whole pipeline at its smallest sizes). Inputs in, a result object out, no printing."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from batchtune.errors import AnalysisError, InputError
+from batchtune.recipe.load import DEFAULT_RECIPE, load_recipe
+from batchtune.recipe.schema import Recipe
+from batchtune.records import ResultsStore
+from batchtune.workflow import recommend_for_recipe, recommend_from_args
+
+# ---- check ---------------------------------------------------------------------------------------
+
+LR_RULES_CHECKABLE = ("sqrt", "linear", "none")
+
+
+def check(
+    config: Path,
+    fmt: str,
+    results: str | None,
+    measurements: Path | None,
+    baseline: Path | None,
+    tolerances: Any = None,
+    lr_rule: str = "auto",
+) -> tuple[Any, Any]:
+    """Check a trainer config against a probe's results; returns (TrainerConfig, CheckResult).
+
+    Evidence that cannot support an estimate (AnalysisError) becomes an "insufficient" check, so the
+    caller still writes its JUnit and summary, and exits 3."""
+    from batchtune.analysis.check import (
+        INSUFFICIENT,
+        CheckItem,
+        CheckResult,
+        CheckTolerances,
+        check_batch,
+        check_concurrency,
+        check_lr,
+        check_time,
+        interp_loglog,
+    )
+    from batchtune.integrations.trainer_configs import read_trainer_config
+
+    tol = tolerances or CheckTolerances()
+    if (results is None) == (measurements is None):
+        raise InputError("give the evidence: --results DIR (a probe's results) or --measurements FILE")
+    if lr_rule not in ("auto", *LR_RULES_CHECKABLE):
+        raise InputError(f"--lr-rule {lr_rule!r}: choose auto, {', '.join(LR_RULES_CHECKABLE)}")
+    tc = read_trainer_config(config, fmt)
+    base_value, base_unit = _read_baseline(baseline) if baseline is not None else (None, None)
+    source = str(results or measurements)
+    try:
+        rec, _, _ = recommend_from_args(None, [], results, measurements, "auto", None, 8)
+    except AnalysisError as exc:
+        item = CheckItem(
+            "evidence", INSUFFICIENT, "-", "-", f"not enough evidence in {source}: {exc}", "batch"
+        )
+        return tc, CheckResult((item,), None, "")
+    eff, n = rec.efficiency, float(tc.batch_responses)
+    ranked = {r.name: r for r in rec.ranking.candidates}
+    main = sorted(
+        (c for c in eff.candidates if c.family == "main" and c.label in ranked),
+        key=lambda c: c.batch_responses,
+    )
+    batches = [float(c.batch_responses) for c in main]
+    rps = [ranked[c.label].responses_per_s for c in main]
+    unit = "s" if rec.throughput.absolute else "x reference"
+    times = [
+        ranked[c.label].time_to_target_s if rec.throughput.absolute else ranked[c.label].time_ratio
+        for c in main
+    ]
+    ref = eff.get(eff.reference)
+    notes = list(tc.notes)
+    rule = lr_rule
+    if rule == "auto":
+        rule = ref.lr_rule if ref.lr_rule in LR_RULES_CHECKABLE else "sqrt"
+        if ref.lr_rule not in LR_RULES_CHECKABLE:
+            notes.append(f"the results record LR rule {ref.lr_rule!r}: the sqrt rule is assumed (--lr-rule)")
+    predicted = interp_loglog(n, batches, times)
+    why = (
+        f"N = {n:g} is outside the measured batches {batches[0]:g}-{batches[-1]:g}"
+        if batches and not batches[0] <= n <= batches[-1]
+        else "a neighbouring batch never reached the target"
+    )
+    items = (
+        check_batch(n, eff.critical, batches, rps, tol.waste),
+        check_lr(tc.lr, n, ref.lr, float(ref.batch_responses), rule, tol.lr),
+        check_concurrency(tc.generation_concurrency, rec.throughput.knee),
+        check_time(predicted, unit, base_value, base_unit, tol.time, why),
+    )
+    return tc, CheckResult(items, predicted, unit, tuple(notes))
+
+
+def _read_baseline(path: Path) -> tuple[float, str]:
+    """The predicted time-to-target stored by an earlier `batchtune check --json`."""
+    from batchtune import codec
+
+    if not path.is_file():
+        raise InputError(f"baseline {path} not found (write one with `batchtune check ... --json > {path}`)")
+    data = codec.loads(path.read_text(), str(path))
+    t = data.get("predicted_time_to_target") if isinstance(data, dict) else None
+    if not isinstance(t, dict) or not isinstance(t.get("unit"), str):
+        raise InputError(
+            f"{path}: no predicted_time_to_target {{value, unit}}; is it `batchtune check --json` output?"
+        )
+    value = codec.as_float(t.get("value"), f"{path}: predicted_time_to_target.value")
+    if not (value > 0):
+        raise InputError(f"{path}: the baseline has no finite time-to-target ({t.get('value')!r})")
+    return value, t["unit"]
+
+
+# ---- smoke ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeStage:
+    """One stage of a smoke run: status ok | failed | skipped, what it did or why not, its wall time."""
+
+    name: str
+    status: str
+    detail: str
+    wall_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeResult:
+    recipe: str
+    results_dir: str
+    reduced: tuple[str, ...]  # what smoke mode shrank or skipped
+    stages: tuple[SmokeStage, ...]
+    wall_s: float
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status != "failed" for s in self.stages)
+
+
+def smoke(recipe: str | None, overrides: list[str], results: str | None) -> SmokeResult:
+    """Probe, profile and recommend on the recipe at its smallest sizes (recipe/smoke.py), in a
+    temporary results directory unless ``results`` is given; a stage that fails is recorded and the
+    later stages that need it are skipped. Analysis that the tiny budget cannot support (the target
+    not reached) is a skip, not a failure: smoke proves the pipeline runs, not what it finds."""
+    import shutil
+    import tempfile
+    import time
+
+    from batchtune.errors import BatchtuneError
+    from batchtune.measure.probe import run_probe
+    from batchtune.measure.profile import run_profile
+    from batchtune.recipe.smoke import smoke_recipe
+
+    t0 = time.perf_counter()
+    tmp = None if results else tempfile.mkdtemp(prefix="batchtune-smoke-")
+    cfg, reduced = smoke_recipe(load_recipe(recipe or DEFAULT_RECIPE, overrides), results or str(tmp))
+    stages: list[SmokeStage] = []
+
+    def stage(name: str, fn: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            detail, value = fn()
+        except AnalysisError as exc:
+            stages.append(
+                SmokeStage(name, "skipped", f"ran, but the smoke budget cannot support it: {exc}", 0.0)
+            )
+            return None
+        except BatchtuneError as exc:
+            stages.append(SmokeStage(name, "failed", str(exc), time.perf_counter() - t))
+            return None
+        stages.append(SmokeStage(name, "ok", detail, time.perf_counter() - t))
+        return value
+
+    try:
+        probe = stage("probe", lambda: _smoke_probe(cfg, run_probe))
+        stage("profile-gen", lambda: _smoke_profile(cfg, run_profile))
+        if probe is None:
+            stages.append(SmokeStage("recommend", "skipped", "the probe did not finish", 0.0))
+        else:
+            stage("recommend", lambda: _smoke_recommend(cfg))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    where = results or "a temporary directory (removed)"
+    return SmokeResult(cfg.source, where, tuple(reduced), tuple(stages), time.perf_counter() - t0)
+
+
+def _smoke_probe(cfg: Recipe, run_probe: Any) -> tuple[str, Any]:
+    result = run_probe(cfg)
+    eff = result.efficiency
+    failed = [c.label for c in eff.candidates if c.status == "failed"]
+    if failed:
+        reasons = "; ".join(f for c in eff.candidates for f in c.failures)
+        raise InputError(f"runs failed: {', '.join(failed)}: {reasons}")
+    metrics = f"metric {eff.metric!r} logged" if all(c.estimate for c in eff.candidates) else "no metric"
+    return f"{result.runs_done} run(s) of {', '.join(c.label for c in eff.candidates)}: {metrics}", result
+
+
+def _smoke_profile(cfg: Recipe, run_profile: Any) -> tuple[str, Any]:
+    result = run_profile(cfg, ResultsStore(cfg.run.results_dir), None)
+    n = sum(len(m.points) for m in result.modes.values())
+    return f"{n} generation point(s) on {cfg.generation.backend}, training step fit", result
+
+
+def _smoke_recommend(cfg: Recipe) -> tuple[str, Any]:
+    rec, _, _ = recommend_for_recipe(cfg, "auto", None, 8)
+    return f"ranked {len(rec.ranking.candidates)} candidates (numbers meaningless at smoke size)", rec
