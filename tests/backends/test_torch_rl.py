@@ -333,7 +333,7 @@ def test_default_probe_finds_the_critical_batch_inside_the_range(tmp_path):
     Only what held on three seed sets is asserted (docs/benchmarks.md, "Reproducible default";
     versions in constraints/tested-versions.txt). Measured on 2 shared CPU cores, seeds 0-2 / 3-5 /
     6-8: critical batch 32 / 32 / 32 by the joint fit, crossing 36 [30, 50] / 51 [42, 66] /
-    39 [28, 108], while the verdict walk alone said 16 / 32 / 32 and per-seed R differs from the
+    37 [32, 44], while the verdict walk alone said 16 / 32 / 32 and per-seed R differs from the
     figures of docs/trainer.md (another machine). So: 256 deviates, the bracket closes at or below
     256, and the crossing lies strictly between the smallest and the largest batch.
     """
