@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BatchtuneError(Exception):
     """Base class: the message says what went wrong and what to do next."""
@@ -36,7 +38,7 @@ class ThroughputMissing(AnalysisError):
 
     Carries the sample-efficiency analysis so the caller can still show it."""
 
-    def __init__(self, message: str, efficiency: object):
+    def __init__(self, message: str, efficiency: Any):
         super().__init__(message)
         self.efficiency = efficiency
 

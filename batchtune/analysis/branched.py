@@ -146,10 +146,11 @@ def local_ratios(
     }
     out = []
     for c in curves:
-        if c.batch != batch or c.seed not in ref or ref[c.seed].samples_to_target is None:
+        r0 = ref[c.seed].samples_to_target if c.batch == batch and c.seed in ref else None
+        if r0 is None:
             continue
         r = _crossing(c, start_value, level, higher_is_better).samples_to_target
-        out.append(math.inf if r is None else r / max(ref[c.seed].samples_to_target, 1e-12))
+        out.append(math.inf if r is None else r / max(r0, 1e-12))
     return out
 
 

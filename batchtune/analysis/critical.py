@@ -290,10 +290,12 @@ def _joint_runs(
     b: np.ndarray, estimates: Sequence[TargetEstimate], usable: np.ndarray
 ) -> tuple[list[float], list[float], list[int] | None]:
     """One (batch, R, seed id) per uncensored run of the usable batches; ids None if any unknown."""
-    bb, rr, ss = [], [], []
+    bb: list[float] = []
+    rr: list[float] = []
+    ss: list[int] = []
     known = all(estimates[i].seed_ids for i in range(b.size) if usable[i])
     for i in np.flatnonzero(usable):
-        e = estimates[i]
+        e = estimates[int(i)]
         for k, v in enumerate(e.per_seed):
             if v is not None and v > 0:
                 bb.append(float(b[i]))
@@ -341,15 +343,15 @@ def critical_batch(
 
     if math.isinf(ref.samples_to_target):
         why = f"reference batch {b0:g} never reached the target (R0 = inf)"
-        verdicts = tuple(
-            Verdict(float(b[i]), REFERENCE if i == ref_i else INCONCLUSIVE, None, why) for i in range(b.size)
-        )
         return CriticalBatch(
             batch=None,
             lower=None,
             upper=None,
             interpolated=None,
-            verdicts=verdicts,
+            verdicts=tuple(
+                Verdict(float(b[i]), REFERENCE if i == ref_i else INCONCLUSIVE, None, why)
+                for i in range(b.size)
+            ),
             tol=tol,
             reason=why + "; lower the target or choose another reference",
             reference_batch=b0,

@@ -240,7 +240,7 @@ def assess(
     try:
         critical = critical_batch(
             [c.batch_responses for c in measured],
-            [c.estimate for c in measured],
+            [c.estimate for c in measured if c.estimate is not None],
             reference_index=ref_index,
             tol=tolerance,
             confidence=confidence,

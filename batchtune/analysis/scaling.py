@@ -177,7 +177,7 @@ def _fit_line(
         return beta, cov, math.inf, "sigma"
     # Relative errors (multiplicative seed noise): sigma_i proportional to the fitted R_i (IRLS).
     sig = r.copy()
-    beta = None
+    beta = None  # type: ignore[assignment]
     for _ in range(_IRLS_MAX_ITER):
         new, cov, chi2 = _wls(x, r, sig)
         if beta is not None and np.allclose(new, beta, rtol=_IRLS_RTOL, atol=0.0):

@@ -251,7 +251,7 @@ def execute_run(
             backend=recipe.backend.training,
             parallel_runs=parallel_runs,
             cpu_cores=os.cpu_count() or 0,
-            **totals,
+            **totals,  # type: ignore[arg-type]  # gen_s / train_s / other_s: floats
         )
         writer.finish(record)
         emit("end", status=status, reason=reason)

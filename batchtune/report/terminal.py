@@ -198,22 +198,21 @@ def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendati
     text = f"Probe cost: {eff.total_samples:,} samples, {fmt_time(eff.total_wall_s)} of run time"
     crit = eff.critical.batch if eff.critical is not None else None
     at_crit = [c for c in eff.candidates if c.family == "main" and c.batch_responses == crit and c.estimate]
-    if rec is None and at_crit and math.isfinite(at_crit[0].estimate.samples_to_target):
+    crit_est = at_crit[0].estimate if at_crit else None
+    if rec is None and crit_est is not None and math.isfinite(crit_est.samples_to_target):
         c = at_crit[0]
-        r = c.estimate.samples_to_target
+        r = crit_est.samples_to_target
         text += f"; one full run at the critical batch ({c.label}): ~{r:,.0f} samples"
         step_s = c.gen_s_per_step + c.train_s_per_step
         if step_s > 0:
             text += f", ~{fmt_time(r / c.batch_responses * step_s)} at the probe's step time"
-    if rec is not None and math.isfinite(rec.winner.estimate.samples_to_target):
-        r = rec.winner.estimate.samples_to_target
+    win_est = rec.winner.estimate if rec is not None else None
+    if rec is not None and win_est is not None and math.isfinite(win_est.samples_to_target):
+        r = win_est.samples_to_target
         text += f"; one full run at {rec.winner.label}: ~{r:,.0f} samples"
         if rec.throughput.absolute:
             text += f", ~{fmt_time(r / rec.winner_throughput.responses_per_s)}"
-    if rec is not None and math.isfinite(rec.winner.estimate.samples_to_target):
-        text += (
-            f": the probe cost {eff.total_samples / rec.winner.estimate.samples_to_target:.2f}x one full run"
-        )
+        text += f": the probe cost {eff.total_samples / r:.2f}x one full run"
     console.print(text)
 
 

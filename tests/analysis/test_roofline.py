@@ -20,7 +20,7 @@ from batchtune.analysis.roofline import (
     max_concurrency_by_memory,
     roofline_curve,
 )
-from batchtune.errors import AnalysisError
+from batchtune.errors import AnalysisError, InputError
 
 H200 = KNOWN_HARDWARE["H200"]
 # Qwen2.5-0.5B-like: 24 layers, 2 KV heads of dim 64, bf16 -> 2*24*2*64*2 = 12288 B per token
@@ -148,7 +148,7 @@ def test_get_hardware_lookup_and_overrides():
 
 
 def test_get_hardware_errors():
-    with pytest.raises(AnalysisError, match="H200"):  # lists the known names
+    with pytest.raises(InputError, match="H200"):  # an unknown name is an input error; lists the known
         get_hardware("TPU-v9")
     with pytest.raises(AnalysisError, match="unknown hardware field"):
         get_hardware("H200", flops=1.0)
