@@ -213,8 +213,16 @@ def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> T
 
 
 def recommend_for_recipe(
-    cfg: Recipe, throughput: str, emit: str | None, gpus: int, gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    cfg: Recipe,
+    throughput: str,
+    emit: str | None,
+    gpus: int,
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+    *,
+    plot: bool = True,
 ) -> tuple[Recommendation, str | None, Any]:
+    """The recommendation from a recipe's results directory; ``plot`` writes the time-to-target plot
+    there (a read-only gate such as `check` passes False: it must not write into the evidence)."""
     from batchtune.measure.plan import plan_candidates
     from batchtune.measure.probe import analyse_store
 
@@ -246,7 +254,8 @@ def recommend_for_recipe(
         from batchtune.analysis.branched_summary import with_schedule
 
         rec = with_schedule(rec, branched.summary, cfg.target.tolerance)
-    rec = dataclasses.replace(rec, notes=(*rec.notes, f"time-to-target plot: {_plot_time(store, rec)}"))
+    if plot:
+        rec = dataclasses.replace(rec, notes=(*rec.notes, f"time-to-target plot: {_plot_time(store, rec)}"))
     return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
 
 
@@ -265,6 +274,8 @@ def recommend_from_args(
     emit: str | None,
     gpus: int,
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+    *,
+    plot: bool = True,
 ) -> tuple[Recommendation, str | None, Any]:
     if measurements is not None:
         if results is not None:
@@ -288,7 +299,7 @@ def recommend_from_args(
         out = emit_config(emit, spec, gpus, gpus_per_node=gpus_per_node)
         return rec, out.text, out.values
     cfg = _recipe_for_results(recipe, overrides, results)
-    return recommend_for_recipe(cfg, throughput, emit, gpus, gpus_per_node)
+    return recommend_for_recipe(cfg, throughput, emit, gpus, gpus_per_node, plot=plot)
 
 
 def _emit(

@@ -53,7 +53,7 @@ def check(
     base_value, base_unit = _read_baseline(baseline) if baseline is not None else (None, None)
     source = str(results or measurements)
     try:
-        rec, _, _ = recommend_from_args(None, [], results, measurements, "auto", None, 8)
+        rec, _, _ = recommend_from_args(None, [], results, measurements, "auto", None, 8, plot=False)
     except AnalysisError as exc:
         item = CheckItem(
             "evidence", INSUFFICIENT, "-", "-", f"not enough evidence in {source}: {exc}", "batch"
@@ -204,5 +204,5 @@ def _smoke_profile(cfg: Recipe, run_profile: Any) -> tuple[str, Any]:
 
 
 def _smoke_recommend(cfg: Recipe) -> tuple[str, Any]:
-    rec, _, _ = recommend_for_recipe(cfg, "auto", None, 8)
+    rec, _, _ = recommend_for_recipe(cfg, "auto", None, 8, plot=False)
     return f"ranked {len(rec.ranking.candidates)} candidates (numbers meaningless at smoke size)", rec

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from batchtune.errors import InputError
-from batchtune.integrations import RecommendationInput, emit
+from batchtune.integrations.emit import emit
+from batchtune.integrations.emit_base import RecommendationInput
 from batchtune.integrations.trainer_configs import read_trainer_config
 
 
