@@ -33,6 +33,11 @@ class AnalysisError(BatchtuneError):
     exit_code = 3
 
 
+class RunsFailed(AnalysisError):
+    """Every run failed for a reason of its own (diverged, out of memory, timed out, the trainer
+    exited non-zero): the message carries the runs' reasons, not a missing metric."""
+
+
 class ThroughputMissing(AnalysisError):
     """Samples-to-target is known but no throughput is: the critical batch stands, the ranking waits.
 

@@ -129,38 +129,56 @@ class SmokeStage:
 class SmokeResult:
     recipe: str
     results_dir: str
-    reduced: tuple[str, ...]  # what smoke mode shrank or skipped
+    reduced: tuple[str, ...]  # what ran only at smoke size
     stages: tuple[SmokeStage, ...]
     wall_s: float
+    unchecked: tuple[str, ...] = ()  # what this smoke could not check here at all
 
     @property
     def ok(self) -> bool:
         return all(s.status != "failed" for s in self.stages)
 
 
+class _FirstRunFailed(Exception):
+    """Raised from the probe's progress callback: smoke stops at the first failed run (the next one
+    would most likely fail the same way, and a trainer's start-up can take a minute)."""
+
+    def __init__(self, info: dict[str, Any]):
+        super().__init__(info.get("run_id"))
+        self.info = info
+
+
 def smoke(recipe: str | None, overrides: list[str], results: str | None) -> SmokeResult:
     """Probe, profile and recommend on the recipe at its smallest sizes (recipe/smoke.py), in a
-    temporary results directory unless ``results`` is given; a stage that fails is recorded and the
-    later stages that need it are skipped. Analysis that the tiny budget cannot support (the target
-    not reached) is a skip, not a failure: smoke proves the pipeline runs, not what it finds."""
+    temporary results directory unless ``results`` is given. A run that fails fails the probe stage
+    at once, with its own reason; a stage the recipe cannot run here is skipped with why. Analysis
+    that the tiny budget cannot support (the target not reached) is a skip, not a failure: smoke
+    proves the pipeline runs, not what it finds."""
     import shutil
     import tempfile
     import time
 
-    from batchtune.errors import BatchtuneError
+    from batchtune.errors import BatchtuneError, RunsFailed
     from batchtune.measure.probe import run_probe
     from batchtune.measure.profile import run_profile
     from batchtune.recipe.smoke import smoke_recipe
 
     t0 = time.perf_counter()
     tmp = None if results else tempfile.mkdtemp(prefix="batchtune-smoke-")
-    cfg, reduced = smoke_recipe(load_recipe(recipe or DEFAULT_RECIPE, overrides), results or str(tmp))
+    plan = smoke_recipe(load_recipe(recipe or DEFAULT_RECIPE, overrides), results or str(tmp))
+    cfg = plan.recipe
     stages: list[SmokeStage] = []
 
     def stage(name: str, fn: Any) -> Any:
+        if name in plan.skip:
+            stages.append(SmokeStage(name, "skipped", plan.skip[name], 0.0))
+            return None
         t = time.perf_counter()
         try:
             detail, value = fn()
+        except RunsFailed as exc:  # every run failed for a reason of its own: that is the answer
+            stages.append(SmokeStage(name, "failed", str(exc), time.perf_counter() - t))
+            return None
         except AnalysisError as exc:
             stages.append(
                 SmokeStage(name, "skipped", f"ran, but the smoke budget cannot support it: {exc}", 0.0)
@@ -176,33 +194,53 @@ def smoke(recipe: str | None, overrides: list[str], results: str | None) -> Smok
         probe = stage("probe", lambda: _smoke_probe(cfg, run_probe))
         stage("profile-gen", lambda: _smoke_profile(cfg, run_profile))
         if probe is None:
-            stages.append(SmokeStage("recommend", "skipped", "the probe did not finish", 0.0))
+            stages.append(SmokeStage("recommend", "skipped", "needs the probe's results", 0.0))
         else:
             stage("recommend", lambda: _smoke_recommend(cfg))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     where = results or "a temporary directory (removed)"
-    return SmokeResult(cfg.source, where, tuple(reduced), tuple(stages), time.perf_counter() - t0)
+    return SmokeResult(
+        cfg.source, where, plan.reduced, tuple(stages), time.perf_counter() - t0, plan.unchecked
+    )
+
+
+def _stop_at_failure(kind: str, info: dict[str, Any]) -> None:
+    from batchtune.records import FAILED_STATUSES
+
+    if kind == "end" and info.get("status") in FAILED_STATUSES:
+        raise _FirstRunFailed(info)
 
 
 def _smoke_probe(cfg: Recipe, run_probe: Any) -> tuple[str, Any]:
-    result = run_probe(cfg)
+    from batchtune.errors import RunsFailed
+
+    try:
+        result = run_probe(cfg, None, _stop_at_failure)
+    except _FirstRunFailed as stop:
+        i = stop.info
+        raise RunsFailed(
+            f"run {i.get('run_id')} {i.get('status')}: {i.get('reason') or 'no reason given'} "
+            "(smoke stops at the first failed run; its logs are in its run directory with --results)"
+        ) from None
     eff = result.efficiency
-    failed = [c.label for c in eff.candidates if c.status == "failed"]
-    if failed:
-        reasons = "; ".join(f for c in eff.candidates for f in c.failures)
-        raise InputError(f"runs failed: {', '.join(failed)}: {reasons}")
     metrics = f"metric {eff.metric!r} logged" if all(c.estimate for c in eff.candidates) else "no metric"
-    return f"{result.runs_done} run(s) of {', '.join(c.label for c in eff.candidates)}: {metrics}", result
+    runs = f"{result.runs_done} run(s) of {', '.join(c.label for c in eff.candidates)}"
+    return f"{runs} on the {cfg.backend.training} backend: {metrics}", result
 
 
 def _smoke_profile(cfg: Recipe, run_profile: Any) -> tuple[str, Any]:
     result = run_profile(cfg, ResultsStore(cfg.run.results_dir), None)
     n = sum(len(m.points) for m in result.modes.values())
-    return f"{n} generation point(s) on {cfg.generation.backend}, training step fit", result
+    g = cfg.generation
+    if g.backend == "simulated":
+        what = "computed by the simulated engine (a notional 0.5B model, no engine)"
+    else:
+        what = f"measured on {g.backend} with {cfg.model.name}"
+    return f"{n} generation point(s) {what}; training step time fit", result
 
 
 def _smoke_recommend(cfg: Recipe) -> tuple[str, Any]:
-    rec, _, _ = recommend_for_recipe(cfg, "auto", None, 8, plot=False)
+    rec, _, _ = recommend_for_recipe(cfg, "auto", None, 8)
     return f"ranked {len(rec.ranking.candidates)} candidates (numbers meaningless at smoke size)", rec

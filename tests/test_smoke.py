@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -24,7 +27,7 @@ def test_smoke_cli_leaves_no_results_behind(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = CliRunner().invoke(app, ["smoke", "nqm"])
     assert out.exit_code == 0, out.output
-    assert "reduced for smoke" in out.output and "probe" in out.output
+    assert "checked at smoke size only" in out.output and "probe" in out.output
     assert not any(tmp_path.iterdir())
 
 
@@ -32,3 +35,40 @@ def test_smoke_cli_leaves_no_results_behind(tmp_path, monkeypatch):
 def test_smoke_tiny_grpo(tmp_path):
     res = workflow_ci.smoke("tiny-grpo", [], str(tmp_path / "r"))
     assert res.ok and res.stages[0].status == "ok"
+
+
+def _failing_command_recipe(tmp_path) -> str:
+    cmd = ["python3", "-c", "import sys; sys.exit('SystemExit: boom, no trainer here')", "{max_steps}"]
+    path = tmp_path / "cmd.toml"
+    path.write_text(
+        "[candidates]\nprompts = [2, 4, 8]\ngroup_size = 4\n[target]\nmetric = 'reward'\nvalue = 0.5\n"
+        f"[backend]\ntraining = 'command'\ncommand = {cmd!r}\ncommand_log = 'log.jsonl'\n"
+    )
+    return str(path)
+
+
+def test_smoke_of_a_failing_command_fails_at_the_first_run_with_its_reason(tmp_path):
+    res = workflow_ci.smoke(_failing_command_recipe(tmp_path), [], str(tmp_path / "r"))
+    probe, profile, recommend = res.stages
+    assert not res.ok and probe.status == "failed" and "boom, no trainer here" in probe.detail
+    assert "target metric" not in probe.detail
+    assert len(list((tmp_path / "r" / "runs").iterdir())) == 1  # stopped at the first failure
+    assert profile.status == "skipped" and "[model] is the built-in default" in profile.detail
+    assert recommend.status == "skipped"
+
+
+def test_smoke_says_what_it_could_not_check(tmp_path):
+    over = ["generation.backend=vllm", "generation.random_weights=true", "model.name=some/shape"]
+    res = workflow_ci.smoke("nqm", [*over, "backend.training=torch"], str(tmp_path / "r"))
+    assert res.stages[0].status == "skipped" and "random_weights" in res.stages[0].detail
+    if importlib.util.find_spec("vllm") is None:
+        assert any("simulated engine stood in" in u for u in res.unchecked)
+        assert "simulated engine" in res.stages[1].detail
+        assert not any("some/shape" in r for r in res.reduced)  # never loaded: not claimed
+
+
+@pytest.mark.parametrize("command", ["probe", "tune"])
+def test_smoke_flag_is_the_smoke_command(command, tmp_path):
+    out = CliRunner().invoke(app, [command, "nqm", "--smoke", "-r", str(tmp_path / "r"), "--json"])
+    assert out.exit_code == 0, out.output
+    assert [s["name"] for s in json.loads(out.stdout)["stages"]] == ["probe", "profile-gen", "recommend"]

@@ -29,7 +29,7 @@ from batchtune.analysis.noise import (
     grad_norm_slope,
     grad_norms_at_matched_samples,
 )
-from batchtune.errors import AnalysisError
+from batchtune.errors import AnalysisError, RunsFailed
 from batchtune.records import FAILED_STATUSES, RunRecord, StepRecord
 
 FAMILIES = ("main", "group_sweep", "fixed_lr")
@@ -129,6 +129,20 @@ def _crossing(run: RunData, metric: str, target: float, higher: bool, ema_alpha:
     return crossing
 
 
+def failures_message(failed: Sequence[RunRecord], shown: int = 3) -> str:
+    """'4 run(s) failed (2 diverged, 2 timeout): P8xG8-s0 diverged: ...; ...' with each distinct
+    reason once (the first ``shown`` of them), so the user reads why rather than a count."""
+    counts = Counter(r.status for r in failed)
+    kinds = ", ".join(f"{n} {status}" for status, n in counts.most_common())
+    seen: dict[str, str] = {}
+    for r in failed:
+        why = f": {r.reason}" if r.reason else ""
+        seen.setdefault(r.reason or r.status, f"{r.run_id} {r.status}{why}")
+    reasons = list(seen.values())
+    more = f"; and {len(reasons) - shown} other reason(s) in run.json" if len(reasons) > shown else ""
+    return f"{len(failed)} run(s) failed ({kinds}): " + "; ".join(reasons[:shown]) + more
+
+
 def candidates_from_runs(
     runs: Sequence[RunData],
     *,
@@ -151,11 +165,15 @@ def candidates_from_runs(
     by_label: dict[str, list[RunData]] = defaultdict(list)
     for run in runs:
         by_label[run.record.candidate].append(run)
+    failed = [r.record for r in runs if r.record.status in FAILED_STATUSES]
+    if len(failed) == len(runs):
+        raise RunsFailed(f"every run failed, so nothing can be estimated: {failures_message(failed)}")
     if not any(metric in s.metrics for r in runs for s in r.steps):
         found = sorted({k for r in runs for s in r.steps for k in s.metrics})
+        also = f"; besides, {failures_message(failed)}" if failed else ""
         raise AnalysisError(
             f"no run logged the target metric {metric!r}; the runs have: {', '.join(found) or 'none'} "
-            "(set target.metric, e.g. --set target.metric=NAME)"
+            f"(set target.metric, e.g. --set target.metric=NAME){also}"
         )
     main_g = Counter(r.record.group_size for r in runs).most_common(1)[0][0]
     out = []

@@ -91,13 +91,23 @@ def fill(template: str, values: dict[str, Any], where: str) -> str:
     return template.format(**values)
 
 
+# "ValueError: ...", "torch.OutOfMemoryError: ...": a Python exception's last line
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
 def _stderr_tail(path: Path, lines: int = 3) -> str:
+    """Why the command failed: its last exception line when it printed one (a launcher such as
+    accelerate or torchrun re-raises the trainer's error as a CalledProcessError carrying the whole
+    argv, so the trainer's own line is the one that says why), else its last ``lines`` lines."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
-    return " | ".join(tail)[-600:]
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    own = [ln for ln in kept if _EXCEPTION_LINE.match(ln) and "CalledProcessError" not in ln]
+    if own:
+        return own[-1][:600]
+    return " | ".join(kept[-lines:])[-600:]
 
 
 def _stat(path: Path) -> tuple[int, int] | None:

@@ -21,7 +21,15 @@ from batchtune.cli.app import (
     console,
     handle_errors,
 )
+from batchtune.errors import InputError
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
+
+SmokeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--smoke", help="Run `batchtune smoke` instead: the whole pipeline at its smallest sizes, seconds."
+    ),
+]
 
 
 @app.command()
@@ -35,6 +43,7 @@ def probe(
         bool,
         typer.Option("--dry-run", help="Print the plan and its predicted cost (as `plan`); run nothing."),
     ] = False,
+    smoke_: SmokeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Short LR-scaled training runs at each candidate batch; find the critical training batch.
@@ -43,6 +52,10 @@ def probe(
     sample budget, or as soon as it is clearly slower than the reference. Interrupted? Rerun the same
     command: finished runs are kept and not redone.
     """
+    if smoke_:
+        if dry_run:
+            raise InputError("--smoke and --dry-run: choose one")
+        _smoke(recipe, set_, results, json_out)
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
     if dry_run:
@@ -187,12 +200,15 @@ def tune(
     gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
     out: OutOpt = None,
     workers: Annotated[int | None, typer.Option(help="Parallel local processes (run.workers).")] = None,
+    smoke_: SmokeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Probe, profile and recommend in a row (the whole measurement on one recipe).
 
     With no recipe it runs the built-in default: a tiny Llama on a built-in task, on CPU, in minutes.
     """
+    if smoke_:
+        _smoke(recipe, set_, results, json_out)
     _check_out(emit, out)
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
@@ -231,17 +247,31 @@ def smoke(
     task, reward, trainer command and log reader work before a real probe is paid for; prints what it
     checked and what it skipped. Exit 1 if a stage failed.
     """
+    _smoke(recipe, set_, results, json_out)
+
+
+def _smoke(recipe: str | None, set_: list[str] | None, results: str | None, json_out: bool) -> None:
+    """The smoke command's body (also `probe --smoke`, `tune --smoke`); always exits."""
+    from rich.markup import escape
+
     from batchtune import workflow_ci
 
     result = workflow_ci.smoke(recipe, list(set_ or []), results)
     if json_out:
         _print_json(result)
-    else:
-        console.print(f"smoke: {result.recipe} in {result.wall_s:.1f} s, results in {result.results_dir}")
-        style = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
-        for st in result.stages:
-            console.print(f"  [{style[st.status]}]{st.status:7}[/] {st.name:12} {st.detail}", highlight=False)
-        console.print("reduced for smoke (not checked at full size):", highlight=False)
-        for line in result.reduced:
-            console.print(f"  - {line}", highlight=False)
+        raise typer.Exit(0 if result.ok else 1)
+    console.print(f"smoke: {result.recipe} in {result.wall_s:.1f} s, results in {result.results_dir}")
+    style = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
+    for st in result.stages:
+        line = f"  [{style[st.status]}]{st.status:7}[/] {st.name:12} {escape(st.detail)}"
+        console.print(line, highlight=False)
+    sections = (
+        ("not checked here:", result.unchecked),
+        ("checked at smoke size only:", result.reduced),
+    )
+    for title, lines in sections:
+        if lines:
+            console.print(title, highlight=False)
+            for text in lines:
+                console.print(f"  - {escape(text)}", highlight=False)
     raise typer.Exit(0 if result.ok else 1)

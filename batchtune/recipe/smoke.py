@@ -1,10 +1,18 @@
 """Smoke mode: the user's recipe at its smallest sizes, to prove in seconds that the recipe, task,
 reward, trainer command and log reader work end to end before a real probe is paid for.
 
-`smoke_recipe` shrinks every size (never the code path): one seed, the two smallest batches, two
-optimiser steps of the larger, the tiniest model shape the recipe allows, two concurrencies, one
-repeat, one generation mode; a generation engine that is not installed is replaced by the simulated
-one. It returns the shrunk recipe and one line per thing it reduced or skipped.
+`smoke_recipe` shrinks every size (never the code path): one seed and no extra ones, the two
+smallest batches, two optimiser steps of the larger, the tiniest model shape the recipe allows, two
+concurrencies, one repeat, one generation mode. A command-backend recipe runs the user's own
+command, with those fewest steps. It also says, truthfully, what this smoke cannot check here:
+
+- a generation engine that is not installed is replaced by the simulated one (computed, not
+  measured: no model loaded, nothing decoded);
+- a recipe with ``generation.random_weights`` has no trained weights to train (a profile recipe):
+  its probe is skipped;
+- a command-backend recipe whose ``[model]`` is still the built-in default names its real model in
+  the command, which batchtune never loads: profiling the toy would check nothing of the user's, so
+  profile-gen is skipped.
 """
 
 from __future__ import annotations
@@ -13,36 +21,59 @@ import dataclasses
 import importlib.util
 
 from batchtune.errors import RecipeError
-from batchtune.recipe.schema import Recipe
+from batchtune.recipe.schema import ModelConfig, Recipe
 
 TINY_MODEL = {"hidden_size": 16, "intermediate_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2}
 SMOKE_STEPS = 2  # optimiser steps of the larger batch
 
 
-def smoke_recipe(cfg: Recipe, results_dir: str) -> tuple[Recipe, list[str]]:
+@dataclasses.dataclass(frozen=True)
+class SmokePlan:
+    """The shrunk recipe, and what smoke says about it: ``reduced`` (checked at smoke size only),
+    ``unchecked`` (not checked here at all), ``skip`` (stage -> why that stage does not run)."""
+
+    recipe: Recipe
+    reduced: tuple[str, ...]
+    unchecked: tuple[str, ...]
+    skip: dict[str, str]
+
+
+def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
     """The smallest run of ``cfg`` that still exercises every stage; see the module docstring."""
     r = dataclasses.replace
-    c = cfg.candidates
+    c, b = cfg.candidates, cfg.budget
     prompts = sorted(set(c.prompts))[:2]
     if len(prompts) < 2:
         raise RecipeError(f"{cfg.source}: smoke mode needs two candidate batches, the recipe has {prompts}")
     n_max = prompts[-1] * c.group_size
-    skipped = [
+    reduced = [
         f"batches: {len(c.prompts)} -> 2 ({prompts[0] * c.group_size} and {n_max} responses)",
-        f"seeds: {len(cfg.budget.seeds)} -> 1 (seed {cfg.budget.seeds[0]})",
-        f"samples per run: {cfg.budget.max_samples} -> {SMOKE_STEPS * n_max} "
+        f"seeds: {len(b.seeds)} -> 1 (seed {b.seeds[0]}), no extra seeds for undecided batches",
+        f"samples per run: {b.max_samples} -> {SMOKE_STEPS * n_max} "
         f"({SMOKE_STEPS} steps of the larger batch)",
     ]
+    unchecked: list[str] = []
+    skip: dict[str, str] = {}
     if c.group_sweep_total or c.fixed_lr_prompts:
-        skipped.append("group-size sweep and fixed-LR controls: skipped")
-    model, task = cfg.model, cfg.task
-    if cfg.backend.training == "nqm":
+        reduced.append("group-size sweep and fixed-LR controls: skipped")
+    model, task, training = cfg.model, cfg.task, cfg.backend.training
+    named_model = False
+    if training == "nqm":
         pass  # a simulation: no model
+    elif training == "command":
+        reduced.append(
+            f"trainer command: run as written, for {SMOKE_STEPS} steps of the larger batch ({{max_steps}})"
+        )
+        if model == ModelConfig():
+            skip["profile-gen"] = (
+                "[model] is the built-in default while the trainer's model is named in its command, "
+                "which batchtune never loads: set [model] name to profile your model"
+            )
     elif model.name == "tiny-llama":
         model = r(model, **TINY_MODEL, pretrain_steps=min(model.pretrain_steps, 2))
-        skipped.append("model: tiny-llama shrunk to hidden 16, 1 layer; warm start 2 steps")
+        reduced.append("model: tiny-llama shrunk to hidden 16, 1 layer; warm start 2 steps")
     else:
-        skipped.append(f"model: {model.name} kept (a named model has one shape)")
+        named_model = True
     task = r(
         task, train_size=min(task.train_size, 256), eval_size=min(task.eval_size, 8), eval_every_samples=0
     )
@@ -50,7 +81,17 @@ def smoke_recipe(cfg: Recipe, results_dir: str) -> tuple[Recipe, list[str]]:
     backend = g.backend
     if backend == "vllm" and importlib.util.find_spec("vllm") is None:
         backend = "simulated"
-        skipped.append("generation: vLLM not installed, simulated engine used (no real decode timed)")
+        unchecked.append(
+            "generation: vLLM is not installed, so the simulated engine stood in (computed, not "
+            "measured: no model loaded, nothing decoded)"
+        )
+    if g.random_weights and training not in ("nqm", "command"):
+        skip["probe"] = (
+            "generation.random_weights: the model has no trained weights to train (a profile recipe; "
+            "run `batchtune profile-gen`)"
+        )
+    if named_model and ("probe" not in skip or backend != "simulated"):
+        reduced.append(f"model: {model.name} at its full size (a named model has one shape)")
     gen = r(
         g,
         backend=backend,
@@ -61,7 +102,8 @@ def smoke_recipe(cfg: Recipe, results_dir: str) -> tuple[Recipe, list[str]]:
         warmup=0,
         max_new_tokens=min(g.max_new_tokens, 8),
     )
-    skipped.append(f"profile: concurrency {gen.concurrency}, mode {gen.modes[0]}, one repeat, no warmup")
+    if "profile-gen" not in skip:
+        reduced.append(f"profile: concurrency {gen.concurrency}, mode {gen.modes[0]}, one repeat, no warmup")
     out = r(
         cfg,
         run=r(cfg.run, results_dir=results_dir, workers=1),
@@ -69,8 +111,12 @@ def smoke_recipe(cfg: Recipe, results_dir: str) -> tuple[Recipe, list[str]]:
         task=task,
         candidates=r(c, prompts=prompts, group_sweep_total=0, group_sweep_sizes=[], fixed_lr_prompts=[]),
         budget=r(
-            cfg.budget, seeds=cfg.budget.seeds[:1], max_samples=SMOKE_STEPS * n_max, stop_outside_band=False
+            b,
+            seeds=b.seeds[:1],
+            max_samples=SMOKE_STEPS * n_max,
+            stop_outside_band=False,
+            max_extra_seeds=0,
         ),
         generation=gen,
     )
-    return out, skipped
+    return SmokePlan(out, tuple(reduced), tuple(unchecked), skip)

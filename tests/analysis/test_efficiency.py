@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from batchtune.analysis.efficiency import RunData, analyse_runs
-from batchtune.errors import AnalysisError
+from batchtune.errors import AnalysisError, RunsFailed
 from batchtune.records import RunRecord, StepRecord
 
 TRUE_R = {2: 1000.0, 4: 1020.0, 16: 3000.0}  # prompts -> responses to reach 0.5 (G = 8)
@@ -52,6 +54,21 @@ def test_critic_slope_is_judged_on_its_own():
     eff = analyse_runs(_runs(critic=True), metric="reward", target=0.5)
     assert eff.critic_grad_slope is not None
     assert abs(eff.critic_grad_slope.slope) < 0.15 and not eff.critic_grad_slope.noise_dominated
+
+
+def test_every_run_failed_says_so_with_the_runs_reasons():
+    rng = np.random.default_rng(0)
+    runs = [_run(p, 0, rng, status="diverged") for p in TRUE_R]
+    runs = [
+        dataclasses.replace(r, record=dataclasses.replace(r.record, reason="loss nan at step 3"))
+        for r in runs
+    ]
+    runs.append(_run(2, 1, rng, status="timeout"))
+    with pytest.raises(
+        RunsFailed, match=r"every run failed.*4 run\(s\) failed \(3 diverged, 1 timeout\)"
+    ) as err:
+        analyse_runs(runs, metric="reward", target=0.5)
+    assert "loss nan at step 3" in str(err.value) and "target metric" not in str(err.value)
 
 
 def test_unknown_metric_names_the_ones_logged():
