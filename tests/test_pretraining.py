@@ -1,4 +1,5 @@
-"""`batchtune pretrain` on curves generated from known McCandlish parameters."""
+"""`batchtune pretrain` on loss logs generated from a known law (analysis/pretrain_synth.SynthLaw):
+B_opt and B_min recovered per target through the grid estimators, seeds paired, schedule emitted."""
 
 from __future__ import annotations
 
@@ -8,54 +9,62 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from batchtune.analysis.pretrain_synth import SynthLaw, synth_curves
 from batchtune.cli import app
 
-BATCHES = [2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6]
+LAW = SynthLaw()
+BATCHES = 256.0 * np.sqrt(2.0) ** np.arange(13)  # 256 .. 16384 tokens
+TARGETS = (2.9, 2.65)
 
 
-def s_min(loss):
-    return 100.0 * np.exp(2.0 * (4.0 - loss))
-
-
-def b_crit(loss):
-    return 1e5 * np.exp(1.5 * (4.0 - loss))
-
-
-def _write(path, rng):
-    """Loss curves whose steps to reach every loss L are S_min(L) (1 + B_crit(L) / B)."""
-    levels = np.linspace(4.0, 2.6, 80)
-    rows = ["run,batch_tokens,step,loss"]
-    for b in BATCHES:
-        steps_at = s_min(levels) * (1 + b_crit(levels) / b)
-        for step in np.unique(np.geomspace(1, steps_at[-1], 150).round()):
-            loss = np.interp(step, steps_at, levels) * (1 + rng.normal(0, 0.0005))
-            rows.append(f"B{int(b)},{b},{step},{loss}")
+def _write(path, seeds=(0, 1, 2), seed_column=True, noise=0.0):
+    rows = ["run,batch_tokens,step,loss" + (",seed" if seed_column else "")]
+    for b, seed, tokens, loss in synth_curves(LAW, BATCHES, seeds, max_tokens=2e8, noise_rel=noise):
+        for t, v in zip(tokens, loss, strict=True):
+            rows.append(f"B{b:.0f}-s{seed},{b},{t / b:.0f},{v:.6f}" + (f",{seed}" if seed_column else ""))
     path.write_text("\n".join(rows) + "\n")
 
 
-def test_recovers_critical_batch_per_target_loss(tmp_path):
+def test_recovers_b_opt_and_b_min_per_target(tmp_path):
     log = tmp_path / "runs.csv"
-    _write(log, np.random.default_rng(0))
-    out = CliRunner().invoke(app, ["pretrain", str(log), "--targets", "3.5,3.0", "--json"])
+    _write(log)
+    targets = ",".join(map(str, TARGETS))
+    out = CliRunner().invoke(app, ["pretrain", str(log), "--targets", targets, "--json"])
     assert out.exit_code == 0, out.output
-    data = json.loads(out.stdout)
-    for fit in data["fits"]:
-        loss = fit["target_loss"]
-        assert fit["hyperbola"]["b_crit_tokens"] == pytest.approx(b_crit(loss), rel=0.15)
-        assert fit["hyperbola"]["s_min_steps"] == pytest.approx(s_min(loss), rel=0.15)
-    # the critical batch rises as the target loss falls, and the schedule says so with its LRs
-    sched = data["schedule"]
-    assert [st["batch_tokens"] for st in sched] == sorted(st["batch_tokens"] for st in sched)
+    data = json.loads(out.stdout)["analysis"]
+    est = {e["target_loss"]: e for e in data["grid"]["estimates"]}
+    for loss in TARGETS:
+        e = est[loss]
+        assert e["b_opt_tokens"] == pytest.approx(LAW.b_opt(loss), rel=0.10)
+        lo, hi = e["b_min_bracket"]
+        assert (lo or 0.0) <= LAW.b_min(loss) <= hi
+        assert e["n_seeds"] == 3
+    # B_opt rises as the target falls, and the schedule follows it with a rising LR
+    assert est[2.65]["b_opt_tokens"] > est[2.9]["b_opt_tokens"]
+    sched = data["grid"]["schedule"]
+    assert len(sched) == 2 and sched[1]["batch_tokens"] > sched[0]["batch_tokens"]
     assert sched[1]["lr"] > sched[0]["lr"]
 
 
-def test_table_output_and_bad_input(tmp_path):
+def test_seeds_paired_by_name_without_a_seed_column_and_tables(tmp_path):
     log = tmp_path / "runs.csv"
-    _write(log, np.random.default_rng(1))
-    out = CliRunner().invoke(app, ["pretrain", str(log)])
+    _write(log, seeds=(0, 1), seed_column=False, noise=0.005)
+    out = CliRunner().invoke(app, ["pretrain", str(log), "--targets", "2.9"], env={"COLUMNS": "160"})
     assert out.exit_code == 0, out.output
-    assert "B_crit" in out.output and "schedule" in out.output
+    assert "B_opt and B_min per target loss" in out.output and "Token-keyed schedule" in out.output
     bad = tmp_path / "bad.csv"
     bad.write_text("run,batch_tokens,step,loss\na,1e5,1,x\n")
     out = CliRunner().invoke(app, ["pretrain", str(bad)])
     assert out.exit_code == 2 and "bad.csv:2" in out.output
+
+
+def test_emit_flags_from_the_command(tmp_path):
+    log = tmp_path / "runs.csv"
+    _write(log, seeds=(0,))
+    base = ["pretrain", str(log), "--targets", "2.9,2.65", "--seq-len", "128", "--gpus", "2"]
+    out = CliRunner().invoke(app, [*base, "--emit", "megatron"])
+    assert out.exit_code == 2 and "--total-tokens" in out.output
+    out = CliRunner().invoke(app, [*base, "--emit", "megatron", "--total-tokens", "1000000000"])
+    assert out.exit_code == 0, out.output
+    assert "--step-batch-size-schedule" in out.output and "--seq-length 128" in out.output
+    assert "--override-opt_param-scheduler" in out.output

@@ -1,11 +1,11 @@
-"""`batchtune pretrain`: from pre-training loss curves at several batch sizes to the critical batch
-at each target loss, B_opt and B_min where the WSD fit applies, and a token-keyed batch schedule
-(docs/method.md §6).
+"""`batchtune pretrain`: from pre-training loss curves a user already has (one run per batch size
+and seed) to B_opt and B_min at each target loss, with brackets, checked fits and paired-seed
+intervals (analysis/pretrain_batch.estimate_batches, through analysis/pretrain_grid.analyse_grid),
+and a token-keyed batch schedule (docs/method.md §6, docs/pretraining.md).
 
 Input: per-step logs (CSV or JSON lines), one row per logged step, with a run name, the batch in
-tokens, the step and the loss. For every target loss each run gives one point (S_i, E_i = B_i S_i):
-the steps and tokens it needed to first reach that loss (smoothed, monotone envelope; runs that
-never reach it are left out and reported).
+tokens, the step and the loss; an optional ``seed`` column pairs runs across batches (without it
+the runs at each batch are paired in name order). Each run's tokens are ``step * batch_tokens``.
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from batchtune.analysis.curves import samples_to_target
-from batchtune.analysis.pretrain import StepsDataFit, WSDFit, fit_steps_data, fit_wsd_data_curve
-from batchtune.analysis.pretrain_schedule import ScheduleStage, kaplan_critical_batch, schedule_from_bopt
-from batchtune.errors import AnalysisError, InputError
+from batchtune.analysis.pretrain_grid import GridAnalysis, GridCurve, analyse_grid
+from batchtune.errors import InputError
 
 COLUMNS = ("run", "batch_tokens", "step", "loss")
+OPTIONAL_COLUMNS = ("seed",)  # pairs runs across batches; absent: runs paired in name order
 
 
 @dataclass(frozen=True)
@@ -35,31 +34,16 @@ class PretrainRun:
     batch_tokens: float
     steps: np.ndarray
     loss: np.ndarray
-
-
-@dataclass(frozen=True)
-class TargetFit:
-    target_loss: float
-    points: tuple[tuple[str, float, float, float], ...]  # (run, batch_tokens, steps, tokens)
-    never_reached: tuple[str, ...]
-    hyperbola: StepsDataFit | None  # McCandlish: S_min, E_min, B_crit
-    wsd: WSDFit | None  # Zhou et al. 2026: B_opt, B_min
-    kaplan_b_crit_tokens: float  # the published prior at this loss, for comparison only
-    notes: tuple[str, ...]
-
-    @property
-    def batch_tokens(self) -> float | None:
-        """The batch this target calls for: B_opt from the WSD fit, else the critical batch."""
-        if self.wsd is not None:
-            return self.wsd.b_opt_tokens
-        return self.hyperbola.b_crit_tokens if self.hyperbola is not None else None
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
 class PretrainAnalysis:
-    fits: tuple[TargetFit, ...]
-    schedule: tuple[ScheduleStage, ...]
-    schedule_note: str
+    """The grid analysis of the logs, and how their runs were paired into seeds."""
+
+    grid: GridAnalysis
+    runs: tuple[tuple[str, float, int], ...]  # (run, batch_tokens, seed index) of every run used
+    notes: tuple[str, ...]
 
 
 def _text(path: Path) -> str:
@@ -71,8 +55,9 @@ def _text(path: Path) -> str:
 
 def read_runs(paths: Sequence[Path], columns: dict[str, str]) -> list[PretrainRun]:
     """Read per-step rows from CSV or JSON-lines files; every problem names file, line and column."""
-    names = {c: columns.get(c, c) for c in COLUMNS}
+    names = {c: columns.get(c, c) for c in (*COLUMNS, *OPTIONAL_COLUMNS)}
     rows: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    seeds: dict[str, int] = {}
     for path in paths:
         p = Path(path)
         if not p.is_file():
@@ -104,15 +89,56 @@ def read_runs(paths: Sequence[Path], columns: dict[str, str]) -> list[PretrainRu
                     raise InputError(f"{p}:{i}: column {col!r}: {row[col]!r} is out of range")
             run = str(row.get(names["run"], p.stem))
             rows[run].append((values[0], values[1], values[2]))
+            if row.get(names["seed"]) not in (None, ""):
+                try:
+                    seeds[run] = int(float(row[names["seed"]]))
+                except (TypeError, ValueError):
+                    raise InputError(
+                        f"{p}:{i}: column {names['seed']!r}: {row[names['seed']]!r} is not a seed"
+                    ) from None
     runs = []
     for name, vals in rows.items():
         arr = np.asarray(sorted(vals, key=lambda v: v[1]))
         if len(set(arr[:, 0])) != 1:
             raise InputError(f"run {name!r} changes its batch_tokens; give each batch its own run name")
-        runs.append(PretrainRun(name, float(arr[0, 0]), arr[:, 1], arr[:, 2]))
+        tokens_ok = arr[:, 1] > 0  # step 0 (before training) carries no tokens
+        runs.append(
+            PretrainRun(name, float(arr[0, 0]), arr[tokens_ok, 1], arr[tokens_ok, 2], seeds.get(name))
+        )
     if len({r.batch_tokens for r in runs}) < 3:
         raise InputError("need runs at 3 or more batch sizes to fit the steps-data trade-off")
     return runs
+
+
+def pair_seeds(runs: Sequence[PretrainRun]) -> tuple[list[tuple[PretrainRun, int]], list[str]]:
+    """(run, seed index) pairs: by the ``seed`` column where every run has one, else in name order
+    within each batch. Batches with more runs than the fewest are cut to it (a paired bootstrap
+    resamples whole seeds), with a note."""
+    by_batch: dict[float, list[PretrainRun]] = defaultdict(list)
+    for r in runs:
+        by_batch[r.batch_tokens].append(r)
+    keyed = all(r.seed is not None for r in runs)
+    notes, out = [], []
+    if keyed:
+        common = set.intersection(*({r.seed for r in rs} for rs in by_batch.values()))
+        dropped = [r.name for r in runs if r.seed not in common]
+        order = sorted(common)
+        out = [(r, order.index(r.seed)) for r in runs if r.seed in common]
+    else:
+        n = min(len(rs) for rs in by_batch.values())
+        dropped = []
+        for rs in by_batch.values():
+            rs = sorted(rs, key=lambda r: r.name)
+            out += [(r, i) for i, r in enumerate(rs[:n])]
+            dropped += [r.name for r in rs[n:]]
+    if not out:
+        raise InputError("no seed is shared by every batch: give each batch's runs the same seeds")
+    if dropped:
+        notes.append(
+            f"left out {', '.join(sorted(dropped))}: seeds are paired across batches and not every "
+            "batch has these"
+        )
+    return out, notes
 
 
 def analyse(
@@ -121,59 +147,16 @@ def analyse(
     *,
     base_lr: float,
     rule: str = "sqrt",
-    ema_alpha: float = 0.5,
+    confidence: float = 0.9,
 ) -> PretrainAnalysis:
-    if not targets:
-        losses = np.concatenate([r.loss for r in runs])
-        lo, hi = np.nanpercentile(losses, [20, 60])
-        targets = list(np.linspace(hi, lo, 3))
-    fits = []
-    for target in sorted(targets, reverse=True):  # from the easiest to the hardest loss
-        points, never, notes = [], [], []
-        for run in runs:
-            c = samples_to_target(run.steps, run.loss, target, higher_is_better=False, ema_alpha=ema_alpha)
-            if c.censored:
-                never.append(run.name)
-            else:
-                s = float(c.samples_to_target)
-                points.append((run.name, run.batch_tokens, s, s * run.batch_tokens))
-        hyper = wsd = None
-        if len({p[1] for p in points}) >= 3:
-            s_arr = np.array([p[2] for p in points])
-            e_arr = np.array([p[3] for p in points])
-            try:
-                hyper = fit_steps_data(s_arr, e_arr)
-            except AnalysisError as exc:
-                notes.append(f"hyperbola: {exc}")
-            try:
-                wsd = fit_wsd_data_curve(s_arr, e_arr)
-            except AnalysisError as exc:
-                notes.append(f"WSD E(S): {exc}")
-        else:
-            notes.append(f"only {len(points)} batch size(s) reached loss {target:g}: no fit")
-        fits.append(
-            TargetFit(
-                target_loss=float(target),
-                points=tuple(points),
-                never_reached=tuple(never),
-                hyperbola=hyper,
-                wsd=wsd,
-                kaplan_b_crit_tokens=float(kaplan_critical_batch(target)),
-                notes=tuple(notes),
-            )
-        )
-    usable = [f for f in fits if f.batch_tokens is not None and math.isfinite(f.batch_tokens)]
-    schedule: tuple[ScheduleStage, ...] = ()
-    note = "no target gave a batch: nothing to schedule"
-    if usable:
-        # stage k starts once the data that reaching the previous target took at its batch is spent
-        starts = [0.0]
-        for f in usable[:-1]:
-            e_min = f.wsd.e_min_tokens if f.wsd is not None else f.hyperbola.e_min_tokens
-            starts.append(max(starts[-1] + 1.0, float(e_min)))
-        schedule = schedule_from_bopt(starts, [f.batch_tokens for f in usable], base_lr, rule)
-        note = (
-            "each stage starts once the tokens needed for the previous target loss are spent; "
-            f"LR scaled by the {rule} rule from base_lr at the first stage's batch"
-        )
-    return PretrainAnalysis(tuple(fits), schedule, note)
+    """B_opt and B_min per target (the grid estimators, docs/pretraining.md §5) and the schedule.
+
+    Without targets, four levels between what most runs and what only the best runs reached."""
+    paired, notes = pair_seeds(runs)
+    curves = [
+        GridCurve(r.batch_tokens, seed, tuple(r.steps * r.batch_tokens), tuple(r.loss.astype(float)))
+        for r, seed in paired
+    ]
+    grid = analyse_grid(curves, list(targets), base_lr=base_lr, rule=rule, confidence=confidence)
+    used = tuple(sorted((r.name, r.batch_tokens, seed) for r, seed in paired))
+    return PretrainAnalysis(grid, used, tuple(notes))

@@ -219,27 +219,53 @@ def import_logs_cmd(
 def pretrain(
     paths: Annotated[list[Path], typer.Argument(help="Per-step loss logs (CSV or JSONL).")],
     targets: Annotated[
-        str, typer.Option(help="Target losses, comma-separated (default: three levels the runs reach).")
+        str, typer.Option(help="Target losses, comma-separated (default: four levels the runs reach).")
     ] = "",
     base_lr: Annotated[float, typer.Option(help="LR tuned at the schedule's first batch.")] = 3e-4,
     rule: Annotated[str, typer.Option(help="LR rule across stages: sqrt | linear | none.")] = "sqrt",
     map_: Annotated[
         list[str] | None,
-        typer.Option("--map", help="NAME=COLUMN for run, batch_tokens, step, loss (repeatable)."),
+        typer.Option("--map", help="NAME=COLUMN for run, batch_tokens, step, loss, seed (repeatable)."),
     ] = None,
+    emit: Annotated[
+        str | None, typer.Option(help="Write the schedule for a trainer: megatron | nanogpt | hf.")
+    ] = None,
+    seq_len: Annotated[int, typer.Option(help="--emit: tokens per sequence.")] = 2048,
+    total_tokens: Annotated[int, typer.Option(help="--emit: tokens at which the last stage ends.")] = 0,
+    gpus: Annotated[int, typer.Option(help="--emit: data-parallel size (world size).")] = 1,
+    micro_batch: Annotated[int, typer.Option(help="--emit: sequences per GPU per micro-batch.")] = 1,
     json_out: JsonOpt = False,
 ) -> None:
-    """Pre-training: critical batch per target loss, B_opt/B_min (WSD), and a token-keyed schedule.
+    """Pre-training: B_opt and B_min per target loss from your runs, and a token-keyed schedule.
 
-    Each run (one batch size, in tokens) gives the steps and tokens it took to first reach each target
-    loss; the McCandlish hyperbola gives S_min, E_min and B_crit, the three-stage WSD fit of E(S) gives
-    B_opt and B_min. See docs/pretraining.md.
+    One run per batch size (in tokens) and seed; per target loss, the batch with the fewest tokens
+    to it (B_opt, with its grid bracket, a checked fit and a paired-seed interval) and the bracket
+    of B_min (the smallest batch that reaches it). See docs/pretraining.md.
     """
     from batchtune import workflow
-    from batchtune.report.terminal import render_pretrain
+    from batchtune.report.pretrain_grid import render_grid
 
     result = workflow.pretrain(paths, targets, base_lr, rule, list(map_ or []))
+    emitted = None
+    if emit is not None:
+        from batchtune.errors import InputError
+        from batchtune.integrations.emit_pretrain import emit_pretrain
+
+        if total_tokens <= 0:
+            raise InputError("--emit needs --total-tokens: the tokens at which the last stage ends")
+        emitted = emit_pretrain(
+            emit,
+            result.grid.schedule,
+            seq_len=seq_len,
+            total_tokens=total_tokens,
+            gpus=gpus,
+            micro_batch_seqs=micro_batch,
+        )
     if json_out:
-        _print_json(result)
+        _print_json({"analysis": result, "emitted": emitted})
         return
-    render_pretrain(console, result)
+    render_grid(console, result.grid)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    if emitted is not None:
+        sys.stdout.write(emitted)

@@ -21,7 +21,17 @@ def _ci(ci: tuple | None) -> str:
 
 
 def render_pretrain_grid(console: Console, result: Any) -> None:
-    a = result.analysis
+    """The probe's tables (:func:`render_grid`) and where its runs and plot are."""
+    render_grid(console, result.analysis)
+    console.print(
+        f"{result.runs_done} run(s) done in {result.wall_s:.0f} s; results in {result.results_dir}"
+        + (f"; plot {result.plot_path}" if result.plot_path else "")
+    )
+
+
+def render_grid(console: Console, a: Any) -> None:
+    """Tokens to target per batch and target, B_opt and B_min with brackets and intervals, notes,
+    and the schedule, from an ``analysis.pretrain_grid.GridAnalysis``."""
     if not a.estimates:
         console.print("no target losses to analyse")
         return
@@ -83,10 +93,6 @@ def render_pretrain_grid(console: Console, result: Any) -> None:
             )
     for note in a.schedule_notes:
         console.print(f"  schedule: {note}")
-    console.print(
-        f"{result.runs_done} run(s) done in {result.wall_s:.0f} s; results in {result.results_dir}"
-        + (f"; plot {result.plot_path}" if result.plot_path else "")
-    )
 
 
 def plot_bopt_bmin(analysis: Any, path: Path) -> Path:

@@ -1,0 +1,199 @@
+"""A token-keyed pre-training batch schedule (analysis/pretrain_schedule.ScheduleStage) in the units of
+the trainer that runs it: Megatron-LM flags, nanoGPT config files, HF ``TrainingArguments``.
+
+Batches become whole sequences, rounded to a positive multiple of ``micro_batch_seqs x gpus``
+(the data-parallel size), with a note when that changes a stage's batch. Every flag below was read
+in the project's own source (cited where it is used):
+
+- Megatron-LM (NVIDIA/Megatron-LM): from core_v0.18.0 (commit 532ad926b4, PR #4411)
+  ``--step-batch-size-schedule "THRESHOLD:BS ..."`` (megatron/core/num_microbatches_calculator.py,
+  ``StepBatchsizeNumMicroBatchesCalculator``): thresholds in tokens when ``--seq-length`` is set (the
+  training passes it), batch sizes in samples (sequences), first threshold 0; it may not be given
+  with ``--global-batch-size``, and ``--rampup-batch-size`` is deprecated and ignored. Up to
+  core_v0.17.1 (266f1c97) only ``--rampup-batch-size <start> <increment> <ramp-samples>`` with
+  ``--global-batch-size``: a linear staircase of equal-sample increments
+  (``RampupBatchsizeNumMicroBatchesCalculator``), sample-based training only (``--train-samples``;
+  megatron/training/arguments.py: "expected no batch-size rampup for iteration-based training").
+  Neither rescales ``--lr`` when the batch steps (docs/method.md §6): a stage's own LR needs a
+  relaunch from its checkpoint with ``--lr`` and ``--override-opt_param-scheduler``
+  (megatron/training/config/training_config.py at d98e8a64).
+- nanoGPT (karpathy/nanoGPT train.py at 3adf61e1): tokens per iteration =
+  ``gradient_accumulation_steps * batch_size * block_size``, where ``gradient_accumulation_steps``
+  is the total over GPUs (train.py divides it by the world size and asserts it divides);
+  ``init_from = 'resume'`` restores ``iter_num``, so ``max_iters`` is cumulative; ``decay_lr = False``
+  holds ``learning_rate`` (and skips warmup).
+- HF transformers ``TrainingArguments`` (5.24): sequences per step =
+  ``per_device_train_batch_size x gradient_accumulation_steps x world size``; resuming restores the
+  LR scheduler from ``scheduler.pt`` (``Trainer._load_optimizer_and_scheduler``), which would keep
+  the previous stage's LR, and skips ``global_step x batch`` of data (``ignore_data_skip=True``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from batchtune.analysis.pretrain_schedule import ScheduleStage
+from batchtune.errors import InputError
+
+PRETRAIN_TRAINERS = ("megatron", "nanogpt", "hf")
+
+
+@dataclass(frozen=True)
+class StageUnits:
+    """One stage in sequences: ``batch_seqs`` per optimiser step from ``start_tokens`` to
+    ``end_tokens``, ``steps`` optimiser steps (rounded up), ``lr``; ``batch_tokens_asked`` is the
+    schedule's batch before rounding to whole micro-batches."""
+
+    start_tokens: int
+    end_tokens: int
+    batch_seqs: int
+    batch_tokens_asked: float
+    steps: int
+    lr: float
+    weight_decay: float | None
+
+
+def stage_units(
+    stages: Sequence[ScheduleStage], seq_len: int, total_tokens: int, unit_seqs: int
+) -> list[StageUnits]:
+    """Stages in whole sequences, each a positive multiple of ``unit_seqs`` (micro batch x GPUs)."""
+    if not stages:
+        raise InputError("no schedule to emit: no target loss gave a batch")
+    if total_tokens <= stages[-1].start_tokens:
+        raise InputError(
+            f"--total-tokens {total_tokens:,} must lie beyond the last stage's start "
+            f"({stages[-1].start_tokens:,.0f} tokens): it is where the last stage ends"
+        )
+    out = []
+    for i, st in enumerate(stages):
+        end = stages[i + 1].start_tokens if i + 1 < len(stages) else total_tokens
+        seqs = max(unit_seqs, round(st.batch_tokens / seq_len / unit_seqs) * unit_seqs)
+        steps = max(1, math.ceil((end - st.start_tokens) / (seqs * seq_len)))
+        out.append(
+            StageUnits(
+                round(st.start_tokens), round(end), seqs, st.batch_tokens, steps, st.lr, st.weight_decay
+            )
+        )
+    return out
+
+
+def _header(units: list[StageUnits], seq_len: int, unit_seqs: int) -> list[str]:
+    lines = ["# stage | from tokens | to tokens | batch (sequences x seq_len) | lr | steps"]
+    for i, u in enumerate(units, 1):
+        lines.append(
+            f"# {i} | {u.start_tokens:,} | {u.end_tokens:,} | {u.batch_seqs} x {seq_len} "
+            f"| {u.lr:.3g} | {u.steps:,}"
+        )
+        if not math.isclose(u.batch_seqs * seq_len, u.batch_tokens_asked, rel_tol=1e-6):
+            lines.append(
+                f"#   stage {i}: batch {u.batch_tokens_asked:,.0f} tokens rounded to "
+                f"{u.batch_seqs * seq_len:,} (a multiple of {unit_seqs} sequences: micro batch x GPUs)"
+            )
+    return lines
+
+
+def _megatron(units: list[StageUnits], seq_len: int, micro: int, gpus: int, total: int) -> list[str]:
+    sched = " ".join(f"{u.start_tokens}:{u.batch_seqs}" for u in units)
+    lines = [
+        "# Megatron-LM >= core_v0.18.0 (NVIDIA/Megatron-LM 532ad926b4, num_microbatches_calculator.py):",
+        "# thresholds in tokens (--seq-length given), batch sizes in sequences; no --global-batch-size",
+        f"--seq-length {seq_len} --micro-batch-size {micro} --train-samples {math.ceil(total / seq_len)} \\",
+        f'--step-batch-size-schedule "{sched}" \\',
+        f"--lr {units[0].lr:.4g} --lr-decay-style constant",
+    ]
+    if units[0].weight_decay is not None:
+        lines[-1] += f" --weight-decay {units[0].weight_decay:g}"
+    if len(units) > 1:
+        lines.append(
+            "# Megatron keeps --lr when the batch steps. For each stage's own LR, stop at its threshold"
+        )
+        lines.append(
+            "# (--train-samples = its end in sequences) and relaunch from the checkpoint (--load DIR):"
+        )
+        for i, u in enumerate(units[1:], 2):
+            lines.append(
+                f"#   stage {i} (from {u.start_tokens:,} tokens): --train-samples "
+                f"{math.ceil(u.end_tokens / seq_len)} --lr {u.lr:.4g} --override-opt_param-scheduler"
+            )
+        first, last = units[0].batch_seqs, units[-1].batch_seqs
+        step = micro * gpus
+        if last > first:
+            ramp = math.ceil(units[-1].start_tokens / seq_len)
+            lines += [
+                "# Megatron-LM <= core_v0.17.1 (no step schedule): a linear ramp from stage 1's batch to",
+                "# the last stage's, reached at its threshold (sample-based training only):",
+                f"#   --rampup-batch-size {first} {step} {ramp} --global-batch-size {last}",
+            ]
+    return lines
+
+
+def _nanogpt(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> list[str]:
+    lines, total_steps = [], 0
+    for i, u in enumerate(units, 1):
+        total_steps += u.steps
+        lines += [
+            f"# ---- config/stage{i}.py (karpathy/nanoGPT train.py; "
+            f"from {u.start_tokens:,} to {u.end_tokens:,} tokens)",
+            f"init_from = {'scratch' if i == 1 else 'resume'!r}",
+            f"block_size = {seq_len}",
+            f"batch_size = {micro}  # micro batch per GPU, sequences",
+            f"gradient_accumulation_steps = {u.batch_seqs // micro}  # total over {gpus} GPU(s)",
+            f"learning_rate = {u.lr:.4g}",
+            f"max_iters = {total_steps}  # cumulative: iter_num is restored on resume",
+            "decay_lr = False  # hold learning_rate (nanoGPT then skips warmup: add it to stage 1)",
+        ]
+        if u.weight_decay is not None:
+            lines.append(f"weight_decay = {u.weight_decay:g}")
+    return lines
+
+
+def _hf(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> list[str]:
+    lines, total_steps = [], 0
+    for i, u in enumerate(units, 1):
+        total_steps += u.steps
+        wd = f", weight_decay={u.weight_decay:g}" if u.weight_decay is not None else ""
+        lines.append(
+            f"# stage {i}: from {u.start_tokens:,} tokens; sequences of {seq_len} tokens, world size {gpus}"
+        )
+        lines.append(
+            f"TrainingArguments(per_device_train_batch_size={micro}, "
+            f"gradient_accumulation_steps={u.batch_seqs // (micro * gpus)}, max_steps={total_steps}, "
+            f'learning_rate={u.lr:.4g}, lr_scheduler_type="constant"{wd}'
+            + (", ignore_data_skip=True)" if i > 1 else ")")
+        )
+        if i > 1:
+            lines.append(
+                f"# trainer.train(resume_from_checkpoint=<stage {i - 1}: checkpoint-{total_steps - u.steps}>)"
+                " after deleting its scheduler.pt (else the previous stage's LR is restored), with the"
+                f" dataset started {u.start_tokens // seq_len:,} sequences in"
+            )
+    return lines
+
+
+def emit_pretrain(
+    trainer: str,
+    stages: Sequence[ScheduleStage],
+    *,
+    seq_len: int,
+    total_tokens: int,
+    gpus: int = 1,
+    micro_batch_seqs: int = 1,
+) -> str:
+    """The schedule as ``trainer`` (megatron | nanogpt | hf) takes it, with its stage table."""
+    if trainer not in PRETRAIN_TRAINERS:
+        raise InputError(f"--emit {trainer!r}: choose {', '.join(PRETRAIN_TRAINERS)}")
+    if seq_len < 1 or gpus < 1 or micro_batch_seqs < 1:
+        raise InputError("--seq-len, --gpus and --micro-batch must be positive")
+    unit = micro_batch_seqs * gpus
+    units = stage_units(stages, seq_len, total_tokens, unit)
+    lines = [f"# pre-training batch schedule for {trainer} (batchtune; docs/pretraining.md)"]
+    lines += _header(units, seq_len, unit)
+    if trainer == "megatron":
+        lines += _megatron(units, seq_len, micro_batch_seqs, gpus, total_tokens)
+    elif trainer == "nanogpt":
+        lines += _nanogpt(units, seq_len, micro_batch_seqs, gpus)
+    else:
+        lines += _hf(units, seq_len, micro_batch_seqs, gpus)
+    return "\n".join(lines) + "\n"

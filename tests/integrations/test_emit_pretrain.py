@@ -1,0 +1,53 @@
+"""The pre-training schedule in Megatron-LM, nanoGPT and HF units (integrations/emit_pretrain.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from batchtune.analysis.pretrain_schedule import ScheduleStage
+from batchtune.errors import InputError
+from batchtune.integrations.emit_pretrain import emit_pretrain, stage_units
+
+# Zhou et al.'s Qwen3 shape at seq 4096: 2M -> 4M tokens per batch at 125B tokens
+STAGES = (ScheduleStage(0.0, 2 * 4096 * 256, 3e-4), ScheduleStage(125e9, 4 * 4096 * 256, 4.243e-4, 0.1))
+
+
+def test_units_round_to_micro_batch_times_gpus():
+    units = stage_units(STAGES, 4096, 250_000_000_000, unit_seqs=8)
+    assert [u.batch_seqs for u in units] == [512, 1024]
+    assert units[0].steps == 125_000_000_000 // (512 * 4096) + 1
+    odd = stage_units((ScheduleStage(0.0, 100 * 4096, 1e-3),), 4096, 10**9, unit_seqs=8)
+    assert odd[0].batch_seqs == 96
+
+
+def test_megatron_flags():
+    text = emit_pretrain("megatron", STAGES, seq_len=4096, total_tokens=250 * 10**9, gpus=8)
+    assert "--seq-length 4096 --micro-batch-size 1 --train-samples 61035157 \\" in text
+    assert '--step-batch-size-schedule "0:512 125000000000:1024" \\' in text
+    assert "--lr 0.0003 --lr-decay-style constant" in text
+    flags = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    assert "--global-batch-size" not in flags  # Megatron refuses it with a step schedule
+    assert "--train-samples 61035157 --lr 0.0004243 --override-opt_param-scheduler" in text
+    assert "--rampup-batch-size 512 8 30517579 --global-batch-size 1024" in text
+
+
+def test_nanogpt_and_hf():
+    kw = {"seq_len": 4096, "total_tokens": 250 * 10**9, "gpus": 8, "micro_batch_seqs": 4}
+    nano = emit_pretrain("nanogpt", STAGES, **kw)
+    assert "init_from = 'scratch'" in nano and "init_from = 'resume'" in nano
+    assert "gradient_accumulation_steps = 128  # total over 8 GPU(s)" in nano
+    assert "max_iters = 59605  #" in nano and "max_iters = 89408  #" in nano
+    assert "weight_decay = 0.1" in nano
+    hf = emit_pretrain("hf", STAGES, **kw)
+    assert "per_device_train_batch_size=4, gradient_accumulation_steps=16, max_steps=59605," in hf
+    assert "gradient_accumulation_steps=32, max_steps=89408" in hf and "ignore_data_skip=True" in hf
+    assert "scheduler.pt" in hf
+
+
+def test_bad_requests():
+    with pytest.raises(InputError, match="choose megatron"):
+        emit_pretrain("torchtitan", STAGES, seq_len=4096, total_tokens=10**12)
+    with pytest.raises(InputError, match="beyond the last stage"):
+        emit_pretrain("hf", STAGES, seq_len=4096, total_tokens=10**9)
+    with pytest.raises(InputError, match="no schedule"):
+        emit_pretrain("hf", (), seq_len=4096, total_tokens=10**9)
