@@ -147,6 +147,15 @@ class _FirstRunFailed(Exception):
         super().__init__(info.get("run_id"))
         self.info = info
 
+    def as_error(self) -> AnalysisError:
+        from batchtune.errors import RunsFailed
+
+        i = self.info
+        return RunsFailed(
+            f"run {i.get('run_id')} {i.get('status')}: {i.get('reason') or 'no reason given'} "
+            "(smoke stops at the first failed run; keep its logs with --results DIR)"
+        )
+
 
 def smoke(recipe: str | None, overrides: list[str], results: str | None) -> SmokeResult:
     """Probe, profile and recommend on the recipe at its smallest sizes (recipe/smoke.py), in a
@@ -214,20 +223,27 @@ def _stop_at_failure(kind: str, info: dict[str, Any]) -> None:
 
 
 def _smoke_probe(cfg: Recipe, run_probe: Any) -> tuple[str, Any]:
-    from batchtune.errors import RunsFailed
-
+    if cfg.backend.training == "pretrain":
+        return _smoke_pretrain(cfg)
     try:
         result = run_probe(cfg, None, _stop_at_failure)
     except _FirstRunFailed as stop:
-        i = stop.info
-        raise RunsFailed(
-            f"run {i.get('run_id')} {i.get('status')}: {i.get('reason') or 'no reason given'} "
-            "(smoke stops at the first failed run; its logs are in its run directory with --results)"
-        ) from None
+        raise stop.as_error() from None
     eff = result.efficiency
     metrics = f"metric {eff.metric!r} logged" if all(c.estimate for c in eff.candidates) else "no metric"
     runs = f"{result.runs_done} run(s) of {', '.join(c.label for c in eff.candidates)}"
     return f"{runs} on the {cfg.backend.training} backend: {metrics}", result
+
+
+def _smoke_pretrain(cfg: Recipe) -> tuple[str, Any]:
+    from batchtune.measure.pretrain_probe import run_pretrain_probe
+
+    try:
+        result = run_pretrain_probe(cfg, _stop_at_failure)
+    except _FirstRunFailed as stop:
+        raise stop.as_error() from None
+    labels = ", ".join(c.label for c in result.candidates)
+    return f"{result.runs_done} pre-training run(s) of {labels}: grid analysed", result
 
 
 def _smoke_profile(cfg: Recipe, run_profile: Any) -> tuple[str, Any]:

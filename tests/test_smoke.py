@@ -72,3 +72,9 @@ def test_smoke_flag_is_the_smoke_command(command, tmp_path):
     out = CliRunner().invoke(app, [command, "nqm", "--smoke", "-r", str(tmp_path / "r"), "--json"])
     assert out.exit_code == 0, out.output
     assert [s["name"] for s in json.loads(out.stdout)["stages"]] == ["probe", "profile-gen", "recommend"]
+
+
+@pytest.mark.slow  # three tiny pre-training runs (~3 s on 2 cores)
+def test_smoke_tiny_pretrain(tmp_path):
+    res = workflow_ci.smoke("tiny-pretrain", [], str(tmp_path / "r"))
+    assert res.ok and [s.status for s in res.stages] == ["ok", "skipped", "skipped"]

@@ -40,6 +40,8 @@ class SmokePlan:
 
 def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
     """The smallest run of ``cfg`` that still exercises every stage; see the module docstring."""
+    if cfg.backend.training == "pretrain":
+        return _pretrain_plan(cfg, results_dir)
     r = dataclasses.replace
     c, b = cfg.candidates, cfg.budget
     prompts = sorted(set(c.prompts))[:2]
@@ -120,3 +122,38 @@ def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
         generation=gen,
     )
     return SmokePlan(out, tuple(reduced), tuple(unchecked), skip)
+
+
+def _pretrain_plan(cfg: Recipe, results_dir: str) -> SmokePlan:
+    """A pre-training recipe: the three smallest token batches (the fewest the grid analysis takes),
+    one seed, two steps of the largest with an evaluation after each; no generation, no ranking."""
+    r, p, b = dataclasses.replace, cfg.pretrain, cfg.budget
+    batches = sorted(set(p.batches_tokens))[:3]
+    max_tokens = SMOKE_STEPS * batches[-1]
+    reduced = (
+        f"token batches: {len(set(p.batches_tokens))} -> 3 ({', '.join(map(str, batches))})",
+        f"seeds: {len(b.seeds)} -> 1 (seed {b.seeds[0]})",
+        f"tokens per run: {p.max_tokens} -> {max_tokens} ({SMOKE_STEPS} steps of the largest batch), "
+        f"evaluation every {batches[-1]} tokens on {min(p.eval_sequences, 8)} sequences, no warmup",
+        f"model: the built-in pre-training Llama at size {p.size!r} (not shrunk)",
+    )
+    pretrain = r(
+        p,
+        batches_tokens=batches,
+        max_tokens=max_tokens,
+        eval_every_tokens=batches[-1],
+        eval_sequences=min(p.eval_sequences, 8),
+        warmup_tokens=0,
+        micro_batch_tokens=0,
+    )
+    out = r(
+        cfg,
+        run=r(cfg.run, results_dir=results_dir, workers=1),
+        budget=r(b, seeds=b.seeds[:1], max_extra_seeds=0),
+        pretrain=pretrain,
+    )
+    skip = {
+        "profile-gen": "pre-training generates nothing: no generation to profile",
+        "recommend": "pre-training: the probe's grid analysis (B_opt, B_min per target loss) is its answer",
+    }
+    return SmokePlan(out, reduced, (), skip)
