@@ -313,10 +313,10 @@ def fit_wsd_data_curve(
         n_points_per_stage=(int(early.size), int(mid.size), int(late.size)),
         residual_rms_rel_per_stage=(0.0, 0.0, 0.0),
     )
-    rms = tuple(
+    rms_early, rms_mid, rms_late = (
         float(np.sqrt(np.mean((fit.predict_tokens(s[ix]) / e[ix] - 1.0) ** 2))) for ix in (early, mid, late)
     )
-    return dataclasses.replace(fit, residual_rms_rel_per_stage=rms)
+    return dataclasses.replace(fit, residual_rms_rel_per_stage=(rms_early, rms_mid, rms_late))
 
 
 # Reference fits and schedules live in pretrain_schedule.py; re-exported for convenience.

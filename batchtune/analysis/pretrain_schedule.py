@@ -33,7 +33,7 @@ def kaplan_critical_batch(loss: object, b_star: float = 2e8, alpha_b: float = 0.
     """
     L = _positive_finite("loss", loss)
     out = b_star / L ** (1.0 / alpha_b)
-    return out if np.ndim(loss) else out[0]
+    return out if np.ndim(np.asarray(loss, dtype=float)) else float(out[0])
 
 
 def deepseek_bopt(compute_flops: object) -> np.ndarray | float:
@@ -43,14 +43,14 @@ def deepseek_bopt(compute_flops: object) -> np.ndarray | float:
     """
     c = _positive_finite("compute_flops", compute_flops)
     out = 0.292 * c**0.3271
-    return out if np.ndim(compute_flops) else out[0]
+    return out if np.ndim(np.asarray(compute_flops, dtype=float)) else float(out[0])
 
 
 def deepseek_lr(compute_flops: object) -> np.ndarray | float:
     """DeepSeek LLM (arXiv 2401.02954, eq. 1): ``lr_opt = 0.3118 * C^-0.125``. Their data only."""
     c = _positive_finite("compute_flops", compute_flops)
     out = 0.3118 * c**-0.125
-    return out if np.ndim(compute_flops) else out[0]
+    return out if np.ndim(np.asarray(compute_flops, dtype=float)) else float(out[0])
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def merrill_batch_warmup(
     crit = _positive_finite("local_critical_batches", local_critical_batches)
     batch = float(_positive_finite("current_batch", current_batch)[0])
     lr = float(_positive_finite("lr", lr)[0])
-    tokens = [None] * crit.size
+    tokens: list[float | None] = [None] * crit.size
     if at_tokens is not None:
         t = np.atleast_1d(np.asarray(at_tokens, dtype=float))
         if t.shape != crit.shape:

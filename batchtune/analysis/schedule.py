@@ -25,6 +25,7 @@ by the schedule itself, which is what a trainer counts.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -162,10 +163,11 @@ def plan_stages(
     for st, c in zip(steps, crit, strict=True):
         j = int(round(math.log2(st.batch)))
         if st.doubled and j < lad.size:
-            if float(st.at_tokens) - out[-1][1] < lad[j]:  # under one step of the new batch: merge
+            at = float(st.at_tokens or 0.0)
+            if at - out[-1][1] < lad[j]:  # under one step of the new batch: merge
                 out[-1] = (j, out[-1][1], out[-1][2])
             else:
-                out.append((j, float(st.at_tokens), float(c)))
+                out.append((j, at, float(c)))
     return out
 
 
@@ -233,7 +235,7 @@ def compare_schedule(
         if c.responses_per_s <= 0:
             continue
         n = float(c.batch_responses)
-        _, _, dsf = _integrate(lambda q, n=n: np.full_like(q, n), crit_at, end_progress, b0, tol)
+        _, _, dsf = _integrate(functools.partial(_constant, n), crit_at, end_progress, b0, tol)
         total = float(np.sum(dsf))
         fixed[c.label] = Outcome(total, total / n, total / c.responses_per_s)
     best = min(fixed, key=lambda k: fixed[k].time_s)
@@ -258,3 +260,8 @@ def compare_schedule(
         end_progress=float(end_progress),
         notes=tuple(notes),
     )
+
+
+def _constant(value: float, q: np.ndarray) -> np.ndarray:
+    """A fixed batch as a schedule: ``value`` at every point of ``q``."""
+    return np.full_like(q, value)

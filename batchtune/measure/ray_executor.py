@@ -234,8 +234,8 @@ def _run_jobs(
 
     client = JobSubmissionClient(address)
     root = args[0][1]
-    live = {  # jobs of this results directory still running: a rerun after kill -9 adopts them
-        (job.metadata or {}).get("batchtune_run", ""): job.submission_id
+    live: dict[str, str] = {  # this results directory's jobs still running: a rerun after kill -9 adopts them
+        (job.metadata or {}).get("batchtune_run", ""): str(job.submission_id)
         for job in client.list_jobs()
         if (job.metadata or {}).get("batchtune_results") == root and not job.status.is_terminal()
     }

@@ -87,16 +87,16 @@ def plot_throughput(result: ProfileResult, path: Path) -> Path:
             if not m.roofline:
                 continue
             colour = _MODE_COLOURS.get(mode, f"C{i + 2}")
-            c = [r.concurrency for r in m.roofline]
+            conc = [r.concurrency for r in m.roofline]
             ax.plot(
-                c,
+                conc,
                 [r.measured_tokens_per_s for r in m.roofline],
                 "o-",
                 color=colour,
                 label=f"{mode}: measured",
             )
             ax.plot(
-                c,
+                conc,
                 [r.bound_tokens_per_s for r in m.roofline],
                 "--",
                 color=colour,
@@ -112,15 +112,15 @@ def plot_throughput(result: ProfileResult, path: Path) -> Path:
         ax.legend(fontsize=7)
     if has_train:
         ax = axes[col]
-        ok = [p for p in result.train_points if p.status == "ok"]
-        n = np.array([p.concurrency for p in ok], dtype=float)
-        t = np.array([p.step_latency_s for p in ok])
+        ok_train = [p for p in result.train_points if p.status == "ok"]
+        n = np.array([p.concurrency for p in ok_train], dtype=float)
+        t = np.array([p.step_latency_s for p in ok_train])
         ax.errorbar(
             n,
             t,
             yerr=[
-                np.minimum([p.step_latency_spread_s for p in ok], t),
-                [p.step_latency_spread_s for p in ok],
+                np.minimum([p.step_latency_spread_s for p in ok_train], t),
+                [p.step_latency_spread_s for p in ok_train],
             ],
             fmt="o",
             color="tab:green",
