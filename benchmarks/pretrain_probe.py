@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -49,9 +50,8 @@ def main(extra: list[str]) -> None:
         runs = len(store.runs())
         shutil.copyfile(store.plots_dir / "bopt_bmin.png", PNG)
         as_json = CliRunner().invoke(app, [*args, "--json"], catch_exceptions=False)  # resumes: no runs
-    text = "\n".join(
-        line for line in out.output.splitlines() if "runs (" not in line and "results in" not in line
-    )
+    progress = re.compile(r"^\s+B\d+-s\d+: |runs \(|results in ")  # per-run lines, the bar, tmp paths
+    text = "\n".join(line for line in out.output.splitlines() if not progress.search(line))
     cmd = "batchtune probe recipes/tiny-pretrain.toml"
     print(f"$ {cmd}   (cpus: {os.cpu_count()}, load average before: {load_before})")
     print(text.rstrip())

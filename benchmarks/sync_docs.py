@@ -42,7 +42,7 @@ def sync(doc: Path, check: bool) -> list[str]:
         want = quoted(m["path"], m["a"], m["b"])
         if m["body"] != want:
             stale.append(f"{doc.relative_to(ROOT)}: block of {m['path']} differs from the file")
-        return m.group(1) + want + m.group(5)
+        return m.group(1) + want + m.group(6)
 
     new = BLOCK.sub(fill, text)
     if not check and new != text:
