@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import fcntl
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,6 +48,22 @@ FAILED_STATUSES = ("diverged", "oom", "failed", "timeout")
 def candidate_label(prompts: int, group_size: int, *, fixed_lr: bool = False) -> str:
     """The one name of a candidate, e.g. ``P16xG8`` (``P16xG8-fixedlr`` for a fixed-LR control)."""
     return f"P{prompts}xG{group_size}" + ("-fixedlr" if fixed_lr else "")
+
+
+_RL_LABEL = re.compile(r"P(\d+)xG(\d+)(-.+)?")  # candidate_label's shape
+_TOKEN_LABEL = re.compile(r"B(\d+)")  # a pre-training candidate: B{tokens per step}
+
+
+def _check_label(record: Any, path: Path) -> None:
+    """A run.json whose label names another batch than its prompts and group_size would be analysed
+    under the wrong candidate: refuse it. Labels of another shape (an import's own name) pass."""
+    p, g, label = record.prompts, record.group_size, record.candidate
+    rl, tok = _RL_LABEL.fullmatch(label), _TOKEN_LABEL.fullmatch(label)
+    if (rl and (int(rl[1]), int(rl[2])) != (p, g)) or (tok and int(tok[1]) != p * g):
+        raise InputError(
+            f"{path}: candidate {label!r} disagrees with its prompts = {p} and group_size = {g}; "
+            "fix the file or delete that run's folder to redo it"
+        )
 
 
 @dataclass(frozen=True)
@@ -286,7 +303,9 @@ class ResultsStore:
         out = []
         for path in sorted(self.runs_dir.glob("*/run.json")):
             data = codec.loads(_read_text(path), f"{path} (delete that run's folder to redo it)")
-            out.append(from_dict(RunRecord, data, str(path)))
+            record = from_dict(RunRecord, data, str(path))
+            _check_label(record, path)
+            out.append(record)
         return out
 
     def steps(self, run_id: str) -> list[StepRecord]:

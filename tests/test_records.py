@@ -123,3 +123,24 @@ def test_missing_field_is_a_clear_error(tmp_path):
     (tmp_path / "runs/x/run.json").write_text('{"run_id": "x"}')
     with pytest.raises(InputError, match="record lacks"):
         ResultsStore(tmp_path).runs()
+
+
+@pytest.mark.parametrize("label", ["P8xG8", "P4xG4-fixedlr", "B64"])
+def test_a_label_that_disagrees_with_its_batch_is_refused(tmp_path, label):
+    store = ResultsStore(tmp_path)
+    with store.claim("P4xG8-s0") as w:
+        w.finish(_record())
+    path = tmp_path / "runs/P4xG8-s0/run.json"
+    path.write_text(path.read_text().replace('"candidate": "P4xG8"', f'"candidate": "{label}"'))
+    with pytest.raises(InputError, match=f"{path}: candidate '{label}' disagrees with its prompts = 4"):
+        store.runs()
+
+
+@pytest.mark.parametrize("label", ["P4xG8-fixedlr", "B32", "my-run"])
+def test_labels_that_agree_or_are_an_imports_own_name_pass(tmp_path, label):
+    store = ResultsStore(tmp_path)
+    with store.claim("P4xG8-s0") as w:
+        w.finish(_record())
+    path = tmp_path / "runs/P4xG8-s0/run.json"
+    path.write_text(path.read_text().replace('"candidate": "P4xG8"', f'"candidate": "{label}"'))
+    assert store.runs()[0].candidate == label
