@@ -63,9 +63,15 @@ def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> Any:
     from batchtune.measure.probe import run_probe
 
     result = run_probe(cfg, progress=progress)
-    return dataclasses.replace(
-        result, plot_path=_plot_probe(ResultsStore(cfg.run.results_dir), result.efficiency)
-    )
+    try:  # best effort: a finished probe in a read-only directory still gives its answer
+        plot = _plot_probe(ResultsStore(cfg.run.results_dir), result.efficiency)
+    except OSError as exc:
+        return dataclasses.replace(result, notes=(*result.notes, _plot_skipped("learning-curve", exc)))
+    return dataclasses.replace(result, plot_path=plot)
+
+
+def _plot_skipped(what: str, exc: OSError) -> str:
+    return f"{what} plot not written ({exc.strerror or exc}: {exc.filename or 'the plots directory'})"
 
 
 def _plot_probe(store: ResultsStore, efficiency: Any) -> Path | None:
@@ -255,7 +261,11 @@ def recommend_for_recipe(
 
         rec = with_schedule(rec, branched.summary, cfg.target.tolerance)
     if plot:
-        rec = dataclasses.replace(rec, notes=(*rec.notes, f"time-to-target plot: {_plot_time(store, rec)}"))
+        try:  # best effort, as the probe's plot
+            note = f"time-to-target plot: {_plot_time(store, rec)}"
+        except OSError as exc:
+            note = _plot_skipped("time-to-target", exc)
+        rec = dataclasses.replace(rec, notes=(*rec.notes, note))
     return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
 
 

@@ -78,6 +78,8 @@ def probe(
     if json_out:
         from batchtune.report.json import efficiency_to_dict
 
+        eff = efficiency_to_dict(result.efficiency)
+        notes = [*eff.pop("notes", []), *getattr(result, "notes", ())]  # + a plot that was not written
         _print_json(
             {
                 "results_dir": str(cfg.run.results_dir),
@@ -85,7 +87,8 @@ def probe(
                 "runs_reused": result.runs_skipped,
                 "wall_s": result.wall_s,
                 "plot": str(result.plot_path) if result.plot_path else None,
-                **efficiency_to_dict(result.efficiency),
+                **eff,
+                "notes": notes,
                 **_branched_json(result),
             }
         )
@@ -100,8 +103,14 @@ def probe(
         from batchtune.report.branched import render_branched
 
         render_branched(console, result.summary)
+    _plot_lines(result)
+
+
+def _plot_lines(result: Any) -> None:
     if result.plot_path:
         console.print(f"Learning curves: {result.plot_path}")
+    for note in getattr(result, "notes", ()):  # e.g. a plot a read-only directory refused
+        console.print(f"Note: {note}", highlight=False, markup=False)
 
 
 def _branched_json(result: Any) -> dict[str, Any]:
@@ -222,8 +231,7 @@ def tune(
         result = workflow.probe(cfg, progress)
     if not json_out:
         render_efficiency(console, result.efficiency)
-        if result.plot_path:
-            console.print(f"Learning curves: {result.plot_path}")
+        _plot_lines(result)
         console.rule("2/3 profile-gen: system efficiency")
     _profile(cfg, json_out=json_out, quiet_json=True)
     if not json_out:

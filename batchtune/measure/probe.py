@@ -66,6 +66,7 @@ class ProbeResult:
 
 
 def _defining(recipe: Recipe) -> dict[str, Any]:
+    notes: tuple[str, ...] = ()  # e.g. a plot that could not be written (a read-only directory)
     data = recipe.to_dict()
     out: dict[str, Any] = {k: data[k] for k in _RUN_DEFINING}
     for section, keys in _RUN_DEFINING_KEYS.items():

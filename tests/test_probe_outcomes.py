@@ -1,0 +1,49 @@
+"""How a probe ends when something outside the runs goes wrong: every run failed (the runs' own
+reasons, not a missing metric), or a read-only results directory (the answer, without plots)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+
+SMALL = [
+    "--set",
+    "candidates.prompts=[1,2,4]",
+    "--set",
+    "budget.seeds=[0]",
+    "--set",
+    "budget.max_extra_seeds=0",
+]
+
+
+def test_every_run_diverged_says_so_with_the_runs_reasons(tmp_path):
+    out = CliRunner().invoke(
+        app, ["probe", "nqm", "-r", str(tmp_path / "r"), *SMALL, "--set", "optimizer.lr=50"]
+    )
+    assert out.exit_code == 3, out.output
+    assert "every run failed" in out.stderr and "diverged" in out.stderr
+    assert "no run logged the target metric" not in out.stderr
+
+
+def test_a_finished_probe_in_a_read_only_directory_still_answers(tmp_path, monkeypatch):
+    results = str(tmp_path / "r")
+    first = CliRunner().invoke(app, ["probe", "nqm", "-r", results, *SMALL, "--json"])
+    assert first.exit_code == 0, first.output
+
+    def refuse(*args, **kwargs):  # tests run as root, where chmod cannot make a directory read-only
+        raise PermissionError(13, "Permission denied", f"{results}/plots/x.png")
+
+    monkeypatch.setattr("batchtune.report.plots.plot_learning_curves", refuse)
+    monkeypatch.setattr("batchtune.report.plots_time.plot_time_to_target", refuse)
+    again = CliRunner().invoke(app, ["probe", "nqm", "-r", results, *SMALL])
+    assert again.exit_code == 0, again.output
+    assert "Critical training batch" in again.stdout
+    assert "learning-curve plot not written (Permission denied" in again.stdout
+    as_json = CliRunner().invoke(app, ["probe", "nqm", "-r", results, *SMALL, "--json"])
+    assert json.loads(as_json.stdout)["plot"] is None and json.loads(as_json.stdout)["notes"]
+    rec = CliRunner().invoke(app, ["recommend", "nqm", "-r", results, "--throughput", "probe"])
+    assert rec.exit_code == 0, rec.output
+    assert "time-to-target plot not written" in rec.stdout
