@@ -63,10 +63,10 @@ class ProbeResult:
     runs_skipped: int  # finished earlier and reused
     wall_s: float
     plot_path: Path | None = None  # the learning-curve plot, drawn by the workflow
+    notes: tuple[str, ...] = ()  # e.g. a plot that could not be written (a read-only directory)
 
 
 def _defining(recipe: Recipe) -> dict[str, Any]:
-    notes: tuple[str, ...] = ()  # e.g. a plot that could not be written (a read-only directory)
     data = recipe.to_dict()
     out: dict[str, Any] = {k: data[k] for k in _RUN_DEFINING}
     for section, keys in _RUN_DEFINING_KEYS.items():
