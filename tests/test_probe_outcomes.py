@@ -47,3 +47,16 @@ def test_a_finished_probe_in_a_read_only_directory_still_answers(tmp_path, monke
     rec = CliRunner().invoke(app, ["recommend", "nqm", "-r", results, "--throughput", "probe"])
     assert rec.exit_code == 0, rec.output
     assert "time-to-target plot not written" in rec.stdout
+
+
+def test_with_json_the_wait_for_runs_held_elsewhere_goes_to_stderr(capsys):
+    from rich.console import Console
+
+    from batchtune.report.progress import probe_progress
+
+    message = "still running elsewhere: P1xG8-s0 (another batchtune process holds them; waiting)"
+    with probe_progress(Console(), enabled=False) as progress:
+        progress("step", {"run_id": "P1xG8-s0", "samples": 8, "max_samples": 64})
+        progress("wait", {"run_ids": ["P1xG8-s0"], "message": message})
+    out = capsys.readouterr()
+    assert out.out == "" and message in out.err

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from batchtune.events import ProbeEvents as ProgressFn
@@ -14,9 +15,17 @@ from batchtune.events import ProbeEvents as ProgressFn
 
 @contextlib.contextmanager
 def probe_progress(console: Console, enabled: bool = True) -> Iterator[ProgressFn | None]:
-    """A callback for run_probe that shows overall runs and the samples of each live run."""
+    """A callback for run_probe that shows overall runs and the samples of each live run. Disabled
+    (``--json``), it still says on stderr when it waits for runs another process holds, so a script
+    never sits silent."""
     if not enabled:
-        yield None
+        stderr = Console(stderr=True, highlight=False)
+
+        def only_waits(kind: str, info: dict[str, Any]) -> None:
+            if kind == "wait":
+                stderr.print(info["message"], markup=False, soft_wrap=True)
+
+        yield only_waits
         return
     columns = (
         TextColumn("{task.description}"),
@@ -48,6 +57,8 @@ def probe_progress(console: Console, enabled: bool = True) -> Iterator[ProgressF
                     style = "magenta"
                 progress.console.print(f"  [{style}]{rid}: {status}[/] {info.get('reason', '')}")
                 progress.advance(overall)
+            elif kind == "wait":  # runs another live batchtune process holds
+                progress.console.print(f"  [yellow]{escape(info['message'])}[/]")
 
         yield on_event
 
