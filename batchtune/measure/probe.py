@@ -53,6 +53,9 @@ class StopPolicy:
     stop_at_target: bool
     band_samples: float  # stop when past this many samples without reaching the target; inf = never
     origin_samples: int = 0  # branched probes: the target is judged on samples counted from here
+    # ...and past this many seconds of its own step times (0: the sample band alone, no timings)
+    band_time_s: float = 0.0
+    other_s_per_step: float = 0.0  # the recipe's per-step overhead, as the ranking adds it
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ def _only_failed_runs(store: ResultsStore) -> bool:
     return bool(runs) and all(r.status == "failed" for r in runs)
 
 
-def _stop_policy(recipe: Recipe, band_samples: float) -> StopPolicy:
+def _stop_policy(recipe: Recipe, band: tuple[float, float]) -> StopPolicy:
     t = recipe.target
     return StopPolicy(
         metric=t.metric,
@@ -120,7 +123,9 @@ def _stop_policy(recipe: Recipe, band_samples: float) -> StopPolicy:
         ema_alpha=t.ema_alpha,
         max_samples=recipe.budget.max_samples,
         stop_at_target=recipe.budget.stop_at_target,
-        band_samples=band_samples if recipe.budget.stop_outside_band else math.inf,
+        band_samples=band[0] if recipe.budget.stop_outside_band else math.inf,
+        band_time_s=band[1],
+        other_s_per_step=recipe.generation.other_s_per_step,
     )
 
 
@@ -213,7 +218,8 @@ def execute_run(
                             status = "reached_target"
                             reason = f"reached the target at {crossing.samples_to_target:.0f} samples"
                             break
-                if step.samples >= policy.band_samples:
+                train_time_s = totals["gen_s"] + totals["train_s"] + step.step * policy.other_s_per_step
+                if step.samples >= policy.band_samples and train_time_s >= policy.band_time_s:
                     status = "stopped_outside_band"
                     reason = (
                         f"no target after {step.samples} samples, past the reference band "
@@ -307,21 +313,39 @@ def _check_finished_runs_match(store: ResultsStore, plan: Plan) -> None:
 
 
 def _band_samples(store: ResultsStore, recipe: Recipe, plan: Plan) -> float:
-    """Samples past which a candidate is clearly outside the band: band_factor*(1+tol)*R_ref (upper CI).
+    """Samples past which a candidate is clearly outside the band (`_reference_band`)."""
+    return _reference_band(store, recipe, plan)[0]
 
-    Never from a partial reference: with any reference seed unfinished (held by another process, or
-    failed to start) there is no band."""
+
+def _band_time_s(store: ResultsStore, recipe: Recipe, plan: Plan) -> float:
+    """Seconds of training past which a candidate is clearly slower than the reference."""
+    return _reference_band(store, recipe, plan)[1]
+
+
+def _reference_band(store: ResultsStore, recipe: Recipe, plan: Plan) -> tuple[float, float]:
+    """(samples, seconds) past which a candidate that has not reached the target is clearly out.
+
+    Samples: band_factor * (1+tol) * R_ref (upper CI), which settles the verdict ("deviates").
+    Seconds: the same factor times R_ref / Θ_ref (Θ_ref from the reference's step times), since a
+    batch needing more samples can still win on time (docs/method.md §1; the samples band alone
+    censored the fastest batch of NQM `sqrt-rule`). 0 s without step times: the samples band alone.
+    None from a partial reference (a seed unfinished, held elsewhere or failed to start)."""
+    none = (math.inf, math.inf)
     ref = plan.by_label().get(plan.reference)
     if ref is None or not all(store.is_finished(run_id(ref, s)) for s in recipe.budget.seeds):
-        return math.inf
+        return none
     try:
         eff = analyse_store(store, recipe, plan)
-        est = eff.get(plan.reference).estimate
+        cand = eff.get(plan.reference)
     except (AnalysisError, KeyError):
-        return math.inf
+        return none
+    est = cand.estimate
     if est is None or not math.isfinite(est.ci_high):
-        return math.inf
-    return recipe.budget.band_factor * (1 + recipe.target.tolerance) * est.ci_high
+        return none
+    factor = recipe.budget.band_factor * (1 + recipe.target.tolerance)
+    step_s = cand.gen_s_per_step + cand.train_s_per_step
+    step_s += recipe.generation.other_s_per_step if step_s > 0 else 0.0
+    return factor * est.ci_high, factor * est.ci_high / cand.batch_responses * step_s
 
 
 def run_probe(
@@ -347,15 +371,23 @@ def run_probe(
         try:
             # waits for reference runs another live process holds: the band needs every seed
             done = run_jobs(
-                execute_run, recipe, store, ref_b, ref_jobs, _stop_policy(recipe, math.inf), progress
+                execute_run,
+                recipe,
+                store,
+                ref_b,
+                ref_jobs,
+                _stop_policy(recipe, (math.inf, math.inf)),
+                progress,
             )
         except MetricMissingError:
             if not store.runs():  # nothing finished: let a rerun with the right metric start afresh
                 store.manifest_path.unlink(missing_ok=True)
             raise
-        band = _band_samples(store, recipe, plan)
+        band = (_band_samples(store, recipe, plan), _band_time_s(store, recipe, plan))
         done += run_jobs(execute_run, recipe, store, ref_b, rest, _stop_policy(recipe, band), progress)
-        policy = lambda: _stop_policy(recipe, _band_samples(store, recipe, plan))  # noqa: E731
+        policy = lambda: _stop_policy(  # noqa: E731
+            recipe, (_band_samples(store, recipe, plan), _band_time_s(store, recipe, plan))
+        )
         done += add_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
     efficiency = analyse_store(store, recipe, plan)
     return ProbeResult(
