@@ -58,7 +58,8 @@ class StageUnits:
 def stage_units(
     stages: Sequence[ScheduleStage], seq_len: int, total_tokens: int, unit_seqs: int
 ) -> list[StageUnits]:
-    """Stages in whole sequences, each a positive multiple of ``unit_seqs`` (micro batch x GPUs)."""
+    """Stages in whole sequences, each a positive multiple of ``unit_seqs`` (micro batch x GPUs);
+    a stage that rounds to the previous stage's batch is merged into it (it keeps its LR)."""
     if not stages:
         raise InputError("no schedule to emit: no target loss gave a batch")
     if total_tokens <= stages[-1].start_tokens:
@@ -66,10 +67,12 @@ def stage_units(
             f"--total-tokens {total_tokens:,} must lie beyond the last stage's start "
             f"({stages[-1].start_tokens:,.0f} tokens): it is where the last stage ends"
         )
+    rounded = [max(unit_seqs, round(st.batch_tokens / seq_len / unit_seqs) * unit_seqs) for st in stages]
+    keep = [i for i in range(len(stages)) if i == 0 or rounded[i] != rounded[i - 1]]  # merge equal
     out = []
-    for i, st in enumerate(stages):
-        end = stages[i + 1].start_tokens if i + 1 < len(stages) else total_tokens
-        seqs = max(unit_seqs, round(st.batch_tokens / seq_len / unit_seqs) * unit_seqs)
+    for k, i in enumerate(keep):
+        st, seqs = stages[i], rounded[i]
+        end = stages[keep[k + 1]].start_tokens if k + 1 < len(keep) else total_tokens
         steps = max(1, math.ceil((end - st.start_tokens) / (seqs * seq_len)))
         out.append(
             StageUnits(
@@ -89,7 +92,8 @@ def _header(units: list[StageUnits], seq_len: int, unit_seqs: int) -> list[str]:
         if not math.isclose(u.batch_seqs * seq_len, u.batch_tokens_asked, rel_tol=1e-6):
             lines.append(
                 f"#   stage {i}: batch {u.batch_tokens_asked:,.0f} tokens rounded to "
-                f"{u.batch_seqs * seq_len:,} (a multiple of {unit_seqs} sequences: micro batch x GPUs)"
+                f"{u.batch_seqs * seq_len:,} ({u.batch_seqs} sequences, a multiple of micro batch x GPUs"
+                f" = {unit_seqs})"
             )
     return lines
 
@@ -189,6 +193,8 @@ def emit_pretrain(
     unit = micro_batch_seqs * gpus
     units = stage_units(stages, seq_len, total_tokens, unit)
     lines = [f"# pre-training batch schedule for {trainer} (batchtune; docs/pretraining.md)"]
+    if len(units) < len(stages):
+        lines.append(f"# {len(stages) - len(units)} stage(s) rounded to the previous batch: merged")
     lines += _header(units, seq_len, unit)
     if trainer == "megatron":
         lines += _megatron(units, seq_len, micro_batch_seqs, gpus, total_tokens)

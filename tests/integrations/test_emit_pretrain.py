@@ -18,6 +18,9 @@ def test_units_round_to_micro_batch_times_gpus():
     assert units[0].steps == 125_000_000_000 // (512 * 4096) + 1
     odd = stage_units((ScheduleStage(0.0, 100 * 4096, 1e-3),), 4096, 10**9, unit_seqs=8)
     assert odd[0].batch_seqs == 96
+    same = (ScheduleStage(0.0, 42.0, 2e-3), ScheduleStage(15_000.0, 52.0, 2.2e-3))  # both 3 x 16
+    merged = stage_units(same, 16, 60_000, unit_seqs=1)
+    assert [(u.batch_seqs, u.end_tokens, u.lr) for u in merged] == [(3, 60_000, 2e-3)]
 
 
 def test_megatron_flags():
