@@ -6,6 +6,7 @@ commands so that `batchtune --help` starts without torch.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -13,13 +14,53 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 
 from batchtune import __version__
 from batchtune.errors import BatchtuneError, Terminated
 
-app = typer.Typer(
+TyperCommand = typer.core.TyperCommand
+
+_METAVARS = {"int": "INT", "float": "FLOAT", "str": "TEXT", "Path": "PATH", "path": "PATH"}
+
+
+class _Command(TyperCommand):
+    """Help that reads as written: docstring paragraphs joined into lines (the terminal wraps them,
+    not the source's line breaks), flags without a ``<bool>``, and values named in capitals (``TEXT``,
+    ``PATH``, ``KEY=VALUE``) instead of ``<list[str]>``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.help:
+            text = inspect.cleandoc(self.help)
+            self.help = "\n\n".join(" ".join(p.split("\n")) for p in text.split("\n\n"))
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            if param.metavar is not None:
+                continue
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+            elif isinstance(param, typer.core.TyperArgument):  # its name says it: no "<list[Path]>"
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+            else:  # "<list[str]>" -> TEXT (repeatable options say so in their help)
+                label = param.display_type(ctx).strip("<>").removeprefix("list[").removesuffix("]")
+                param.metavar = _METAVARS.get(label, label.upper())
+        return params
+
+
+class _Typer(typer.Typer):
+    """Every command gets the clean help above, whichever module declares it."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("cls", _Command)
+        return super().command(*args, **kwargs)
+
+
+app = _Typer(
     name="batchtune",
     help=(
         "Find the batch size, learning rate and generation concurrency that reach your target "
@@ -32,7 +73,7 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode="rich",
 )
-recipes_app = typer.Typer(help="List, show, copy and validate recipes.", no_args_is_help=True)
+recipes_app = _Typer(help="List, show, copy and validate recipes.", no_args_is_help=True)
 app.add_typer(recipes_app, name="recipes")
 
 
@@ -51,7 +92,12 @@ RecipeArg = Annotated[
 ]
 SetOpt = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", help="Override a recipe value, e.g. --set optimizer.lr=3e-4 (repeatable)."),
+    typer.Option(
+        "--set",
+        "-s",
+        metavar="KEY=VALUE",
+        help="Override a recipe value, e.g. --set optimizer.lr=3e-4 (repeatable).",
+    ),
 ]
 ResultsOpt = Annotated[
     str | None,

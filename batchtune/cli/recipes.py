@@ -48,21 +48,30 @@ def recipes_list(json_out: JsonOpt = False) -> None:
 
 @recipes_app.command("show")
 @handle_errors
-def recipes_show(recipe: RecipeArg = None, set_: SetOpt = None) -> None:
+def recipes_show(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = False) -> None:
     """Print a recipe with every default filled in (after --set overrides)."""
     from batchtune.recipe.load import DEFAULT_RECIPE, load_recipe, recipe_to_toml
 
-    sys.stdout.write(recipe_to_toml(load_recipe(recipe or DEFAULT_RECIPE, set_ or [])))
+    cfg = load_recipe(recipe or DEFAULT_RECIPE, set_ or [])
+    if json_out:
+        _print_json({"source": cfg.source, "recipe": cfg.to_dict()})
+        return
+    sys.stdout.write(recipe_to_toml(cfg))
 
 
 @recipes_app.command("validate")
 @handle_errors
-def recipes_validate(recipe: Annotated[str, typer.Argument(help="Recipe file or name.")]) -> None:
+def recipes_validate(
+    recipe: Annotated[str, typer.Argument(help="Recipe file or name.")], json_out: JsonOpt = False
+) -> None:
     """Check a recipe: unknown keys, wrong types and bad values are reported together, and the checks a
     probe runs before its first run (task, prompts file, reward import, command placeholders)."""
     from batchtune.workflow import validate_recipe
 
     cfg = validate_recipe(recipe)
+    if json_out:  # a bad recipe is exit 2 with its problems on stderr, as everywhere
+        _print_json({"ok": True, "source": cfg.source})
+        return
     console.print(f"[green]ok[/] {cfg.source}")
 
 
@@ -71,6 +80,7 @@ def recipes_validate(recipe: Annotated[str, typer.Argument(help="Recipe file or 
 def recipes_cp(
     name: Annotated[str, typer.Argument(help="Shipped recipe name.")],
     dest: Annotated[Path, typer.Argument(help="Where to write the copy.")],
+    json_out: JsonOpt = False,
 ) -> None:
     """Copy a shipped recipe to edit it."""
     from batchtune.errors import InputError
@@ -82,4 +92,7 @@ def recipes_cp(
     if dest.exists():
         raise InputError(f"{dest} exists; choose another name")
     dest.write_text(src.read_text())
+    if json_out:
+        _print_json({"source": str(src), "written": str(dest)})
+        return
     console.print(f"wrote {dest}")

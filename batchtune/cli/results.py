@@ -172,11 +172,16 @@ def import_logs_cmd(
     ] = 0,
     map_: Annotated[
         list[str] | None,
-        typer.Option("--map", help="NAME=KEY: which log key or column holds a batchtune field (repeatable)."),
+        typer.Option(
+            "--map",
+            metavar="NAME=KEY",
+            help="NAME=KEY: which log key or column holds a batchtune field (repeatable).",
+        ),
     ] = None,
     metric: Annotated[str | None, typer.Option(help="Target metric name (target.metric).")] = None,
     target: Annotated[float | None, typer.Option(help="Target value (target.value).")] = None,
     lower_is_better: Annotated[bool, typer.Option(help="The metric is a loss.")] = False,
+    set_: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Import runs you already have (verl, TRL, OpenRLHF/TensorBoard, W&B CSV, generic CSV/JSONL).
@@ -195,7 +200,7 @@ def import_logs_cmd(
         run_id=run_id,
         samples_per_step=samples_per_step,
     )
-    overrides = []
+    overrides = list(set_ or [])  # the recipe stored with the runs; the options below win
     if metric is not None:
         overrides.append(f"target.metric={json.dumps(metric)}")  # a JSON string is a TOML string
     if target is not None:
@@ -219,13 +224,35 @@ def import_logs_cmd(
 def pretrain(
     paths: Annotated[list[Path], typer.Argument(help="Per-step loss logs (CSV or JSONL).")],
     targets: Annotated[
-        str, typer.Option(help="Target losses, comma-separated (default: four levels the runs reach).")
-    ] = "",
-    base_lr: Annotated[float, typer.Option(help="LR tuned at the schedule's first batch.")] = 3e-4,
-    rule: Annotated[str, typer.Option(help="LR rule across stages: sqrt | linear | none.")] = "sqrt",
+        str | None,
+        typer.Option(
+            help="Target losses, comma-separated (default: four levels the runs reach).", show_default=False
+        ),
+    ] = None,
+    base_lr: Annotated[
+        float | None,
+        typer.Option(help="LR tuned at the schedule's first batch (default: 3e-4).", show_default=False),
+    ] = None,
+    rule: Annotated[
+        str | None,
+        typer.Option(help="LR rule across stages: sqrt (default) | linear | none.", show_default=False),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-s",
+            metavar="KEY=VALUE",
+            help="pretrain.targets=[3.2,3.0], lr_scaling.rule=linear or optimizer.lr=3e-4 (repeatable).",
+        ),
+    ] = None,
     map_: Annotated[
         list[str] | None,
-        typer.Option("--map", help="NAME=COLUMN for run, batch_tokens, step, loss, seed (repeatable)."),
+        typer.Option(
+            "--map",
+            metavar="NAME=COLUMN",
+            help="NAME=COLUMN for run, batch_tokens, step, loss, seed (repeatable).",
+        ),
     ] = None,
     emit: Annotated[
         str | None, typer.Option(help="Write the schedule for a trainer: megatron | nanogpt | hf.")
@@ -245,7 +272,7 @@ def pretrain(
     from batchtune import workflow
     from batchtune.report.pretrain_grid import render_grid
 
-    result = workflow.pretrain(paths, targets, base_lr, rule, list(map_ or []))
+    result = workflow.pretrain(paths, targets, base_lr, rule, list(map_ or []), list(set_ or []))
     emitted = None
     if emit is not None:
         from batchtune.errors import InputError
