@@ -29,7 +29,7 @@ from batchtune.analysis.noise import (
     grad_norm_slope,
     grad_norms_at_matched_samples,
 )
-from batchtune.errors import AnalysisError, RunsFailed
+from batchtune.errors import AnalysisError, MetricMissingError, RunsFailed
 from batchtune.records import FAILED_STATUSES, RunRecord, StepRecord
 
 FAMILIES = ("main", "group_sweep", "fixed_lr")
@@ -171,7 +171,7 @@ def candidates_from_runs(
     if not any(metric in s.metrics for r in runs for s in r.steps):
         found = sorted({k for r in runs for s in r.steps for k in s.metrics})
         also = f"; besides, {failures_message(failed)}" if failed else ""
-        raise AnalysisError(
+        raise MetricMissingError(  # bad input (exit 2), as when a probe's first evaluation lacks it
             f"no run logged the target metric {metric!r}; the runs have: {', '.join(found) or 'none'} "
             f"(set target.metric, e.g. --set target.metric=NAME){also}"
         )

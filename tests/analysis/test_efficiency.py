@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from batchtune.analysis.efficiency import RunData, analyse_runs
-from batchtune.errors import AnalysisError, RunsFailed
+from batchtune.errors import MetricMissingError, RunsFailed
 from batchtune.records import RunRecord, StepRecord
 
 TRUE_R = {2: 1000.0, 4: 1020.0, 16: 3000.0}  # prompts -> responses to reach 0.5 (G = 8)
@@ -72,7 +72,7 @@ def test_every_run_failed_says_so_with_the_runs_reasons():
 
 
 def test_unknown_metric_names_the_ones_logged():
-    with pytest.raises(AnalysisError, match="runs have: reward"):
+    with pytest.raises(MetricMissingError, match="runs have: reward"):  # bad input: exit 2
         analyse_runs(_runs(), metric="eval_reward", target=0.5)
 
 
