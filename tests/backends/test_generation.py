@@ -126,6 +126,7 @@ def test_vllm_engine_arguments():
             "generation.concurrency=[8, 64, 256]",
             "generation.prompt_tokens=128",
             "generation.max_new_tokens=512",
+            "model.max_position_embeddings=1024",  # prompt + response must fit the model's positions
         ],
     )
     kw = engine_kwargs(r)

@@ -57,7 +57,14 @@ def test_grpo_trainer_runs_and_yields_records(root):
 def test_mini_batches_split_one_generation(root):
     from batchtune.backends.trl_backend import TRLBackend
 
-    spec = spec_for(root, "mini", "budget.max_samples=16", "algorithm.mini_batches=2", "task.eval_size=0")
+    spec = spec_for(
+        root,
+        "mini",
+        "budget.max_samples=16",
+        "algorithm.mini_batches=2",
+        "task.eval_size=0",
+        "target.metric=reward",  # no held-out set: the training reward is the only metric
+    )
     records = list(TRLBackend().train(spec))
     assert [r.samples for r in records] == [4, 8, 12, 16]  # 8 completions feed 2 steps of 4
     assert not any("eval_reward" in r.metrics for r in records)  # no held-out set
