@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -37,6 +38,16 @@ def fmt_ci(lo: float, hi: float) -> str:
     if lo == hi:
         return ""
     return f"[{fmt_n(lo)}, {fmt_n(hi)}]"
+
+
+def fmt_ratio(x: float, lo: float | None = None, hi: float | None = None) -> str:
+    """A ratio near 1 to three decimals, so 0.996 and 1.004 never both print as "1"."""
+    if not math.isfinite(x):
+        return fmt_n(x)
+    text = f"{x:.3f}"
+    if lo is not None and hi is not None and lo != hi:
+        text += f" [{lo:.3f}, {hi:.3f}]"
+    return text
 
 
 def fmt_time(seconds: float) -> str:
@@ -72,9 +83,9 @@ def efficiency_table(eff: SampleEfficiency) -> Table:
             seeds,
             fmt_n(est.samples_to_target) if est else "-",
             fmt_ci(est.ci_low, est.ci_high) if est else "",
-            (fmt_n(ratio.ratio) + " " + fmt_ci(ratio.ci_low, ratio.ci_high))
+            fmt_ratio(ratio.ratio, ratio.ci_low, ratio.ci_high)
             if ratio
-            else ("1" if c.label == eff.reference else "-"),
+            else (fmt_ratio(1.0) if c.label == eff.reference else "-"),
             f"[{STATUS_STYLE.get(status, '')}]{status}[/]",
         )
     return table
@@ -101,9 +112,11 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
             conf = f"{100 * crit.joint.confidence:.0f}%"
             head += f"; R(B)/R(B0) reaches 1+tol at {fmt_n(crit.crossing)} ({conf} CI {fmt_ci(lo, hi)})"
         lines.append(head)
-        if crit.joint is not None:
+        reason = crit.reason
+        if crit.joint is not None:  # said once: the reason refers back to it
             lines.append(f"  {crit.joint.describe()}")
-        lines.append(f"  {crit.reason}")
+            reason = reason.replace(crit.joint.describe(), "the joint fit above")
+        lines.append(f"  {reason}")
     if eff.grad_slope is not None:
         g = eff.grad_slope
         lines.append(f"Gradient norm vs batch at matched samples (-0.5 = noise-dominated): {g.reason}")
@@ -118,7 +131,7 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
         )
     for c in eff.candidates:
         for f in c.failures:
-            lines.append(f"[magenta]{c.label}[/] {f}")
+            lines.append(f"[magenta]{c.label}[/] {escape(f)}")
     lines.extend(f"[yellow]note:[/] {n}" for n in eff.notes)
     return lines
 
