@@ -175,47 +175,12 @@ def rank_time_to_target(
         t = rows[i]["time_ci_s"][0] if censored else rows[i]["time_to_target_s"]
         return (censored, t, batch[i], names[i])
 
-    ranked = tuple(
-        RankedCandidate(rank=k + 1, **rows[i])
-        for k, i in enumerate(
-            _tie_to_smaller(
-                sorted(range(n), key=order), r, batch, [rows[i]["time_ci_s"] for i in range(n)], thr
-            )
-        )
-    )
+    ranked = tuple(RankedCandidate(rank=k + 1, **rows[i]) for k, i in enumerate(sorted(range(n), key=order)))
     winner = ranked[0]
     if winner.censored:  # unreachable: the reference is finite; kept as an internal invariant
         raise AssertionError("a censored candidate ranked first")
     reason = _reason(ranked, winner, halfwidths, names)
     return Ranking(candidates=ranked, reference=reference, winner=winner.name, reason=reason)
-
-
-def _tie_to_smaller(
-    order: list[int], r: np.ndarray, batch: np.ndarray, time_ci: list[tuple[float, float]], thr: np.ndarray
-) -> list[int]:
-    """Move a smaller batch ahead of the fastest when the seeds cannot order the two.
-
-    "Cannot order": each one's time-to-target lies inside the other's interval. Then the smaller
-    batch is the safer bet: its R has the narrower seed spread far from the LR stability edge, and
-    a larger batch's R is read from fewer logged points per sample. (NQM `lr0.015`: 1024 at 0.99x
-    the time of 512 with intervals overlapping both points, true 1.22x; benchmarks/out/regret.txt.)
-    Only the fastest's closest such rival moves up; the rest of the order is unchanged.
-    """
-    first = order[0]
-    if math.isinf(r[first]):
-        return order
-    t = r / thr
-    tied = [
-        i
-        for i in order[1:]
-        if math.isfinite(r[i])
-        and batch[i] < batch[first]
-        and time_ci[i][0] <= t[first] <= time_ci[i][1]
-        and time_ci[first][0] <= t[i] <= time_ci[first][1]
-    ]
-    if not tied:
-        return order
-    return [tied[0], *(i for i in order if i != tied[0])]
 
 
 def _reason(
@@ -241,11 +206,6 @@ def _reason(
             f"Larger batches ({best.name}) need {best.sample_ratio:.2f}x the responses for "
             f"{best.throughput_ratio:.2f}x the throughput: {best.time_ratio:.2f}x the time."
         )
-        if best.time_to_target_s < winner.time_to_target_s:
-            parts.append(
-                f"Each time lies inside the other's interval: the seeds cannot order {best.name} and "
-                f"{winner.name}, so the smaller batch is chosen."
-            )
     elif not winner.is_reference:
         parts.append("No larger batch reached the target in this sweep; a larger one may be faster still.")
 
