@@ -76,7 +76,7 @@ class BatchEstimate:
 
 def _b_opt(
     b: np.ndarray, e: np.ndarray, max_resid: float
-) -> tuple[float | None, tuple, float | None, float | None, list[str]]:
+) -> tuple[float | None, tuple | None, float | None, float | None, list[str]]:
     """(measured, bracket, fit, fit residual, notes) from per-batch tokens (inf = never reached)."""
     ok = np.isfinite(e)
     if not ok.any():

@@ -65,7 +65,7 @@ def analyse_grid(
         for c in curves:
             i, j = seeds.index(c.seed), batches.index(c.batch_tokens)
             cross = samples_to_target(c.tokens, c.loss, target, higher_is_better=False)
-            if cross.censored:
+            if cross.censored or cross.samples_to_target is None:
                 flat[i, j] = plateaued(c.tokens, c.loss, target)
             else:
                 steps[i, j] = float(cross.samples_to_target) / c.batch_tokens
@@ -85,7 +85,9 @@ def schedule_from_estimates(
     falls: Zhou et al. 2026) and clipped to the measured batches; each adjustment is noted.
     """
     lo, hi = min(batches), max(batches)
-    starts, values, notes = [], [], []
+    starts: list[float] = []
+    values: list[float] = []
+    notes: list[str] = []
     start = 0.0
     for est in estimates:
         b = est.b_opt_tokens

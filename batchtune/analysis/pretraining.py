@@ -120,7 +120,9 @@ def pair_seeds(runs: Sequence[PretrainRun]) -> tuple[list[tuple[PretrainRun, int
     keyed = all(r.seed is not None for r in runs)
     notes, out = [], []
     if keyed:
-        common = set.intersection(*({r.seed for r in rs} for rs in by_batch.values()))
+        common: set[int] = set.intersection(
+            *({r.seed for r in rs if r.seed is not None} for rs in by_batch.values())
+        )
         dropped = [r.name for r in runs if r.seed not in common]
         order = sorted(common)
         out = [(r, order.index(r.seed)) for r in runs if r.seed in common]

@@ -43,7 +43,7 @@ class MarkovSource:
         n_ctx = self.vocab**self.order
         ctx = np.arange(n_ctx)
         nxt = (ctx[:, None] * self.vocab + self.next_tokens) % n_ctx  # the context after each token
-        pi = np.full(n_ctx, 1.0 / n_ctx)
+        pi: np.ndarray = np.full(n_ctx, 1.0 / n_ctx)
         for _ in range(5000):
             new = np.bincount(nxt.ravel(), weights=(pi[:, None] * self.probs).ravel(), minlength=n_ctx)
             new = 0.5 * (new + pi)  # lazy chain: same stationary law, no periodicity

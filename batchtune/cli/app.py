@@ -47,7 +47,8 @@ class _Command(TyperCommand):
             elif isinstance(param, typer.core.TyperArgument):  # its name says it: no "<list[Path]>"
                 param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
             else:  # "<list[str]>" -> TEXT (repeatable options say so in their help)
-                label = param.display_type(ctx).strip("<>").removeprefix("list[").removesuffix("]")
+                shown = param.display_type(ctx)  # type: ignore[attr-defined]
+                label = shown.strip("<>").removeprefix("list[").removesuffix("]")
                 param.metavar = _METAVARS.get(label, label.upper())
         return params
 
