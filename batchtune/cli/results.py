@@ -255,7 +255,8 @@ def pretrain(
         ),
     ] = None,
     emit: Annotated[
-        str | None, typer.Option(help="Write the schedule for a trainer: megatron | nanogpt | hf.")
+        str | None,
+        typer.Option(help="Write the schedule for a trainer: megatron | nanogpt | hf | torchtitan."),
     ] = None,
     seq_len: Annotated[int, typer.Option(help="--emit: tokens per sequence.")] = 2048,
     total_tokens: Annotated[int, typer.Option(help="--emit: tokens at which the last stage ends.")] = 0,

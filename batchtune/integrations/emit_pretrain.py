@@ -26,6 +26,18 @@ in the project's own source (cited where it is used):
   ``per_device_train_batch_size x gradient_accumulation_steps x world size``; resuming restores the
   LR scheduler from ``scheduler.pt`` (``Trainer._load_optimizer_and_scheduler``), which would keep
   the previous stage's LR, and skips ``global_step x batch`` of data (``ignore_data_skip=True``).
+- torchtitan (pytorch/torchtitan): TOML job configs up to v0.2.2, keys from
+  torchtitan/config/job_config.py at 238fa995 (the parent of 9810191b, "Config System Refactor: TOML
+  to Python Dataclass Registry", which removed them): ``[training] local_batch_size`` (per
+  data-parallel rank per micro-batch) / ``global_batch_size`` (sequences per step; train.py derives
+  gradient accumulation from the two) / ``seq_len`` / ``steps``, ``[optimizer] lr``,
+  ``[lr_scheduler] warmup_steps`` / ``decay_ratio`` (0.0: no decay steps, the LR stays at ``lr``),
+  ``[checkpoint] enable`` / ``load_step`` / ``exclude_from_loading``. The checkpoint restores the
+  step (so ``steps`` is cumulative) and the scheduler's state, its base LR included
+  (components/lr_scheduler.py), so a later stage's LR needs ``exclude_from_loading =
+  ["lr_scheduler"]``. Since 9810191b runs are Python configs; at b5bcd76c (torchtitan/config/
+  configs.py ``TrainingConfig``) the batch is ``--training.num_tokens_per_train_step``,
+  ``--training.num_tokens_per_microbatch_per_dp_rank`` and ``--training.max_context_length``.
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ from dataclasses import dataclass
 from batchtune.analysis.pretrain_schedule import ScheduleStage
 from batchtune.errors import InputError
 
-PRETRAIN_TRAINERS = ("megatron", "nanogpt", "hf")
+PRETRAIN_TRAINERS = ("megatron", "nanogpt", "hf", "torchtitan")
 
 
 @dataclass(frozen=True)
@@ -176,6 +188,51 @@ def _hf(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> list[st
     return lines
 
 
+def _toml_float(x: float) -> str:
+    return repr(float(f"{x:.4g}"))  # a TOML float: 0.0003, 1e-05, 1.0
+
+
+def _torchtitan(units: list[StageUnits], seq_len: int, micro: int) -> list[str]:
+    lines, total_steps = [], 0
+    for i, u in enumerate(units, 1):
+        total_steps += u.steps
+        lines += [
+            f"# ---- stage{i}.toml (torchtitan <= v0.2.2 job config, torchtitan/config/job_config.py at "
+            f"238fa995; from {u.start_tokens:,} to {u.end_tokens:,} tokens)",
+            "# torchtitan after 9810191b (Python configs; configs.py at b5bcd76c): "
+            f"--training.num_tokens_per_train_step {u.batch_seqs * seq_len} "
+            f"--training.num_tokens_per_microbatch_per_dp_rank {micro * seq_len} "
+            f"--training.max_context_length {seq_len}",
+            "[training]",
+            f"seq_len = {seq_len}",
+            f"local_batch_size = {micro}  # sequences per data-parallel rank per micro-batch",
+            f"global_batch_size = {u.batch_seqs}  # sequences per optimiser step",
+            f"steps = {total_steps}  # cumulative: the checkpoint restores the step",
+            "",
+            "[optimizer]",
+            f"lr = {_toml_float(u.lr)}",
+        ]
+        if u.weight_decay is not None:
+            lines.append(f"weight_decay = {_toml_float(u.weight_decay)}")
+        lines += [
+            "",
+            "[lr_scheduler]",
+            "warmup_steps = 0" + ("  # add your warmup to stage 1" if i == 1 else ""),
+            "decay_ratio = 0.0  # no decay steps: hold lr",
+            "",
+            "[checkpoint]",
+            "enable = true",
+        ]
+        if i > 1:
+            lines += [
+                f"load_step = {total_steps - u.steps}  # the end of stage {i - 1}",
+                "# the checkpoint's scheduler holds the previous base LR: take this stage's lr instead",
+                'exclude_from_loading = ["lr_scheduler"]',
+            ]
+        lines.append("")
+    return lines
+
+
 def emit_pretrain(
     trainer: str,
     stages: Sequence[ScheduleStage],
@@ -185,7 +242,7 @@ def emit_pretrain(
     gpus: int = 1,
     micro_batch_seqs: int = 1,
 ) -> str:
-    """The schedule as ``trainer`` (megatron | nanogpt | hf) takes it, with its stage table."""
+    """The schedule as ``trainer`` (megatron | nanogpt | hf | torchtitan) takes it, with its stage table."""
     if trainer not in PRETRAIN_TRAINERS:
         raise InputError(f"--emit {trainer!r}: choose {', '.join(PRETRAIN_TRAINERS)}")
     if seq_len < 1 or gpus < 1 or micro_batch_seqs < 1:
@@ -200,6 +257,8 @@ def emit_pretrain(
         lines += _megatron(units, seq_len, micro_batch_seqs, gpus, total_tokens)
     elif trainer == "nanogpt":
         lines += _nanogpt(units, seq_len, micro_batch_seqs, gpus)
+    elif trainer == "torchtitan":
+        lines += _torchtitan(units, seq_len, micro_batch_seqs)
     else:
         lines += _hf(units, seq_len, micro_batch_seqs, gpus)
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""The pre-training schedule in Megatron-LM, nanoGPT and HF units (integrations/emit_pretrain.py)."""
+"""The pre-training schedule in Megatron-LM, nanoGPT, HF and torchtitan units (emit_pretrain.py)."""
 
 from __future__ import annotations
 
@@ -49,8 +49,30 @@ def test_nanogpt_and_hf():
 
 def test_bad_requests():
     with pytest.raises(InputError, match="choose megatron"):
-        emit_pretrain("torchtitan", STAGES, seq_len=4096, total_tokens=10**12)
+        emit_pretrain("levanter", STAGES, seq_len=4096, total_tokens=10**12)
     with pytest.raises(InputError, match="beyond the last stage"):
         emit_pretrain("hf", STAGES, seq_len=4096, total_tokens=10**9)
     with pytest.raises(InputError, match="no schedule"):
         emit_pretrain("hf", (), seq_len=4096, total_tokens=10**9)
+
+
+def test_torchtitan_toml_per_stage():
+    import tomllib
+
+    kw = {"seq_len": 4096, "total_tokens": 250 * 10**9, "gpus": 8, "micro_batch_seqs": 4}
+    text = emit_pretrain("torchtitan", STAGES, **kw)
+    files = text.split("# ---- ")[1:]
+    assert [f.split(" ", 1)[0] for f in files] == ["stage1.toml", "stage2.toml"]
+    one, two = (tomllib.loads(f.split("\n", 1)[1]) for f in files)
+    assert one["training"] == {
+        "seq_len": 4096,
+        "local_batch_size": 4,
+        "global_batch_size": 512,
+        "steps": 59605,
+    }
+    assert one["optimizer"] == {"lr": 3e-4} and one["checkpoint"] == {"enable": True}
+    assert one["lr_scheduler"] == {"warmup_steps": 0, "decay_ratio": 0.0}
+    assert two["training"]["global_batch_size"] == 1024 and two["training"]["steps"] == 59605 + 29803
+    assert two["optimizer"] == {"lr": 4.243e-4, "weight_decay": 0.1}
+    assert two["checkpoint"] == {"enable": True, "load_step": 59605, "exclude_from_loading": ["lr_scheduler"]}
+    assert "--training.num_tokens_per_train_step 4194304" in files[1]
