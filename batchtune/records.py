@@ -165,14 +165,30 @@ def to_json(record: Any) -> str:
     return codec.dumps(record, sort_keys=True)
 
 
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """A write's OSError names ``path``: EFBIG (file-size limit) and ENOSPC (disk full) raised by a
+    file object's write or flush carry no filename, and the CLI's one-line message shows it."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so readers see the old or the new file, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with naming(path), open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
@@ -230,12 +246,14 @@ class RunWriter:
         self._fh = open(run_dir / "steps.jsonl", "a")
 
     def append(self, step: StepRecord) -> None:
-        self._fh.write(to_json(step) + "\n")
-        self._fh.flush()
+        with naming(self.run_dir / "steps.jsonl"):
+            self._fh.write(to_json(step) + "\n")
+            self._fh.flush()
 
     def finish(self, record: RunRecord) -> None:
-        os.fsync(self._fh.fileno())
-        self._fh.close()
+        with naming(self.run_dir / "steps.jsonl"):
+            os.fsync(self._fh.fileno())
+            self._fh.close()
         if not record.finished_at:
             record = dataclasses.replace(record, finished_at=time.time())
         atomic_write_text(self.run_dir / "run.json", to_json(record) + "\n")
@@ -332,7 +350,8 @@ class ResultsStore:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         text = "".join(to_json(p) + "\n" for p in points)
-        with _locked(self.root / ".throughput.lock"), open(self.throughput_path, "a") as fh:
+        path = self.throughput_path
+        with naming(path), _locked(self.root / ".throughput.lock"), open(path, "a") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
