@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchtune.analysis.critical import DEVIATES, CriticalBatch
+from batchtune.analysis.critical import CriticalBatch
 from batchtune.analysis.lr import scaled_lr
+from batchtune.analysis.ratio import DEVIATES
 from batchtune.analysis.throughput import Knee
 
 PASS, WARN, FAIL, SKIPPED, INSUFFICIENT = "pass", "warn", "fail", "skipped", "insufficient"

@@ -14,13 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from batchtune.analysis.critical import (
-    CriticalBatch,
-    Verdict,
-    classify,
-    critical_batch,
-    ratio_to_reference,
-)
+from batchtune.analysis.critical import CriticalBatch, critical_batch
 from batchtune.analysis.curves import TargetCrossing, TargetEstimate, estimate_over_seeds, samples_to_target
 from batchtune.analysis.noise import (
     GradNormSlope,
@@ -29,6 +23,7 @@ from batchtune.analysis.noise import (
     grad_norm_slope,
     grad_norms_at_matched_samples,
 )
+from batchtune.analysis.ratio import Verdict, classify, ratio_to_reference
 from batchtune.errors import AnalysisError, MetricMissingError, RunsFailed
 from batchtune.records import FAILED_STATUSES, RunRecord, StepRecord
 

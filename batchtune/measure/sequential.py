@@ -18,8 +18,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from batchtune.analysis.critical import INCONCLUSIVE
 from batchtune.analysis.efficiency import RunData, SampleEfficiency
+from batchtune.analysis.ratio import INCONCLUSIVE
 from batchtune.backends.spec import Candidate
 from batchtune.events import ProbeEvents
 from batchtune.measure.execute import RunFn, run_jobs

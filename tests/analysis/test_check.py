@@ -21,7 +21,8 @@ from batchtune.analysis.check import (
     check_time,
     interp_loglog,
 )
-from batchtune.analysis.critical import DEVIATES, INVARIANT, REFERENCE, CriticalBatch, Verdict
+from batchtune.analysis.critical import CriticalBatch
+from batchtune.analysis.ratio import DEVIATES, INVARIANT, REFERENCE, Verdict
 from batchtune.analysis.throughput import Knee
 
 

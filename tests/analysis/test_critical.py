@@ -7,21 +7,21 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.critical import (
+from batchtune.analysis.critical import critical_batch
+from batchtune.analysis.curves import (
+    TargetCrossing,
+    TargetEstimate,
+    estimate_from_value,
+    estimate_over_seeds,
+)
+from batchtune.analysis.ratio import (
     DEVIATES,
     INCONCLUSIVE,
     INVARIANT,
     REFERENCE,
     RatioEstimate,
     classify,
-    critical_batch,
     ratio_to_reference,
-)
-from batchtune.analysis.curves import (
-    TargetCrossing,
-    TargetEstimate,
-    estimate_from_value,
-    estimate_over_seeds,
 )
 from batchtune.analysis.scaling import mccandlish_samples
 from batchtune.errors import AnalysisError
