@@ -7,12 +7,13 @@ total responses P*G (does the task follow N, the total responses?); optional fix
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from batchtune.analysis.lr import scaled_lr
 from batchtune.backends.spec import Candidate
 from batchtune.errors import RecipeError
 from batchtune.recipe.schema import Recipe
-from batchtune.records import candidate_label
+from batchtune.records import RunRecord, candidate_label
 
 
 @dataclass(frozen=True)
@@ -88,3 +89,34 @@ def plan_candidates(recipe: Recipe) -> Plan:
 
 def run_id(candidate: Candidate, seed: int) -> str:
     return f"{candidate.label}-s{seed}"
+
+
+def run_record(
+    candidate: Candidate,
+    seed: int,
+    base_lr: float,
+    reference_batch: int,
+    status: str,
+    reason: str = "",
+    *,
+    rid: str | None = None,
+    **reported: Any,
+) -> RunRecord:
+    """The record of one run of ``candidate`` at ``seed``: who it is (label, P, G, its LRs and the
+    rule behind them, carried from the plan) and what the run reported (``reported``: steps,
+    samples, timings, ...). One place builds it, for the local pool and for Ray alike."""
+    return RunRecord(
+        run_id=rid or run_id(candidate, seed),
+        candidate=candidate.label,
+        prompts=candidate.prompts,
+        group_size=candidate.group_size,
+        seed=seed,
+        lr=candidate.lr,
+        lr_rule=candidate.lr_rule,
+        base_lr=base_lr,
+        reference_batch=reference_batch,
+        status=status,
+        reason=reason,
+        critic_lr=candidate.critic_lr,
+        **reported,
+    )

@@ -26,7 +26,7 @@ from batchtune.events import ProbeEvents
 from batchtune.measure import preflight
 from batchtune.measure.execute import run_jobs
 from batchtune.measure.guards import check_metric_present, check_target_range
-from batchtune.measure.plan import Plan, plan_candidates, run_id
+from batchtune.measure.plan import Plan, plan_candidates, run_id, run_record
 from batchtune.measure.sequential import add_seeds, with_extra_seeds
 from batchtune.recipe.load import recipe_from_dict
 from batchtune.recipe.schema import Recipe
@@ -238,27 +238,22 @@ def execute_run(
             status, reason = "failed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         finally:
             stream.close()
-        record = RunRecord(
-            run_id=rid,
-            candidate=candidate.label,
-            prompts=candidate.prompts,
-            group_size=candidate.group_size,
-            seed=seed,
-            lr=candidate.lr,
-            lr_rule=candidate.lr_rule,
-            base_lr=base_lr,
-            reference_batch=reference_batch,
-            status=status,
-            reason=reason,
+        record = run_record(
+            candidate,
+            seed,
+            base_lr,
+            reference_batch,
+            status,
+            reason,
+            rid=rid,
             steps=last.step if last else 0,
             samples=last.samples if last else 0,
             tokens=last.tokens if last else 0,
             wall_s=time.perf_counter() - t0,
-            critic_lr=candidate.critic_lr,
             backend=recipe.backend.training,
             parallel_runs=parallel_runs,
             cpu_cores=os.cpu_count() or 0,
-            **totals,  # type: ignore[arg-type]  # gen_s / train_s / other_s: floats
+            **totals,  # gen_s / train_s / other_s
         )
         writer.finish(record)
         emit("end", status=status, reason=reason)

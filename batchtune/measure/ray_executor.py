@@ -40,7 +40,7 @@ from typing import Any
 from batchtune import codec
 from batchtune.errors import BackendError, BatchtuneError, InputError
 from batchtune.events import ProbeEvents
-from batchtune.measure.plan import run_id
+from batchtune.measure.plan import run_id, run_record
 from batchtune.recipe.schema import Recipe, RunConfig
 from batchtune.records import ResultsStore, RunRecord, atomic_write_text
 
@@ -125,20 +125,8 @@ def seal_lost(a: RunArgs, status: str, reason: str) -> RunRecord | None:
     with store.claim(rid) as writer:
         if writer is None:
             return None
-        record = RunRecord(
-            run_id=rid,
-            candidate=cand.label,
-            prompts=cand.prompts,
-            group_size=cand.group_size,
-            seed=seed,
-            lr=cand.lr,
-            lr_rule=cand.lr_rule,
-            base_lr=base_lr,
-            reference_batch=reference_batch,
-            status=status,
-            reason=reason,
-            critic_lr=cand.critic_lr,
-            backend=recipe.backend.training,
+        record = run_record(
+            cand, seed, base_lr, reference_batch, status, reason, rid=rid, backend=recipe.backend.training
         )
         writer.finish(record)
         return record
