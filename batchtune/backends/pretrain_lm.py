@@ -144,14 +144,25 @@ class LMRun:
         return path
 
     @classmethod
-    def resume_from(cls, path: str | Path, recipe: Recipe, device: str = "cpu") -> LMRun:
+    def resume_from(
+        cls, path: str | Path, recipe: Recipe, device: str = "cpu", seed: int | None = None
+    ) -> LMRun:
+        """The run saved at ``path``. ``seed`` (a branch's): None or the trunk's own continues the
+        trunk's data stream exactly; another seed keeps weights and optimiser but draws its data
+        from a fresh stream keyed by (seed, tokens), so the seeds of a checkpoint are replicates."""
         state = torch.load(Path(path), map_location=device, weights_only=False)
-        run = cls(recipe, int(state["seed"]), device)
+        saved_seed = int(state["seed"])
+        run = cls(recipe, saved_seed, device)
         run.model.load_state_dict(state["model"])
         run.opt.load_state_dict(state["opt"])
-        run.rng.bit_generator.state = state["data_rng"]
-        torch.set_rng_state(state["torch_rng"])
         run.steps, run.tokens = int(state["steps"]), int(state["tokens"])
+        if seed is None or seed == saved_seed:
+            run.rng.bit_generator.state = state["data_rng"]
+            torch.set_rng_state(state["torch_rng"])
+        else:
+            run.seed = seed
+            run.rng = np.random.default_rng([recipe.pretrain.data_seed, seed, run.tokens, 37])
+            torch.manual_seed(seed * 1_000_003 + run.tokens)
         return run
 
 
@@ -170,7 +181,7 @@ class PretrainLMBackend:
         p = recipe.pretrain
         device = "cuda" if recipe.hardware.device == "cuda" else "cpu"
         if spec.resume_from is not None:
-            run = LMRun.resume_from(_state_file(Path(spec.resume_from)), recipe, device)
+            run = LMRun.resume_from(_state_file(Path(spec.resume_from)), recipe, device, spec.seed)
         else:
             run = LMRun(recipe, spec.seed, device)
         saves = sorted(s for s in spec.save_at_samples if s > run.tokens)

@@ -49,6 +49,10 @@ def test_checkpoint_resume_is_exact(tmp_path):
     b = LMRun.resume_from(ckpt, recipe)
     assert (b.steps, b.tokens) == (3, 3 * 4 * 16)
     assert [b.step(4, 1e-3)[0] for _ in range(3)] == pytest.approx(ref, rel=1e-6)
+    # a branch at another seed: same weights and counters, its own data stream (a replicate)
+    other = LMRun.resume_from(ckpt, recipe, seed=2)
+    assert (other.steps, other.tokens, other.seed) == (3, 3 * 4 * 16, 2)
+    assert [other.step(4, 1e-3)[0] for _ in range(3)] != pytest.approx(ref, rel=1e-6)
 
 
 def test_byte_corpus_reads_text_and_jsonl(tmp_path):

@@ -3,7 +3,8 @@
 Registered as ``"torch"`` (``batchtune.backends.torch_rl:TorchRLBackend``). Modules, by job:
 ``tasks`` (prompts, answers, rewards), ``warmstart`` (cached supervised warm start of the tiny
 model), ``rollout`` (generation and log-probs), ``grpo`` and ``ppo`` (the updates), ``optim``
-(optimisers, clipping), ``trainer`` (the loop that yields StepRecords). See docs/trainer.md.
+(optimisers, clipping), ``trainer`` (the loop that yields StepRecords), ``checkpoint`` (a
+run's state, for branched probes). See docs/trainer.md.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class TorchRLBackend:
     """GRPO / PPO with model.generate rollouts; CPU or CUDA (bf16 autocast) through the same code."""
 
     name = "torch"
+    supports_checkpoints = True  # checkpoint.py: branched probes start from a trunk's state
 
     @staticmethod
     def metric_ranges(recipe: Recipe) -> dict[str, tuple[float, float]]:

@@ -19,7 +19,8 @@ import torch
 
 from batchtune.analysis.lr import warmup_factor
 from batchtune.backends.models import LoadedModel, load_model, resolve_device, resolve_dtype
-from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec
+from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec, checkpoint_path
+from batchtune.backends.torch_rl import checkpoint
 from batchtune.backends.torch_rl.grpo import GRPOLearner, UpdateStats
 from batchtune.backends.torch_rl.ppo import PPOLearner
 from batchtune.backends.torch_rl.rollout import chunks, generate
@@ -134,13 +135,18 @@ def _train(spec: RunSpec) -> Iterator[StepRecord]:
             **timing,
         )
 
+    counters = checkpoint.Counters()
+    if spec.resume_from is not None:  # a branch: the trunk's weights, optimiser and data position
+        counters = checkpoint.load(spec.resume_from, learner, sampler, seed)
+    step, samples, tokens, last_eval = counters.step, counters.samples, counters.tokens, counters.last_eval
+    saves = sorted(x for x in spec.save_at_samples if x > samples)
+
     has_eval = len(task.eval) > 0  # task.eval_size = 0: no held-out set, target the training reward
-    if has_eval:
+    if has_eval and samples == 0:
         t0 = time.perf_counter()
         eval_reward = evaluate(lm, task, spec, compute_dtype)
         yield record(0, 0, 0, 0.0, {"eval_reward": eval_reward}, other_s=time.perf_counter() - t0)
 
-    step = samples = tokens = last_eval = 0
     max_samples = recipe.budget.max_samples
     while samples < max_samples:
         step += 1
@@ -197,6 +203,11 @@ def _train(spec: RunSpec) -> Iterator[StepRecord]:
             metrics["eval_reward"] = evaluate(lm, task, spec, compute_dtype)
             other_s += time.perf_counter() - t0
             last_eval = samples
+        while saves and samples >= saves[0]:  # saved before the yield: the caller may stop here
+            assert spec.checkpoint_dir is not None, "save_at_samples needs a checkpoint_dir"
+            path = checkpoint_path(spec.checkpoint_dir, saves.pop(0))
+            state = checkpoint.Counters(step, samples, tokens, last_eval)
+            checkpoint.save(path, learner, sampler, state, seed)
         yield record(
             step, samples, tokens, lr, metrics,
             grad_norm=stats.grad_norm, critic_grad_norm=stats.critic_grad_norm,
