@@ -1,6 +1,7 @@
 """What a branched probe costs and how good its answer is, on the NQM (recipes/nqm.toml).
 
     python benchmarks/branched_cost.py > benchmarks/out/branched_cost.txt
+    python benchmarks/branched_cost.py --seed-pairs > benchmarks/out/branched_cost_seeds.txt
 
 For each setting: `batchtune tune recipes/nqm.toml` with probe.mode = branched (fresh results dir),
 then
@@ -9,6 +10,8 @@ then
            loss (backends.nqm_theory.expected_samples_to_target), Θ(B) the recommendation's own
            throughput model in the grid row (the simulated time model), best over the candidate batches.
 The grid probe (probe.mode = grid) is the baseline row. Simulated seconds; deterministic per seed.
+--seed-pairs: the cheapest setting (one checkpoint of a 1536-sample trunk, W 1024, max window 1.5x,
+two seeds) at four seed pairs, to show how the answer varies with the seeds.
 """
 
 from __future__ import annotations
@@ -49,11 +52,27 @@ SETTINGS = {
 }
 
 
+CHEAPEST = [
+    "branch.trunk_samples=1536",
+    "branch.window_samples=1024",
+    "branch.checkpoints=[1.0]",
+    "branch.max_window_factor=1.5",
+]
+SEED_PAIRS = {
+    "grid (baseline)": ["probe.mode=grid"],
+    **{
+        f"cheapest, seeds {a},{b}": [*CHEAPEST, f"budget.seeds=[{a}, {b}]"]
+        for a, b in ((0, 1), (2, 3), (4, 5), (6, 7))
+    },
+}
+
+
 def main() -> None:
     base = load_recipe("recipes/nqm.toml")
     thr: dict[str, tuple[int, float]] = {}
+    settings = SEED_PAIRS if "--seed-pairs" in sys.argv[1:] else SETTINGS
     print("setting | recommended | probe samples | full run at rec. | cost (x full run) | regret | wall s")
-    for name, sets in SETTINGS.items():
+    for name, sets in settings.items():
         sets = sets if sets[0].startswith("probe.mode") else ["probe.mode=branched", *sets]
         with tempfile.TemporaryDirectory() as tmp:
             argv = ["batchtune", "tune", "recipes/nqm.toml", "--json", "--results", tmp]
