@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from batchtune import codec
+from batchtune.analysis.curves import TargetEstimate
 from batchtune.analysis.efficiency import SampleEfficiency
 from batchtune.analysis.recommend import Recommendation
 
@@ -15,9 +16,12 @@ def num(x: float | None) -> float | str | None:
     return None if x is None else codec.to_jsonable(float(x))
 
 
-def full_run_samples(eff: SampleEfficiency, rec: Recommendation | None) -> tuple[str | None, float | None]:
-    """One full run's samples-to-target at the recommended candidate (or, before a recommendation,
-    the critical batch's; else the reference's): what the probe's cost is measured against."""
+def full_run_estimate(
+    eff: SampleEfficiency, rec: Recommendation | None
+) -> tuple[str | None, TargetEstimate | None]:
+    """One full run's samples-to-target estimate at the recommended candidate (or, before a
+    recommendation, the critical batch's; else the reference's): what the probe's cost is measured
+    against. None when that candidate never reached the target."""
     label = rec.winner.label if rec is not None else None
     if label is None and eff.critical is not None and eff.critical.batch is not None:
         label = next(
@@ -32,18 +36,40 @@ def full_run_samples(eff: SampleEfficiency, rec: Recommendation | None) -> tuple
     est = eff.get(label).estimate
     if est is None or not math.isfinite(est.samples_to_target):
         return label, None
-    return label, est.samples_to_target
+    return label, est
+
+
+def full_run_samples(eff: SampleEfficiency, rec: Recommendation | None) -> tuple[str | None, float | None]:
+    label, est = full_run_estimate(eff, rec)
+    return label, est.samples_to_target if est is not None else None
+
+
+def cost_ratio_range(spent: float, est: TargetEstimate) -> tuple[float, float] | None:
+    """The probe's cost over the full run's interval: (spent / upper, spent / lower); None when the
+    interval is a point (one seed and nothing else to go on).
+
+    Branched probes extrapolate R(B0) from a short trunk, so their full run (and this ratio) can be
+    uncertain by several times: the range says how much."""
+    lo, hi = est.ci_low, est.ci_high
+    if not (math.isfinite(lo) and 0 < lo < hi):
+        return None
+    return spent / hi if math.isfinite(hi) else 0.0, spent / lo
 
 
 def probe_cost(eff: SampleEfficiency, rec: Recommendation | None) -> dict[str, Any]:
-    """probe_cost: samples spent, one full run's samples at the recommendation, and their ratio."""
-    label, full = full_run_samples(eff, rec)
+    """probe_cost: samples spent, one full run's samples at the recommendation (with its interval),
+    and their ratio (with the range that interval gives)."""
+    label, est = full_run_estimate(eff, rec)
+    full = est.samples_to_target if est is not None else None
+    span = cost_ratio_range(eff.total_samples, est) if est is not None else None
     return {
         "samples": eff.total_samples,
         "wall_s": eff.total_wall_s,
         "full_run_samples": num(full),
+        "full_run_ci": [num(est.ci_low), num(est.ci_high)] if est is not None else None,
         "full_run_candidate": label,
         "ratio": num(eff.total_samples / full) if full else None,
+        "ratio_range": [num(span[0]), num(span[1])] if span is not None else None,
     }
 
 

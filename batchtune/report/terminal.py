@@ -12,6 +12,7 @@ from rich.table import Table
 
 from batchtune.analysis.efficiency import SampleEfficiency
 from batchtune.analysis.recommend import Recommendation
+from batchtune.report.json import cost_ratio_range
 
 STATUS_STYLE = {
     "reference": "bold cyan",
@@ -226,6 +227,9 @@ def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendati
         if rec.throughput.absolute:
             text += f", ~{fmt_time(r / rec.winner_throughput.responses_per_s)}"
         text += f": the probe cost {eff.total_samples / r:.2f}x one full run"
+        span = cost_ratio_range(eff.total_samples, win_est)
+        if span is not None:
+            text += f" ({span[0]:.2f}-{span[1]:.2f}x over the full run's interval)"
     console.print(text)
 
 

@@ -55,6 +55,20 @@ def test_branched_probe_runs_resumes_and_never_redoes_a_sealed_branch(tmp_path: 
     assert _answer(again) == _answer(first)
 
 
+def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path: Path) -> None:
+    """A branched probe extrapolates R(B0) from its trunk: the cost ratio is only as sure as that,
+    so probe_cost carries the full run's interval and the ratio's range over it."""
+    from batchtune.report.json import probe_cost
+
+    eff = run_branched_probe(_recipe(tmp_path)).efficiency
+    cost = probe_cost(eff, None)
+    lo, hi = cost["full_run_ci"]
+    assert lo <= cost["full_run_samples"] <= hi
+    r_lo, r_hi = cost["ratio_range"]
+    assert r_lo <= cost["ratio"] <= r_hi
+    assert r_hi == pytest.approx(cost["samples"] / lo) and r_lo == pytest.approx(cost["samples"] / hi)
+
+
 def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path) -> None:
     clean = _answer(run_branched_probe(_recipe(tmp_path / "clean")))
     killed = tmp_path / "killed"
