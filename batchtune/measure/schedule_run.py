@@ -5,8 +5,9 @@ stage i trains candidate B_i from the previous stage's checkpoint (model, optimi
 until the schedule's cumulative samples reach the stage's end, saving a checkpoint there; the last
 stage runs until the target or ``budget.max_samples``. Every stage stops as soon as the smoothed
 metric reaches the target (the probe's stop rule). A fixed batch is the one-stage schedule. Needs a
-backend with checkpoints (NQM so far). Runs live under ``<results_dir>/<tag>-s<seed>-st<i>-<label>``
-and are sealed like probe runs: a rerun reuses finished stages (kill -9 safe).
+backend with checkpoints (NQM, the built-in GRPO/PPO and pre-training trainers). Runs live under
+``<results_dir>/<tag>-s<seed>-st<i>-<label>`` and are sealed like probe runs: a rerun reuses
+finished stages (kill -9 safe).
 """
 
 from __future__ import annotations
@@ -90,8 +91,11 @@ def run_schedule(
             break
         resume = checkpoint_path(ckpt_dir, int(end))
     s = np.array([x.samples for x in steps], dtype=float)
-    v = np.array([x.metrics[t.metric] for x in steps], dtype=float)
-    hit = samples_to_target(s, v, t.value, higher_is_better=t.higher_is_better, ema_alpha=t.ema_alpha)
+    # the metric's own points: a held-out metric is logged only at evaluations (the torch trainer)
+    curve = [(x.samples, x.metrics[t.metric]) for x in steps if t.metric in x.metrics]
+    cs = np.array([p[0] for p in curve], dtype=float)
+    cv = np.array([p[1] for p in curve], dtype=float)
+    hit = samples_to_target(cs, cv, t.value, higher_is_better=t.higher_is_better, ema_alpha=t.ema_alpha)
     other = recipe.generation.other_s_per_step
     if hit.samples_to_target is None or hit.censored:
         return ScheduleRun(
@@ -100,7 +104,8 @@ def run_schedule(
     r = hit.samples_to_target
     # steps and time up to the crossing, the step that crosses counted by the fraction it needed
     prev = np.r_[0.0, s[:-1]]
-    frac = np.clip((r - prev) / (s - prev), 0.0, 1.0)
+    width = s - prev  # 0 for an evaluation before any update (the torch trainer's step 0)
+    frac = np.clip(np.divide(r - prev, width, out=np.zeros_like(s), where=width > 0), 0.0, 1.0)
     secs = np.array([x.gen_s + x.train_s + other for x in steps])  # eval time is not training
     return ScheduleRun(
         tag,

@@ -37,3 +37,30 @@ def test_a_warmup_switches_batch_and_resumes_without_rerunning(nqm, tmp_path):
     assert first.samples_to_target is not None and first.samples_to_target > 1024
     # 1024 samples at 64 per step, then 256 per step
     assert first.steps_to_target == pytest.approx(16 + (first.samples_to_target - 1024) / 256, abs=1.0)
+
+
+@pytest.mark.slow  # three real GRPO runs to a reward of 0.86: ~30 s on 2 cores
+def test_the_grpo_trainer_runs_a_schedule_and_a_chain_of_one_batch_is_the_fixed_run(tmp_path):
+    """The built-in GRPO trainer checkpoints between stages; its held-out metric is logged only at
+    evaluations, and the chain of one batch must still read the same crossing as the fixed run."""
+    grpo = load_recipe(
+        "recipes/tiny-grpo.toml",
+        [f"run.results_dir={tmp_path}/r", "target.value=0.86", "budget.max_samples=4096"]
+        + ["task.eval_every_samples=128"],
+    )
+    by = plan_candidates(grpo).by_label()
+    ref = plan_candidates(grpo).reference_batch
+    fixed = run_schedule(grpo, tmp_path / "a", [(by["P4xG8"], 0)], 1, reference_batch=ref, tag="fixed")
+    chain = run_schedule(
+        grpo, tmp_path / "b", [(by["P4xG8"], 256), (by["P4xG8"], 0)], 1, reference_batch=ref, tag="chain"
+    )
+    assert fixed.samples_to_target is not None and fixed.samples_to_target > 0
+    assert chain.samples_to_target == pytest.approx(fixed.samples_to_target)
+    assert chain.steps_to_target == pytest.approx(fixed.steps_to_target)
+    warm = run_schedule(
+        grpo, tmp_path / "c", [(by["P2xG8"], 256), (by["P8xG8"], 0)], 1, reference_batch=ref, tag="warm"
+    )
+    assert chain.stages == ("P4xG8", "P4xG8") and fixed.samples_to_target > 256  # the chain resumed
+    assert warm.stages == ("P2xG8", "P8xG8")
+    if warm.samples_to_target is not None:  # 256 samples at 16 per step, then 64 per step
+        assert warm.steps_to_target == pytest.approx(16 + (warm.samples_to_target - 256) / 64, abs=1.0)
