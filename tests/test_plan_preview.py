@@ -59,6 +59,11 @@ def test_plan_untimed_has_no_wall_time(tmp_path: Path):
 def test_metric_check_names_what_is_logged():
     check_metric_present("eval_reward", {"eval_reward": 0.5}, {"eval_reward"})
     check_metric_present("eval_reward", {"reward": 0.5, "loss": 1.0}, {"reward", "loss"})  # no eval yet
+    # a PPO step between evaluations (a branch resumed mid-run has no step-0 evaluation): value_loss
+    # is the critic's training loss, not a held-out metric
+    check_metric_present("eval_reward", {"reward": 0.5, "value_loss": 0.1}, {"reward", "value_loss"})
+    with pytest.raises(MetricMissingError):
+        check_metric_present("eval_reward", {"val/loss": 1.0, "value_loss": 0.1}, {"val/loss", "value_loss"})
     with pytest.raises(MetricMissingError, match="eval_reward, loss, reward"):
         check_metric_present("accuracy", {"reward": 0.5, "loss": 1.0}, {"eval_reward", "reward", "loss"})
     with pytest.raises(MetricMissingError, match="eval_acc"):

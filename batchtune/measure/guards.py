@@ -3,21 +3,27 @@ before the budget is spent, not after every run has run to its end."""
 
 from __future__ import annotations
 
+import re
+
 from batchtune import backends
 from batchtune.errors import MetricMissingError, RecipeError
 from batchtune.recipe.schema import Recipe
 
+# words that mark a held-out metric, as whole words of its name ("eval_reward", "val/loss",
+# "test-acc"); "value_loss" (a PPO critic's) is a training metric
+_EVAL_WORDS = frozenset({"eval", "evaluation", "val", "valid", "validation", "test", "heldout"})
+
 
 def _is_eval(name: str) -> bool:
-    return name.split("/")[-1].startswith(("eval", "val", "test"))
+    return any(word in _EVAL_WORDS for word in re.split(r"[/_\-.: ]", name.lower()))
 
 
 def check_metric_present(metric: str, metrics: dict[str, float], logged: set[str]) -> None:
     """Fail fast when the target metric is missing from the first evaluation of a run.
 
-    A step "evaluates" the target when it logs a metric of the same kind (held-out names start with
-    eval/val/test; training ones do not). Raised there, the probe stops before spending its budget;
-    the message lists ``logged``, every metric name the run has logged so far."""
+    A step "evaluates" the target when it logs a metric of the same kind (held-out names hold the
+    word eval/val/validation/test; training ones do not). Raised there, the probe stops before
+    spending its budget; the message lists ``logged``, every metric name the run has logged so far."""
     if not metrics or metric in metrics:
         return
     if any(_is_eval(k) == _is_eval(metric) for k in metrics):
