@@ -119,7 +119,16 @@ def control_level(
         )
         for c in controls
     ]
-    return float(np.median(at))
+    level = float(np.median(at))
+    if (level - start_value) * (1 if higher_is_better else -1) <= 0:
+        # every branch "reaches" a level it started at: R = 0 for all, no ratio to read
+        raise AnalysisError(
+            f"the control branches made no progress in the window after the checkpoint at "
+            f"{checkpoint_samples:g} samples (metric {start_value:.4g} there, {level:.4g} fitted one "
+            f"window of {window_samples:g} samples later): the trunk has plateaued there or the metric "
+            "is too noisy for the window; use earlier branch.checkpoints or a longer branch.window_samples"
+        )
+    return level
 
 
 def _crossing(c: BranchCurve, start_value: float, level: float, higher_is_better: bool) -> TargetCrossing:

@@ -39,3 +39,18 @@ def load(kind: str, name: str) -> Any:
         hint = f"; install it with `pip install 'batchtune[{extra}]'`" if extra else ""
         raise BackendError(f"the {name} {kind} backend needs {exc.name or exc}{hint}") from None
     return getattr(module, attr)
+
+
+def checkpoint_problem(recipe: Any) -> str | None:
+    """Why ``recipe``'s training backend cannot save and resume checkpoints (branched probes,
+    schedules), or None when it can. A backend says so with ``supports_checkpoints`` or, when it
+    depends on the recipe (the command backend), a ``checkpoint_support(recipe)`` classmethod."""
+    name = recipe.backend.training
+    cls = load("training", name)
+    check = getattr(cls, "checkpoint_support", None)
+    if check is not None:
+        problem: str | None = check(recipe)
+        return problem
+    if getattr(cls, "supports_checkpoints", False):
+        return None
+    return f"the {name} training backend cannot start from a checkpoint"

@@ -10,6 +10,15 @@ filled per run with ``str.format`` (write ``{{`` and ``}}`` for literal braces):
     {max_samples} {max_steps} {max_prompts}     budget in responses, rollout steps, prompts
     {output_dir} {run_dir} {run_id} {num_gpus}  spec.run_dir / "output", spec.run_dir, ...
 
+Checkpoints (branched probes, batch schedules; docs/branched.md "Your own trainer"): a run asked to
+save gets ``backend.command_save_args`` appended ({save_every_steps}, {save_at_steps} in the
+trainer's own steps, {checkpoint_dir}); when it exits, batchtune finds each checkpoint at
+``backend.checkpoint_path`` (the same placeholders plus {step} and {samples}) and records it. A run
+that starts from one gets ``backend.command_resume_args`` appended ({resume_from}: that path,
+{resume_step}: the trainer's step there); its {max_steps} counts on from {resume_step}
+(``backend.resume_steps = "continue"``) or from 0 ("restart"), and its logged steps are put on the
+cumulative samples axis: samples = the checkpoint's + (steps since it) x this run's batch.
+
 The command must write its metrics to ``backend.command_log`` (relative to {output_dir}; the same
 placeholders) in ``backend.command_log_format``. Line formats (jsonl, csv, verl) are read while the
 trainer runs and each step is yielded once the next one appears; the others after it exits. A
@@ -22,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import re
@@ -31,11 +41,12 @@ import string
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from batchtune.backends import lifeguard
-from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec
+from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec, checkpoint_path
 from batchtune.errors import BatchtuneError, RecipeError
 from batchtune.integrations.common import RunInfo
 from batchtune.integrations.readers import STREAMABLE, read_log
@@ -46,12 +57,49 @@ KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
 _OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory")
 
 
+CHECKPOINT_META = "batchtune-checkpoint.json"  # in <checkpoint_dir>/ckpt-<samples>/: where it lies
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a run starts: from scratch, or a checkpoint taken after ``samples`` cumulative samples
+    at the trainer's own step ``step``, lying at ``path``."""
+
+    samples: int = 0
+    step: int = 0
+    path: str = ""
+
+
+def origin(spec: RunSpec) -> Origin:
+    if spec.resume_from is None:
+        return Origin()
+    meta = Path(spec.resume_from) / CHECKPOINT_META
+    try:
+        d = json.loads(meta.read_text())
+        return Origin(int(d["samples"]), int(d["step"]), str(d["path"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RunFailed("failed", f"cannot read the checkpoint record {meta}: {exc}") from None
+
+
+def trainer_step(start: Origin, samples: int, batch: int, mode: str) -> int | None:
+    """The trainer's own step count after ``samples`` cumulative samples (None: not a whole step)."""
+    k, rem = divmod(samples - start.samples, batch)
+    if rem:
+        return None
+    return (start.step if mode == "continue" else 0) + k
+
+
 def placeholders(spec: RunSpec) -> dict[str, Any]:
     """The values the argv, log path and environment templates may use."""
     c, r = spec.candidate, spec.recipe
     n = c.batch_responses
     mb = r.algorithm.mini_batches
-    max_steps = max(1, math.ceil(r.budget.max_samples / n))
+    start = origin(spec)
+    mode = r.backend.resume_steps
+    first = start.step if mode == "continue" else 0
+    max_steps = first + max(1, math.ceil((r.budget.max_samples - start.samples) / n))
+    saves = [trainer_step(start, x, n, mode) for x in sorted(spec.save_at_samples) if x > start.samples]
+    whole = [x for x in saves if x is not None]
     gpus = r.hardware.num_gpus
     output_dir = spec.run_dir / "output"
     values: dict[str, Any] = {
@@ -71,6 +119,14 @@ def placeholders(spec: RunSpec) -> dict[str, Any]:
         "run_dir": str(spec.run_dir),
         "run_id": spec.run_id,
         "num_gpus": gpus,
+        "checkpoint_dir": str(spec.checkpoint_dir or spec.run_dir / "checkpoints"),
+        "resume_from": start.path,
+        "resume_step": start.step,
+        # None (an error naming the placeholder, if used) when a save falls inside a step
+        "save_at_steps": ",".join(map(str, whole)) if len(whole) == len(saves) else None,
+        "save_every_steps": (
+            math.gcd(*(x - first for x in whole)) if saves and len(whole) == len(saves) else None
+        ),
     }
     return values
 
@@ -147,14 +203,44 @@ class CommandBackend:
 
     name = "command"
 
+    @staticmethod
+    def checkpoint_support(recipe: Any) -> str | None:
+        """None when the recipe says how its trainer saves and resumes, else what is missing."""
+        cfg = recipe.backend
+        missing = [
+            key
+            for key, value in (
+                ("backend.checkpoint_path", cfg.checkpoint_path),
+                ("backend.command_save_args", cfg.command_save_args),
+                ("backend.command_resume_args", cfg.command_resume_args),
+            )
+            if not value
+        ]
+        if not missing:
+            return None
+        return (
+            f"the command training backend cannot start from a checkpoint until the recipe sets "
+            f"{', '.join(missing)} (docs/branched.md shows them for verl, TRL and OpenRLHF)"
+        )
+
     def train(self, spec: RunSpec) -> Iterator[StepRecord]:
         cfg = spec.recipe.backend
         if not cfg.command:
             raise RecipeError("backend.command: the command backend needs an argv list")
         if not cfg.command_log:
             raise RecipeError("backend.command_log: say which file the command writes its metrics to")
+        if spec.save_at_samples or spec.resume_from is not None:
+            problem = self.checkpoint_support(spec.recipe)
+            if problem is not None:
+                raise RecipeError(problem)
         values = placeholders(spec)
-        argv = [fill(item, values, f"backend.command[{i}]") for i, item in enumerate(cfg.command)]
+        start = origin(spec)
+        template = list(cfg.command)
+        if spec.save_at_samples:
+            template += cfg.command_save_args
+        if spec.resume_from is not None:
+            template += cfg.command_resume_args
+        argv = [fill(item, values, f"backend.command[{i}]") for i, item in enumerate(template)]
         env = dict(os.environ)
         env.update({k: fill(v, values, f"backend.command_env.{k}") for k, v in cfg.command_env.items()})
         output_dir = Path(values["output_dir"])
@@ -219,6 +305,7 @@ class CommandBackend:
                 steps = self._read(log_path, fmt, info, cfg.command_log_keys, spec, partial=False)
                 if not steps:
                     raise RunFailed("failed", f"the command finished but its log {log_path} holds no steps")
+                self._record_checkpoints(spec, values, start, max(s.samples for s in steps))
                 for step in steps:
                     if step.step > yielded:
                         yielded = step.step
@@ -226,6 +313,31 @@ class CommandBackend:
                 return
         finally:
             _stop(proc)
+
+    @staticmethod
+    def _record_checkpoints(spec: RunSpec, values: dict[str, Any], start: Origin, reached: int) -> None:
+        """After the trainer exits: find each checkpoint it was asked for and record where it lies."""
+        if not spec.save_at_samples:
+            return
+        cfg = spec.recipe.backend
+        n = spec.candidate.batch_responses
+        assert spec.checkpoint_dir is not None, "save_at_samples needs a checkpoint_dir"
+        for at in sorted(x for x in spec.save_at_samples if start.samples < x <= reached):
+            step = trainer_step(start, at, n, cfg.resume_steps)
+            assert step is not None  # placeholders() refused saves inside a step
+            at_step = {**values, "step": step, "samples": at}
+            where = Path(fill(cfg.checkpoint_path, at_step, "backend.checkpoint_path"))
+            if not where.exists():
+                raise RunFailed(
+                    "failed",
+                    f"the trainer wrote no checkpoint at its step {step} ({at} samples): expected "
+                    f"{where} (backend.checkpoint_path); check backend.command_save_args",
+                )
+            record = checkpoint_path(spec.checkpoint_dir, at)
+            record.mkdir(parents=True, exist_ok=True)
+            tmp = record / (CHECKPOINT_META + ".tmp")
+            tmp.write_text(json.dumps({"samples": at, "step": step, "path": str(where.resolve())}))
+            tmp.replace(record / CHECKPOINT_META)
 
     @staticmethod
     def _read(
@@ -251,4 +363,17 @@ class CommandBackend:
                 f"the log says P={run.prompts} x G={run.group_size}, the candidate is "
                 f"P={info.prompts} x G={info.group_size}: check the command's placeholders",
             )
-        return [dataclasses.replace(s, run_id=spec.run_id, seed=spec.seed) for s in run.steps]
+        steps = [dataclasses.replace(s, run_id=spec.run_id, seed=spec.seed) for s in run.steps]
+        if spec.resume_from is None:
+            return steps
+        # a resumed run: its steps on the cumulative samples axis, counted from the checkpoint
+        start = origin(spec)
+        first = start.step if spec.recipe.backend.resume_steps == "continue" else 0
+        n = spec.candidate.batch_responses
+        out = []
+        for s in steps:
+            k = s.step - first  # optimiser steps since the checkpoint
+            if k <= 0:
+                continue  # a trainer that logs its state at the resume point: the trunk's record
+            out.append(dataclasses.replace(s, step=start.step + k, samples=start.samples + k * n))
+        return out

@@ -104,11 +104,9 @@ def run_branched(
 
     ``read_only``: train nothing, read what is there (InputError if a needed run is missing)."""
     t0 = time.perf_counter()
-    if not getattr(backends.load("training", recipe.backend.training), "supports_checkpoints", False):
-        raise InputError(
-            f"the {recipe.backend.training} training backend cannot start from a checkpoint, so "
-            "probe.mode = 'branched' cannot use it; use probe.mode = 'grid'"
-        )
+    problem = backends.checkpoint_problem(recipe)
+    if problem is not None:
+        raise InputError(f"{problem}, so probe.mode = 'branched' cannot use it; use probe.mode = 'grid'")
     root = ResultsStore(recipe.run.results_dir)
     check_manifest(root, recipe)
     store = branched_store(recipe.run.results_dir)

@@ -58,8 +58,9 @@ def run_schedule(
 ) -> ScheduleRun:
     """Run ``stages`` = [(candidate, end in cumulative samples), ...] (the last end is ignored: it runs
     to the target or the budget) at ``seed``; candidates carry their LRs already."""
-    if not getattr(backends.load("training", recipe.backend.training), "supports_checkpoints", False):
-        raise InputError(f"the {recipe.backend.training} backend cannot resume a stage from a checkpoint")
+    problem = backends.checkpoint_problem(recipe)
+    if problem is not None:
+        raise InputError(f"{problem}, so a schedule's stages cannot resume one another")
     store = ResultsStore(results_dir)
     t = recipe.target
     ckpt_dir = store.root / "checkpoints" / f"{tag}-s{seed}"

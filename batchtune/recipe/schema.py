@@ -180,6 +180,16 @@ class BackendConfig:
     command_env: dict[str, str] = field(default_factory=dict)
     # batchtune name -> the log's key or column (e.g. reward = "train/acc"); empty = the format's defaults
     command_log_keys: dict[str, str] = field(default_factory=dict)
+    # checkpoints, for branched probes and schedules (docs/branched.md "Your own trainer"): where the
+    # trainer writes the checkpoint of its step {step} (placeholders as the command's, plus {step}
+    # and {samples}), the args appended to a run that must save ({save_every_steps},
+    # {save_at_steps}) and to one that starts from a checkpoint ({resume_from}, {resume_step});
+    # resume_steps: "continue" (the trainer's step count goes on from the checkpoint's: verl, TRL,
+    # OpenRLHF) or "restart" (it counts from 1 again)
+    checkpoint_path: str = ""
+    command_save_args: list[str] = field(default_factory=list)
+    command_resume_args: list[str] = field(default_factory=list)
+    resume_steps: str = "continue"
 
 
 @dataclass(frozen=True)
@@ -291,4 +301,5 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "probe.mode": ("grid", "branched"),
     "branch.search": ("bisect", "all"),
     "backend.command_log_format": ("jsonl", "csv", "verl", "trl", "tensorboard", "wandb"),
+    "backend.resume_steps": ("continue", "restart"),
 }

@@ -42,6 +42,18 @@ def test_local_critical_batch_reads_known_slowdowns() -> None:
     assert 128 <= lc.point <= 512 and lo <= lc.point <= hi
 
 
+def test_a_plateau_after_the_checkpoint_is_a_clear_error_not_a_zero_ratio() -> None:
+    """Controls that end the window no better than the checkpoint: every branch would 'reach' the
+    local target at 0 samples; say why instead of dividing 0 by 0."""
+    s = np.arange(8.0, 2048.0, 8.0)
+    flat = [
+        BranchCurve(batch=8, seed=k, samples=s, values=np.full(s.size, 1.5), consumed=2048.0)
+        for k in range(2)
+    ]
+    with pytest.raises(AnalysisError, match="no progress in the window after the checkpoint at 4096"):
+        local_critical_batch(4096, 1.5, flat, reference_batch=8, window_samples=1024, higher_is_better=False)
+
+
 def test_fit_progress_recovers_a_power_trend() -> None:
     samples = np.array([1e3, 3e3, 1e4, 3e4])
     b = 50 * (samples / 1e3) ** 0.5
