@@ -1,12 +1,13 @@
-"""Branched probes on the real GRPO trainer (recipes/tiny-grpo.toml): cost and regret against exhaustive runs.
+"""Branched probes on the real trainer (tiny-grpo, tiny-ppo): cost and regret against exhaustive runs.
 
     python benchmarks/branched_tiny.py > benchmarks/out/branched_tiny.txt
+    python benchmarks/branched_tiny.py tiny-ppo > benchmarks/out/branched_tiny_ppo.txt
 
 Truth: every candidate run to the target (no band stop, no sequential seeds, 65,536 samples at most)
-at seeds 10, 11, 12 (disjoint from the probes'), cached under benchmarks/cache/tiny-grpo-exhaustive
+at seeds 10, 11, 12 (disjoint from the probes'), cached under benchmarks/cache/<recipe>-exhaustive
 (the same truth as benchmarks/regret_tiny.py); true R(B) = the median over those seeds (a seed that
 never reaches the target counts as +inf).
-Each row: `batchtune tune recipes/tiny-grpo.toml --json` in a fresh results directory, then
+Each row: `batchtune tune recipes/<recipe>.toml --json` in a fresh results directory, then
   cost   = probe samples / one full run at the recommendation (`probe_cost.ratio` of --json), with
            its range over the full run's interval (`probe_cost.ratio_range`: a branched probe
            extrapolates R(B0) from its trunk, so its full run can be uncertain by several times),
@@ -31,7 +32,8 @@ from batchtune.measure.probe import run_probe
 from batchtune.recipe.load import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPE = ROOT / "recipes" / "tiny-grpo.toml"
+NAME = sys.argv[1] if len(sys.argv) > 1 else "tiny-grpo"
+RECIPE = ROOT / "recipes" / f"{NAME}.toml"
 TRUTH_SEEDS = [10, 11, 12]
 
 BRANCHED = ['probe.mode="branched"', "task.eval_every_samples=128"]
@@ -54,7 +56,7 @@ SETTINGS = {
 
 
 def true_samples_to_target() -> dict[int, float]:
-    cache = ROOT / "benchmarks" / "cache" / "tiny-grpo-exhaustive"
+    cache = ROOT / "benchmarks" / "cache" / f"{NAME}-exhaustive"
     cfg = load_recipe(
         RECIPE,
         [
@@ -77,7 +79,7 @@ def main() -> int:
     t0 = time.perf_counter()
     truth = true_samples_to_target()
     load = os.getloadavg()[0]
-    print(f"# x86_64, {os.cpu_count()} cores, load {load:.1f} after the truth; seeds {TRUTH_SEEDS}")
+    print(f"# {NAME}; x86_64, {os.cpu_count()} cores, load {load:.1f} after the truth; seeds {TRUTH_SEEDS}")
     pairs = ", ".join(f"{b}: {r:,.0f}" for b, r in sorted(truth.items()))
     print(f"true R(B) (median over the truth seeds): {pairs}")
     thr: dict[str, tuple[int, float]] = {}
