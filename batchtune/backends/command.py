@@ -50,7 +50,7 @@ from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec, checkpoint_
 from batchtune.errors import BatchtuneError, RecipeError
 from batchtune.integrations.common import RunInfo
 from batchtune.integrations.readers import STREAMABLE, read_log
-from batchtune.records import StepRecord
+from batchtune.records import StepRecord, atomic_write_text
 
 POLL_S = 0.2  # how often the log and the process are checked
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
@@ -333,11 +333,8 @@ class CommandBackend:
                     f"the trainer wrote no checkpoint at its step {step} ({at} samples): expected "
                     f"{where} (backend.checkpoint_path); check backend.command_save_args",
                 )
-            record = checkpoint_path(spec.checkpoint_dir, at)
-            record.mkdir(parents=True, exist_ok=True)
-            tmp = record / (CHECKPOINT_META + ".tmp")
-            tmp.write_text(json.dumps({"samples": at, "step": step, "path": str(where.resolve())}))
-            tmp.replace(record / CHECKPOINT_META)
+            meta = {"samples": at, "step": step, "path": str(where.resolve())}
+            atomic_write_text(checkpoint_path(spec.checkpoint_dir, at) / CHECKPOINT_META, json.dumps(meta))
 
     @staticmethod
     def _read(

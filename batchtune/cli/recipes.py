@@ -17,6 +17,7 @@ from batchtune.cli.app import (
     handle_errors,
     recipes_app,
 )
+from batchtune.records import atomic_write_text
 
 
 @recipes_app.command("list")
@@ -91,7 +92,7 @@ def recipes_cp(
         dest = dest / src.name
     if dest.exists():
         raise InputError(f"{dest} exists; choose another name")
-    dest.write_text(src.read_text())
+    atomic_write_text(dest, src.read_text())
     if json_out:
         _print_json({"source": str(src), "written": str(dest)})
         return

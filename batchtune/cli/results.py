@@ -26,6 +26,7 @@ from batchtune.cli.app import (
     handle_errors,
 )
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
+from batchtune.records import atomic_write_text
 
 
 @app.command()
@@ -140,8 +141,7 @@ def check(
     tol = dc.replace(CheckTolerances(), **{k: v for k, v in given.items() if v is not None})
     tc, result = workflow_ci.check(config, fmt, results, measurements, baseline, tol, lr_rule)
     if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(report.junit_xml(tc, result))
+        atomic_write_text(junit, report.junit_xml(tc, result))
     if report.write_step_summary(tc, result) is not None or os.environ.get("GITHUB_ACTIONS") == "true":
         for line in report.github_annotations(tc, result):
             sys.stdout.write(line + "\n")

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from batchtune.errors import InputError
+from batchtune.records import atomic_write_text
 
 
 def sig3(x: float) -> float:
@@ -85,9 +86,7 @@ def write_trainer_file(trainer: str, values: dict[str, object], text: str, out: 
     out = Path(out)
     if out.parent and not out.parent.exists():
         raise InputError(f"--out {out}: folder {out.parent} does not exist")
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(trainer_file(trainer, values, text))
+    atomic_write_text(out, trainer_file(trainer, values, text))  # a full disk names the file
     if trainer == "openrlhf":
-        os.chmod(tmp, 0o755)
-    os.replace(tmp, out)
+        os.chmod(out, 0o755)
     return out

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from batchtune.analysis.check import FAIL, INSUFFICIENT, PASS, SKIPPED, WARN, CheckResult
 from batchtune.integrations.trainer_configs import TrainerConfig
+from batchtune.records import naming
 from batchtune.report.json import num
 
 STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", SKIPPED: "dim", INSUFFICIENT: "magenta"}
@@ -166,6 +167,6 @@ def write_step_summary(tc: TrainerConfig, result: CheckResult) -> Path | None:
     if not target:
         return None
     path = Path(target)
-    with path.open("a", encoding="utf-8") as fh:
+    with naming(path), path.open("a", encoding="utf-8") as fh:
         fh.write(summary_markdown(tc, result))
     return path

@@ -16,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from batchtune.records import naming
+
 if TYPE_CHECKING:
     from batchtune.analysis.profile import ProfileResult, RooflinePrediction
 
@@ -35,7 +37,8 @@ def _figure(ncols: int, width: float = 5.2, height: float = 4.0) -> tuple[Any, l
 def _save(fig: Any, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    with naming(path):  # a full disk or file-size limit names the plot
+        fig.savefig(path, dpi=110)
     return path
 
 

@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from batchtune.records import naming
+
 
 def _k(x: float | None) -> str:
     if x is None or not math.isfinite(x):
@@ -125,5 +127,6 @@ def plot_bopt_bmin(analysis: Any, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    with naming(path):  # a full disk or file-size limit names the plot
+        fig.savefig(path, dpi=110)
     return path
