@@ -7,7 +7,8 @@ are exact. Part 1: noise-free steps-to-target on three grids (ratio 2^(1/4), 2^(
 of each estimator. Part 2: noisy curves (1% multiplicative loss noise, 200 log-spaced logs per run,
 budget 2e8 tokens), steps read off each curve by `samples_to_target` (isotonic), 3 paired seeds per
 replicate, grid 2^(1/2), 5 replicates: bias per target and replicate, whether the 90% paired
-bootstrap interval and the B_min bracket contain the truth. Prints tables and one JSON line.
+bootstrap interval and the brackets (B_opt: the grid points either side of the measured minimum;
+B_min: the batches that did and did not reach the target) contain the truth. Prints tables and one JSON line.
 """
 
 # ruff: noqa: E501  (table layout)
@@ -66,7 +67,7 @@ def noisy(replicates: int = 5, seeds_per_rep: int = 3, noise_rel: float = 0.01) 
         f"\nPart 2: noisy curves ({noise_rel:.0%} loss noise), {seeds_per_rep} paired seeds per replicate, grid 2^(1/2)"
     )
     print(
-        f"{'L':>5} {'rep':>4} {'B_opt':>8} {'bias':>7} {'in 90% CI':>9} {'B_min':>8} {'bias':>7} {'in CI':>6} {'in bracket':>10}"
+        f"{'L':>5} {'rep':>4} {'B_opt':>8} {'bias':>7} {'in 90% CI':>9} {'in bracket':>10} {'B_min':>8} {'bias':>7} {'in CI':>6} {'in bracket':>10}"
     )
     for rep in range(replicates):
         seeds = list(range(rep * seeds_per_rep, (rep + 1) * seeds_per_rep))
@@ -85,10 +86,12 @@ def noisy(replicates: int = 5, seeds_per_rep: int = 3, noise_rel: float = 0.01) 
             bo, bm = _bias(est.b_opt_tokens, LAW.b_opt(t)), _bias(est.b_min_tokens, LAW.b_min(t))
             row = {"target": t, "replicate": rep, "b_opt_bias": bo, "b_min_bias": bm,
                    "b_opt_ci_contains": _inside(est.b_opt_ci, LAW.b_opt(t)),
+                   "b_opt_bracket_contains": _inside(est.b_opt_bracket, LAW.b_opt(t)),
                    "b_min_ci_contains": _inside(est.b_min_ci, LAW.b_min(t)),
                    "b_min_bracket_contains": _inside(est.b_min_bracket, LAW.b_min(t))}  # fmt: skip
             rows.append(row)
             print(f"{t:5.2f} {rep:4d} {est.b_opt_tokens or float('nan'):8.0f} {bo:+7.3f} {str(row['b_opt_ci_contains']):>9} "
+                  f"{str(row['b_opt_bracket_contains']):>10} "
                   f"{est.b_min_tokens or float('nan'):8.0f} {bm:+7.3f} {str(row['b_min_ci_contains']):>6} "
                   f"{str(row['b_min_bracket_contains']):>10}")  # fmt: skip
     return rows
@@ -109,6 +112,7 @@ def main() -> None:
         "noisy_max_abs_b_min_bias": float(np.nanmax(np.abs(bm))),
         "noisy_b_min_bracket_contains_frac": float(np.mean([r["b_min_bracket_contains"] for r in rows])),
         "noisy_b_opt_ci_contains_frac": float(np.mean([r["b_opt_ci_contains"] for r in rows])),
+        "noisy_b_opt_bracket_contains_frac": float(np.mean([r["b_opt_bracket_contains"] for r in rows])),
         "wall_s": round(time.perf_counter() - t0, 2),
     }  # fmt: skip
     print("\n" + json.dumps(summary))
