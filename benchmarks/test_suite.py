@@ -33,12 +33,15 @@ def main() -> int:
         load = os.getloadavg()[0]
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra],
+            [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *extra],
             cwd=root, capture_output=True, text=True,
         )
         wall = time.perf_counter() - start
         command = f"pytest -q {' '.join(extra)}".strip()
         print(f"{label:8s} {command:18s} {_closing_line(proc.stdout)}  (wall {wall:.0f} s, load {load:.1f})")
+        for line in proc.stdout.splitlines():  # which test failed, when one did
+            if line.startswith(("FAILED ", "ERROR ")):
+                print(f"         {line}")
         status = status or proc.returncode
     return status
 
