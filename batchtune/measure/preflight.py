@@ -80,9 +80,14 @@ def _command_problems(recipe: Recipe) -> list[str]:
     templates = [(f"backend.command[{i}]", t) for i, t in enumerate(cfg.command)]
     templates += [(f"backend.command_env.{k}", v) for k, v in cfg.command_env.items()]
     templates += [("backend.command_log", cfg.command_log)]
+    templates += [(f"backend.command_save_args[{i}]", t) for i, t in enumerate(cfg.command_save_args)]
+    templates += [(f"backend.command_resume_args[{i}]", t) for i, t in enumerate(cfg.command_resume_args)]
+    if cfg.checkpoint_path:
+        templates += [("backend.checkpoint_path", cfg.checkpoint_path)]
+    at_step = {**values, "step": 1, "samples": p * g}  # checkpoint_path's own placeholders
     for where, template in templates:
         try:
-            text = fill(template, values, where)
+            text = fill(template, at_step if where == "backend.checkpoint_path" else values, where)
         except RecipeError as exc:
             errors.append(str(exc))
             continue

@@ -172,3 +172,14 @@ def test_a_branched_probe_runs_through_the_users_trainer(tmp_path):
     # the control at the trunk's seed is the trunk's own continuation through the user's trainer
     assert all(lc.ratios[4.0][0] == 1.0 for lc in sm.locals)
     assert result.efficiency.total_samples == sm.probe_samples > 0
+
+
+def test_preflight_names_a_bad_placeholder_in_the_checkpoint_args(tmp_path):
+    from batchtune.measure.preflight import problems
+
+    good = load_recipe(None, _backend_sets(tmp_path))
+    assert problems(good) == []
+    bad = load_recipe(None, _backend_sets(tmp_path, command_resume_args=["--resume", "{resume_path}"]))
+    assert any("command_resume_args[1]" in p and "{resume_path}" in p for p in problems(bad))
+    wrong = load_recipe(None, _backend_sets(tmp_path, checkpoint_path="{output_dir}/{stepp}"))
+    assert any("checkpoint_path" in p and "{stepp}" in p for p in problems(wrong))
