@@ -124,9 +124,8 @@ def placeholders(spec: RunSpec) -> dict[str, Any]:
         "resume_step": start.step,
         # None (an error naming the placeholder, if used) when a save falls inside a step
         "save_at_steps": ",".join(map(str, whole)) if len(whole) == len(saves) else None,
-        "save_every_steps": (
-            math.gcd(*(x - first for x in whole)) if saves and len(whole) == len(saves) else None
-        ),
+        # trainers save when their own step count is a multiple of it (verl, TRL, OpenRLHF)
+        "save_every_steps": math.gcd(*whole) if saves and len(whole) == len(saves) else None,
     }
     return values
 
@@ -236,7 +235,7 @@ class CommandBackend:
         values = placeholders(spec)
         start = origin(spec)
         template = list(cfg.command)
-        if spec.save_at_samples:
+        if any(x > start.samples for x in spec.save_at_samples):
             template += cfg.command_save_args
         if spec.resume_from is not None:
             template += cfg.command_resume_args
@@ -276,6 +275,8 @@ class CommandBackend:
                 raise RunFailed("failed", f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
         started = time.monotonic()
         yielded = -1  # the last step yielded
+        yielded_samples = 0  # its cumulative samples
+        clean_exit = False
         seen_stat: tuple[int, int] | None = None  # (size, mtime) of the log when last read
         try:
             while True:
@@ -292,7 +293,7 @@ class CommandBackend:
                         so_far = self._read(log_path, fmt, info, cfg.command_log_keys, spec, partial=True)
                         for step in so_far[:-1]:  # the last step may still get lines
                             if step.step > yielded:
-                                yielded = step.step
+                                yielded, yielded_samples = step.step, step.samples
                                 yield step
                     time.sleep(POLL_S)
                     continue
@@ -306,6 +307,7 @@ class CommandBackend:
                 if not steps:
                     raise RunFailed("failed", f"the command finished but its log {log_path} holds no steps")
                 self._record_checkpoints(spec, values, start, max(s.samples for s in steps))
+                clean_exit = True
                 for step in steps:
                     if step.step > yielded:
                         yielded = step.step
@@ -313,10 +315,17 @@ class CommandBackend:
                 return
         finally:
             _stop(proc)
+            if not clean_exit and yielded_samples > start.samples:
+                # stopped early (the caller closed us at its budget or target): record the checkpoints
+                # of the steps already streamed, whose saves the trainer finished before logging on
+                self._record_checkpoints(spec, values, start, yielded_samples, strict=False)
 
     @staticmethod
-    def _record_checkpoints(spec: RunSpec, values: dict[str, Any], start: Origin, reached: int) -> None:
-        """After the trainer exits: find each checkpoint it was asked for and record where it lies."""
+    def _record_checkpoints(
+        spec: RunSpec, values: dict[str, Any], start: Origin, reached: int, strict: bool = True
+    ) -> None:
+        """Find each checkpoint the trainer was asked for, up to ``reached`` samples, and record where it
+        lies. ``strict``: a missing one fails the run (after a clean exit); else it is skipped."""
         if not spec.save_at_samples:
             return
         cfg = spec.recipe.backend
@@ -328,6 +337,8 @@ class CommandBackend:
             at_step = {**values, "step": step, "samples": at}
             where = Path(fill(cfg.checkpoint_path, at_step, "backend.checkpoint_path"))
             if not where.exists():
+                if not strict:
+                    continue
                 raise RunFailed(
                     "failed",
                     f"the trainer wrote no checkpoint at its step {step} ({at} samples): expected "

@@ -150,7 +150,8 @@ class LMRun:
         """The run saved at ``path``. ``seed`` (a branch's): None or the trunk's own continues the
         trunk's data stream exactly; another seed keeps weights and optimiser but draws its data
         from a fresh stream keyed by (seed, tokens), so the seeds of a checkpoint are replicates."""
-        state = torch.load(Path(path), map_location=device, weights_only=False)
+        # on the CPU: RNG states must stay CPU byte tensors; load_state_dict moves the rest
+        state = torch.load(Path(path), map_location="cpu", weights_only=False)
         saved_seed = int(state["seed"])
         run = cls(recipe, saved_seed, device)
         run.model.load_state_dict(state["model"])

@@ -23,7 +23,7 @@ from batchtune.recipe.load import load_recipe
 # with --resume PATH it loads them and goes on counting steps from there, as verl/TRL/OpenRLHF do.
 TRAIN = textwrap.dedent(
     """
-    import argparse, json, os
+    import argparse, json, os, time
     import numpy as np
     p = argparse.ArgumentParser()
     for name in ("prompts", "group_size", "seed", "max_steps", "save_every"):
@@ -32,6 +32,7 @@ TRAIN = textwrap.dedent(
     p.add_argument("--out")
     p.add_argument("--ckpt_dir", default="")
     p.add_argument("--resume", default="")
+    p.add_argument("--sleep", type=float, default=0.0)
     a = p.parse_args()
     n = a.prompts * a.group_size
     w_true = np.random.default_rng(1234).normal(size=8)
@@ -59,12 +60,14 @@ TRAIN = textwrap.dedent(
             eval_loss = float(((x_eval @ (w - w_true)) ** 2).mean())  # held out, noise-free
             row = {"step": step, "samples": step * n, "prompts": a.prompts, "group_size": a.group_size,
                    "lr": a.lr, "seed": a.seed, "reward": 1 / (1 + eval_loss), "loss": loss}
-            log.write(json.dumps(row) + "\\n")
             if a.save_every and step % a.save_every == 0:
                 os.makedirs(a.ckpt_dir, exist_ok=True)
                 st = {"w": w.tolist(), "m": m.tolist(), "v": v.tolist(), "step": step, "seed": a.seed,
                       "rng": rng.bit_generator.state}
                 json.dump(st, open(os.path.join(a.ckpt_dir, f"step_{step}.json"), "w"))
+            log.write(json.dumps(row) + "\\n")  # after the save, as verl and TRL log after saving
+            log.flush()
+            time.sleep(a.sleep)
     """
 )
 
@@ -183,3 +186,34 @@ def test_preflight_names_a_bad_placeholder_in_the_checkpoint_args(tmp_path):
     assert any("command_resume_args[1]" in p and "{resume_path}" in p for p in problems(bad))
     wrong = load_recipe(None, _backend_sets(tmp_path, checkpoint_path="{output_dir}/{stepp}"))
     assert any("checkpoint_path" in p and "{stepp}" in p for p in problems(wrong))
+
+
+def test_a_resumed_run_that_saves_gets_absolute_save_steps(tmp_path):
+    """A schedule's second stage: resumed at step 2 (16 samples), asked to save at 40 samples (its step
+    5); trainers save when their step count is a multiple of save_every, so that must be 5, not 3."""
+    ckpts = tmp_path / "ckpts"
+    run(make_spec(tmp_path, 2, 3, 16, save_at_samples=(16,), checkpoint_dir=ckpts))
+    start = ckpts / "ckpt-16"
+    spec = make_spec(tmp_path, 2, 3, 48, resume_from=start, save_at_samples=(40,), checkpoint_dir=ckpts)
+    assert placeholders(spec)["save_every_steps"] == 5
+    run(spec)
+    assert json.loads((ckpts / "ckpt-40" / CHECKPOINT_META).read_text())["step"] == 5
+    # saves at or before the checkpoint: nothing to save, no save args
+    quiet = make_spec(tmp_path, 2, 3, 48, resume_from=start, save_at_samples=(16,), checkpoint_dir=ckpts)
+    assert [s.samples for s in run(quiet)] == [24, 32, 40, 48]
+
+
+def test_a_trunk_stopped_early_still_records_the_checkpoints_it_passed(tmp_path):
+    """The caller closes the run at its budget while the trainer is still going: the checkpoint at
+    16 samples, saved before the steps already streamed, must be recorded for the branches."""
+    ckpts = tmp_path / "ckpts"
+    spec = make_spec(tmp_path, 2, 3, 400, save_at_samples=(16,), checkpoint_dir=ckpts)
+    argv = [*spec.recipe.backend.command, "--sleep", "0.2"]
+    backend = dataclasses.replace(spec.recipe.backend, command=argv)
+    spec = dataclasses.replace(spec, recipe=dataclasses.replace(spec.recipe, backend=backend))
+    gen = CommandBackend().train(spec)
+    for step in gen:
+        if step.samples >= 32:
+            break
+    gen.close()
+    assert json.loads((ckpts / "ckpt-16" / CHECKPOINT_META).read_text())["step"] == 2

@@ -152,6 +152,27 @@ def test_a_checkpoint_resumes_exactly_and_other_seeds_branch_independently(resul
     assert [r.samples for r in wide] == [64] and wide[0].lr == pytest.approx(5e-4)
 
 
+def test_a_stage_ending_off_the_eval_grid_resumes_onto_the_same_evaluations(results, tmp_path):
+    """A schedule stage that ends at 48 samples evaluates there (its end); the next stage, resumed from
+    its checkpoint, must still evaluate at 64 and 96 like the uninterrupted run, with equal values."""
+    args = ("task.eval_every_samples=32", "budget.max_samples=96")
+    fixed = comparable(run(make_spec(results, *args, seed=5)))
+    stage = dataclasses.replace(
+        make_spec(results, "task.eval_every_samples=32", "budget.max_samples=48", seed=5),
+        save_at_samples=(48,), checkpoint_dir=tmp_path / "ckpts",
+    )  # fmt: skip
+    first = run(stage)
+    assert "eval_reward" in first[-1].metrics  # the stage's own end
+    ckpt = tmp_path / "ckpts" / "ckpt-48"
+    resumed = dataclasses.replace(make_spec(results, *args, seed=5), resume_from=ckpt)
+    rest = comparable(run(resumed))
+    evals = {r.samples: r.metrics["eval_reward"] for r in rest if "eval_reward" in r.metrics}
+    want = {r.samples: r.metrics["eval_reward"] for r in fixed if "eval_reward" in r.metrics}
+    want = {k: v for k, v in want.items() if k > 48}
+    assert evals == want and sorted(evals) == [64, 96]
+    assert [r.metrics["reward"] for r in rest] == [r.metrics["reward"] for r in fixed if r.samples > 48]
+
+
 def test_a_missing_checkpoint_fails_the_run_with_its_path(results, tmp_path):
     spec = dataclasses.replace(make_spec(results, "budget.max_samples=32"), resume_from=tmp_path / "nope")
     with pytest.raises(RunFailed, match="cannot read the checkpoint .*nope"):

@@ -75,7 +75,8 @@ def load(path: Path, learner: Any, sampler: Any, seed: int) -> Counters:
     """Restore ``path`` into a freshly built learner and sampler; returns the counters."""
     file = state_file(path)
     try:
-        state = torch.load(file, map_location=learner.lm.device, weights_only=False)
+        # on the CPU: RNG states must stay CPU byte tensors; load_state_dict moves weights and moments
+        state = torch.load(file, map_location="cpu", weights_only=False)
     except (OSError, RuntimeError, EOFError) as exc:
         raise RunFailed("failed", f"cannot read the checkpoint {file}: {exc}") from None
     learner.lm.model.load_state_dict(state["policy"])

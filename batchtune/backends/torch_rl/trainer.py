@@ -198,7 +198,10 @@ def _train(spec: RunSpec) -> Iterator[StepRecord]:
             metrics["value_loss"] = stats.value_loss
             metrics["critic_lr"] = critic_lr * factor
         every = recipe.task.eval_every_samples
-        if has_eval and (every <= 0 or samples - last_eval >= every or samples >= max_samples):
+        # on the grid of multiples of `every` (and at the end), so a run resumed from a checkpoint
+        # evaluates where the uninterrupted run does
+        due = every <= 0 or samples // every > last_eval // every
+        if has_eval and (due or samples >= max_samples):
             t0 = time.perf_counter()
             metrics["eval_reward"] = evaluate(lm, task, spec, compute_dtype)
             other_s += time.perf_counter() - t0
