@@ -6,7 +6,9 @@ JSON has no NaN or infinity. One convention everywhere:
     +inf / -inf (never)   -> "inf" / "-inf"
 
 Reading back is typed: a string becomes a float only in a field declared ``float`` (so a run id
-``"inf"`` stays a string), and ``null`` in a ``float`` field is NaN again. Dataclasses become dicts,
+``"inf"`` stays a string), and ``null`` in a ``float`` field is NaN again; in an optional
+(``float | None``) field it is None, so a NaN there reads back as None (both: no usable value).
+Dataclasses become dicts,
 tuples lists, numpy scalars and arrays plain numbers and lists, paths strings.
 """
 
