@@ -1,5 +1,9 @@
 """The one JSON codec, property-tested: every record type round-trips (NaN as null, inf as "inf"), string
-fields stay strings ("nan", "inf"), and arbitrary JSON never crashes the typed decoder (InputError only)."""
+fields stay strings ("nan", "inf"), and arbitrary JSON never crashes the typed decoder (InputError only).
+
+derandomize: CI draws the same examples every run, so a landing never hinges on what a random search
+happens to find; cases a search once found are pinned with @example. To explore further locally, drop
+derandomize (or run with --hypothesis-seed=N)."""
 
 from __future__ import annotations
 
@@ -41,7 +45,7 @@ def _record(cls: type) -> st.SearchStrategy:
     )  # fmt: skip
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(st.sampled_from(RECORDS).flatmap(_record))
 # found by hypothesis: NaN in an optional float field
 @example(StepRecord("nan", 0, 0, 0, 0.0, 0, 0, 0, {}, grad_norm=0.0, critic_grad_norm=math.nan))
@@ -57,7 +61,7 @@ def test_every_record_round_trips(record):
             assert _same(a, b), (f, a, b)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.sampled_from(["nan", "inf", "-inf", "Infinity", "1", "null"]))
 def test_string_run_ids_stay_strings(rid):
     rec = RunRecord(rid, rid, 1, 2, 0, 1e-3, "sqrt", 1e-3, 2, "completed")
@@ -72,7 +76,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.sampled_from(RECORDS), JSON)
 def test_arbitrary_json_is_decoded_or_refused_never_crashes(cls, data):
     try:
@@ -81,7 +85,7 @@ def test_arbitrary_json_is_decoded_or_refused_never_crashes(cls, data):
         assert str(exc).startswith("f.json")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(JSON)
 def test_to_jsonable_is_idempotent_and_standard(data):
     once = codec.to_jsonable(data)
