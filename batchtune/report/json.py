@@ -39,11 +39,6 @@ def full_run_estimate(
     return label, est
 
 
-def full_run_samples(eff: SampleEfficiency, rec: Recommendation | None) -> tuple[str | None, float | None]:
-    label, est = full_run_estimate(eff, rec)
-    return label, est.samples_to_target if est is not None else None
-
-
 def cost_ratio_range(spent: float, est: TargetEstimate) -> tuple[float, float] | None:
     """The probe's cost over the full run's interval: (spent / upper, spent / lower); None when the
     interval is a point (one seed and nothing else to go on).
