@@ -69,6 +69,11 @@ class Origin:
     step: int = 0
     path: str = ""
 
+    def base_step(self, mode: str) -> int:
+        """The trainer's step count from which this run's steps count: the checkpoint's when the
+        trainer goes on counting (``resume_steps = "continue"``), 0 when it restarts."""
+        return self.step if mode == "continue" else 0
+
 
 def origin(spec: RunSpec) -> Origin:
     if spec.resume_from is None:
@@ -86,18 +91,18 @@ def trainer_step(start: Origin, samples: int, batch: int, mode: str) -> int | No
     k, rem = divmod(samples - start.samples, batch)
     if rem:
         return None
-    return (start.step if mode == "continue" else 0) + k
+    return start.base_step(mode) + k
 
 
-def placeholders(spec: RunSpec) -> dict[str, Any]:
-    """The values the argv, log path and environment templates may use."""
+def placeholders(spec: RunSpec, start: Origin | None = None) -> dict[str, Any]:
+    """The values the argv, log path and environment templates may use (``start``: the run's
+    origin when the caller has read it already)."""
     c, r = spec.candidate, spec.recipe
     n = c.batch_responses
     mb = r.algorithm.mini_batches
-    start = origin(spec)
+    start = start or origin(spec)
     mode = r.backend.resume_steps
-    first = start.step if mode == "continue" else 0
-    max_steps = first + max(1, math.ceil((r.budget.max_samples - start.samples) / n))
+    max_steps = start.base_step(mode) + max(1, math.ceil((r.budget.max_samples - start.samples) / n))
     saves = [trainer_step(start, x, n, mode) for x in sorted(spec.save_at_samples) if x > start.samples]
     whole = [x for x in saves if x is not None]
     gpus = r.hardware.num_gpus
@@ -144,6 +149,16 @@ def fill(template: str, values: dict[str, Any], where: str) -> str:
         if values[name] is None:
             raise RunFailed("failed", f"{where}: {{{name}}} is not a whole number for this candidate")
     return template.format(**values)
+
+
+def argv_templates(cfg: Any, *, save: bool, resume: bool) -> list[tuple[str, str]]:
+    """(recipe key, template) of each argv item: the command, then the save and resume args."""
+    out = [(f"backend.command[{i}]", t) for i, t in enumerate(cfg.command)]
+    if save:
+        out += [(f"backend.command_save_args[{i}]", t) for i, t in enumerate(cfg.command_save_args)]
+    if resume:
+        out += [(f"backend.command_resume_args[{i}]", t) for i, t in enumerate(cfg.command_resume_args)]
+    return out
 
 
 # "ValueError: ...", "torch.OutOfMemoryError: ...": a Python exception's last line
@@ -232,14 +247,11 @@ class CommandBackend:
             problem = self.checkpoint_support(spec.recipe)
             if problem is not None:
                 raise RecipeError(problem)
-        values = placeholders(spec)
-        start = origin(spec)
-        template = list(cfg.command)
-        if any(x > start.samples for x in spec.save_at_samples):
-            template += cfg.command_save_args
-        if spec.resume_from is not None:
-            template += cfg.command_resume_args
-        argv = [fill(item, values, f"backend.command[{i}]") for i, item in enumerate(template)]
+        start = origin(spec)  # read once: the polling loop below reuses it
+        values = placeholders(spec, start)
+        saves = any(x > start.samples for x in spec.save_at_samples)
+        templates = argv_templates(cfg, save=saves, resume=spec.resume_from is not None)
+        argv = [fill(item, values, where) for where, item in templates]
         env = dict(os.environ)
         env.update({k: fill(v, values, f"backend.command_env.{k}") for k, v in cfg.command_env.items()})
         output_dir = Path(values["output_dir"])
@@ -290,7 +302,8 @@ class CommandBackend:
                     stat = _stat(log_path)
                     if fmt in STREAMABLE and stat is not None and stat != seen_stat:
                         seen_stat = stat
-                        so_far = self._read(log_path, fmt, info, cfg.command_log_keys, spec, partial=True)
+                        keys = cfg.command_log_keys
+                        so_far = self._read(log_path, fmt, info, keys, spec, start, partial=True)
                         for step in so_far[:-1]:  # the last step may still get lines
                             if step.step > yielded:
                                 yielded, yielded_samples = step.step, step.samples
@@ -303,7 +316,7 @@ class CommandBackend:
                     if any(m in tail.lower() for m in _OOM_MARKERS):
                         raise OutOfMemory(msg)
                     raise RunFailed("failed", msg)
-                steps = self._read(log_path, fmt, info, cfg.command_log_keys, spec, partial=False)
+                steps = self._read(log_path, fmt, info, cfg.command_log_keys, spec, start, partial=False)
                 if not steps:
                     raise RunFailed("failed", f"the command finished but its log {log_path} holds no steps")
                 self._record_checkpoints(spec, values, start, max(s.samples for s in steps))
@@ -349,7 +362,13 @@ class CommandBackend:
 
     @staticmethod
     def _read(
-        path: Path, fmt: str, info: RunInfo, keys: dict[str, str], spec: RunSpec, partial: bool
+        path: Path,
+        fmt: str,
+        info: RunInfo,
+        keys: dict[str, str],
+        spec: RunSpec,
+        start: Origin,
+        partial: bool,
     ) -> list[StepRecord]:
         """The run's steps so far; while running, a missing or half-written log reads as no steps."""
         if partial and not path.exists():
@@ -375,8 +394,7 @@ class CommandBackend:
         if spec.resume_from is None:
             return steps
         # a resumed run: its steps on the cumulative samples axis, counted from the checkpoint
-        start = origin(spec)
-        first = start.step if spec.recipe.backend.resume_steps == "continue" else 0
+        first = start.base_step(spec.recipe.backend.resume_steps)
         n = spec.candidate.batch_responses
         out = []
         for s in steps:

@@ -64,7 +64,7 @@ def _task_problems(recipe: Recipe) -> list[str]:
 
 
 def _command_problems(recipe: Recipe) -> list[str]:
-    from batchtune.backends.command import fill, placeholders
+    from batchtune.backends.command import argv_templates, fill, placeholders
     from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 
     cfg = recipe.backend
@@ -77,11 +77,9 @@ def _command_problems(recipe: Recipe) -> list[str]:
         Path(recipe.run.results_dir) / "runs" / "preflight", recipe.optimizer.lr, p * g,
     )  # fmt: skip
     values = placeholders(spec)
-    templates = [(f"backend.command[{i}]", t) for i, t in enumerate(cfg.command)]
+    templates = argv_templates(cfg, save=True, resume=True)
     templates += [(f"backend.command_env.{k}", v) for k, v in cfg.command_env.items()]
     templates += [("backend.command_log", cfg.command_log)]
-    templates += [(f"backend.command_save_args[{i}]", t) for i, t in enumerate(cfg.command_save_args)]
-    templates += [(f"backend.command_resume_args[{i}]", t) for i, t in enumerate(cfg.command_resume_args)]
     if cfg.checkpoint_path:
         templates += [("backend.checkpoint_path", cfg.checkpoint_path)]
     at_step = {**values, "step": 1, "samples": p * g}  # checkpoint_path's own placeholders
