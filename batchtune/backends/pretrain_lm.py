@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from batchtune.backends.pretrain_data import eval_batch, make_data, stream
-from batchtune.backends.spec import RunFailed, RunSpec, checkpoint_path
+from batchtune.backends.spec import RunFailed, RunSpec, branch_seed, checkpoint_path
 from batchtune.recipe.schema import Recipe
 from batchtune.records import StepRecord
 
@@ -163,7 +163,7 @@ class LMRun:
         else:
             run.seed = seed
             run.rng = np.random.default_rng([recipe.pretrain.data_seed, seed, run.tokens, 37])
-            torch.manual_seed(seed * 1_000_003 + run.tokens)
+            torch.manual_seed(branch_seed(seed, run.tokens))
         return run
 
 

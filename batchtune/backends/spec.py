@@ -50,6 +50,15 @@ class RunSpec:
     checkpoint_dir: Path | None = None
 
 
+def branch_seed(seed: int, position: int) -> int:
+    """The RNG seed of a branch at ``seed`` started from a checkpoint at ``position`` (samples or
+    tokens) when it is not the trunk's own seed: independent of the trunk's stream and of other
+    checkpoints, the same for every batch at that seed (paired comparisons). 63 bits."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, position, 0x62726E63]).generate_state(2, np.uint64)[0] >> 1)
+
+
 def checkpoint_path(checkpoint_dir: Path, samples: int) -> Path:
     """Where the checkpoint taken after ``samples`` cumulative samples lives."""
     return checkpoint_dir / f"ckpt-{samples}"

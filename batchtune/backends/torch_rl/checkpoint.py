@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from batchtune.backends.spec import RunFailed
+from batchtune.backends.spec import RunFailed, branch_seed
 
 
 @dataclass
@@ -92,13 +91,9 @@ def load(path: Path, learner: Any, sampler: Any, seed: int) -> Counters:
         if state["cuda_rng"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
     else:
-        branch_seed = _branch_seed(seed, counters.samples)
-        sampler.gen.manual_seed(branch_seed)
+        fresh = branch_seed(seed, counters.samples)
+        sampler.gen.manual_seed(fresh)
         sampler.order = []
-        torch.manual_seed(branch_seed)
+        torch.manual_seed(fresh)
     return counters
 
-
-def _branch_seed(seed: int, samples: int) -> int:
-    """A 63-bit seed from (seed, checkpoint samples), independent of the trunk's stream."""
-    return int(np.random.SeedSequence([seed, samples, 0x62726E63]).generate_state(2, np.uint64)[0] >> 1)
