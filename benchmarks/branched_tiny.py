@@ -28,8 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from batchtune.measure.probe import run_probe
-from batchtune.recipe.load import load_recipe
+from regret_tiny import exhaustive_truth
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = sys.argv[1] if len(sys.argv) > 1 else "tiny-grpo"
@@ -56,18 +55,7 @@ SETTINGS = {
 
 
 def true_samples_to_target() -> dict[int, float]:
-    cache = ROOT / "benchmarks" / "cache" / f"{NAME}-exhaustive"
-    cfg = load_recipe(
-        RECIPE,
-        [
-            f"budget.seeds={TRUTH_SEEDS}",
-            "budget.stop_outside_band=false",
-            "budget.max_extra_seeds=0",
-            "budget.max_samples=65536",
-            f"run.results_dir={cache}",
-        ],
-    )
-    eff = run_probe(cfg, cache).efficiency
+    eff = exhaustive_truth(NAME, TRUTH_SEEDS)
     return {
         c.batch_responses: c.estimate.samples_to_target if c.estimate else math.inf
         for c in eff.candidates

@@ -30,12 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "benchmarks" / "cache"
 
 
-def run_tiny_case(name: str, seeds: list[int]) -> CaseResult:
-    t0 = time.perf_counter()
-    recipe = ROOT / "recipes" / f"{name}.toml"
+def exhaustive_truth(name: str, seeds: list[int]):
+    """Every candidate of recipes/<name>.toml run to the target (no band stop, no sequential seeds,
+    65,536 samples at most) at ``seeds``, cached under benchmarks/cache/<name>-exhaustive (a rerun
+    reuses finished runs): the probe's SampleEfficiency over them."""
     ex_dir = CACHE / f"{name}-exhaustive"
     exhaustive = load_recipe(
-        recipe,
+        ROOT / "recipes" / f"{name}.toml",
         [
             f"budget.seeds={seeds}",
             "budget.stop_outside_band=false",
@@ -44,7 +45,13 @@ def run_tiny_case(name: str, seeds: list[int]) -> CaseResult:
             f"run.results_dir={ex_dir}",
         ],
     )
-    truth = run_probe(exhaustive, ex_dir).efficiency
+    return run_probe(exhaustive, ex_dir).efficiency
+
+
+def run_tiny_case(name: str, seeds: list[int]) -> CaseResult:
+    t0 = time.perf_counter()
+    recipe = ROOT / "recipes" / f"{name}.toml"
+    truth = exhaustive_truth(name, seeds)
     pr_dir = CACHE / f"{name}-probe"
     cfg = load_recipe(recipe, [f"run.results_dir={pr_dir}"])
     run_probe(cfg, pr_dir)

@@ -56,17 +56,23 @@ MANUAL = {
 }
 
 
-def measure(recipe, results: str, plan_stages: list[tuple[str, float]], tag: str) -> dict[str, float]:
-    by = plan_candidates(recipe).by_label()
-    ref = plan_candidates(recipe).reference_batch
+def measure(
+    recipe, results: str, plan_stages: list[tuple[str, float]], tag: str, seeds: list[int] = SEEDS
+) -> dict[str, float]:
+    """Run the chain of (label, end samples) stages to the target at every seed; means (and sds) over
+    the seeds that reached it (benchmarks/schedule_validation_tiny.py uses it too)."""
+    plan = plan_candidates(recipe)
+    by = plan.by_label()
     stages = [(by[label], int(np.ceil(end))) for label, end in plan_stages]
-    runs = [run_schedule(recipe, results, stages, s, reference_batch=ref, tag=tag) for s in SEEDS]
+    ref = plan.reference_batch
+    runs = [run_schedule(recipe, results, stages, s, reference_batch=ref, tag=tag) for s in seeds]
     hit = [r for r in runs if r.samples_to_target is not None]
     if not hit:
         return {"reached": 0}
     return {
         "reached": len(hit),
         "samples": float(np.mean([r.samples_to_target for r in hit])),
+        "samples_sd": float(np.std([r.samples_to_target for r in hit])),
         "steps": float(np.mean([r.steps_to_target for r in hit])),
         "time_s": float(np.mean([r.time_to_target_s for r in hit])),
         "time_sd": float(np.std([r.time_to_target_s for r in hit])),

@@ -21,10 +21,8 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+from schedule_validation import measure
 
-from batchtune.measure.plan import plan_candidates
-from batchtune.measure.schedule_run import run_schedule
 from batchtune.recipe.load import load_recipe
 
 RECIPE = "recipes/tiny-grpo.toml"
@@ -42,25 +40,6 @@ MANUAL = [
     [("P4xG8", 2048), ("P16xG8", 0)],
     [("P2xG8", 1024), ("P4xG8", 2048), ("P8xG8", 0)],
 ]
-
-
-def measure(recipe, results: str, stages: list[tuple[str, float]], tag: str) -> dict[str, float]:
-    plan = plan_candidates(recipe)
-    by = plan.by_label()
-    chain = [(by[label], int(np.ceil(end))) for label, end in stages]
-    ref = plan.reference_batch
-    runs = [run_schedule(recipe, results, chain, s, reference_batch=ref, tag=tag) for s in SEEDS]
-    hit = [r for r in runs if r.samples_to_target is not None]
-    if not hit:
-        return {"reached": 0}
-    return {
-        "reached": len(hit),
-        "samples": float(np.mean([r.samples_to_target for r in hit])),
-        "samples_sd": float(np.std([r.samples_to_target for r in hit])),
-        "steps": float(np.mean([r.steps_to_target for r in hit])),
-        "time_s": float(np.mean([r.time_to_target_s for r in hit])),
-        "time_sd": float(np.std([r.time_to_target_s for r in hit])),
-    }
 
 
 def _num(x: object, digits: int) -> str:
@@ -95,7 +74,7 @@ def main() -> None:
         print(f"schedule: {sched.get('verdict', 'none planned')}")
         print("plan | predicted: samples | steps | measured: samples (sd) | steps | cpu s (sd) | reached")
         for i, (label, (st, pred)) in enumerate(rows.items()):
-            m = measure(recipe, f"{tmp}/runs", st, f"p{i}")
+            m = measure(recipe, f"{tmp}/runs", st, f"p{i}", SEEDS)
             out.append({"plan": label, "predicted": pred, "measured": m})
             meas = (
                 f"{m['samples']:,.0f} ({m['samples_sd']:,.0f}) | {m['steps']:,.1f} | "
