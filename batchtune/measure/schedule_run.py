@@ -22,6 +22,7 @@ import numpy as np
 
 from batchtune import backends
 from batchtune.analysis.curves import samples_to_target
+from batchtune.analysis.efficiency import RunData
 from batchtune.backends.spec import Candidate, checkpoint_path
 from batchtune.errors import InputError
 from batchtune.measure.probe import StopPolicy, execute_run
@@ -92,10 +93,9 @@ def run_schedule(
             break
         resume = checkpoint_path(ckpt_dir, int(end))
     s = np.array([x.samples for x in steps], dtype=float)
-    # the metric's own points: a held-out metric is logged only at evaluations (the torch trainer)
-    curve = [(x.samples, x.metrics[t.metric]) for x in steps if t.metric in x.metrics]
-    cs = np.array([p[0] for p in curve], dtype=float)
-    cv = np.array([p[1] for p in curve], dtype=float)
+    # the metric's own points (a held-out metric is logged only at evaluations), as the probe reads
+    # them; the chain's steps under its last stage's record
+    cs, cv = RunData(rec, tuple(steps)).curve(t.metric)
     hit = samples_to_target(cs, cv, t.value, higher_is_better=t.higher_is_better, ema_alpha=t.ema_alpha)
     other = recipe.generation.other_s_per_step
     if hit.samples_to_target is None or hit.censored:
