@@ -34,7 +34,9 @@ def main() -> int:
         start = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *extra],
-            cwd=root, capture_output=True, text=True,
+            cwd=root,
+            capture_output=True,
+            text=True,
         )
         wall = time.perf_counter() - start
         command = f"pytest -q {' '.join(extra)}".strip()

@@ -96,4 +96,3 @@ def load(path: Path, learner: Any, sampler: Any, seed: int) -> Counters:
         sampler.order = []
         torch.manual_seed(fresh)
     return counters
-
