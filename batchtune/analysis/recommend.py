@@ -153,6 +153,7 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
         [e.ci_high for e in ests],
         [throughput.per_candidate[c.label].responses_per_s for c in ranked],
         reference=efficiency.reference,
+        confidence=ref_est.confidence,
     )
     winner = efficiency.get(ranking.winner)
     wt = throughput.per_candidate[winner.label]

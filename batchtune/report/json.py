@@ -149,6 +149,7 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
     wr = by_rank[w.label]
     data = efficiency_to_dict(eff)
     data["probe_cost"] = probe_cost(eff, rec)
+    ref_time_s = rec.ranking.by_name(rec.ranking.reference).time_to_target_s
     for c in data["candidates"]:
         r = by_rank.get(c["name"])
         t = thr.per_candidate.get(c["name"])
@@ -162,6 +163,8 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
                 "time_to_target_s": num(r.time_to_target_s) if r and thr.absolute else None,
                 "time_ratio": num(r.time_ratio) if r else None,
                 "time_ratio_ci": [num(r.time_ratio_ci[0]), num(r.time_ratio_ci[1])] if r else None,
+                # what the rank orders by: the time moved by the skew of its interval (ranking.py)
+                "expected_time_ratio": num(r.expected_time_s / ref_time_s) if r else None,
                 "throughput_ratio": num(r.throughput_ratio) if r else None,
             }
         )

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.ranking import rank_time_to_target
+from batchtune.analysis.ranking import expected_time, rank_time_to_target
 from batchtune.errors import AnalysisError
 
 # docs/method.md §1 worked example (Tencent Hunyuan, GRPO, Qwen3-30B-A3B, G=8). The reference took 11.90 h.
@@ -161,3 +161,40 @@ def test_censored_reference_raises():
 def test_empty_raises():
     with pytest.raises(AnalysisError):
         rank_time_to_target([], [], [], [], [], [], reference="a")
+
+
+def test_expected_time_is_the_point_for_a_symmetric_interval_and_moves_with_skew():
+    t = 100.0
+    sym = (math.log(1.1), math.log(1.1))
+    assert expected_time(t, sym, 0.9) == pytest.approx(t)
+    up = expected_time(t, (0.02, 0.2), 0.9)
+    down = expected_time(t, (0.2, 0.02), 0.9)
+    assert down < t < up
+    # the split normal's mean: mode + sqrt(2/pi) (sigma_up - sigma_down), sigma = half-width / z
+    assert math.log(up / t) == pytest.approx(math.sqrt(2 / math.pi) * 0.18 / 1.6448536, rel=1e-6)
+    assert expected_time(t, (0.1, math.inf), 0.9) == math.inf
+
+
+def test_a_fast_median_with_seeds_skewed_slow_ranks_behind_a_tight_one():
+    # NQM lr0.015 (benchmarks/out/regret.txt): 1024's six seeds read 23.5k-30.3k samples, median
+    # 25.2k, truth 30.0k; 512's read 23.4k-24.1k. By the median 1024 looks 0.6% faster.
+    ranking = rank(
+        ["P64xG8", "P128xG8"], [512, 1024], [24111, 25199], [70.35, 73.94],
+        lo=np.array([23439, 24259]), hi=np.array([24112, 29108]),
+    )  # fmt: skip
+    by = {c.name: c for c in ranking.candidates}
+    assert by["P128xG8"].time_to_target_s < by["P64xG8"].time_to_target_s
+    assert by["P128xG8"].expected_time_s > by["P64xG8"].expected_time_s
+    assert ranking.winner == "P64xG8"
+    assert "P128xG8 has the lowest median time" in ranking.reason
+    assert "skewed slow" in ranking.reason
+
+
+def test_an_interval_open_above_ranks_after_every_finite_one_but_before_censored():
+    ranking = rank(
+        ["a", "b", "c", "d"], [8, 16, 32, 64], [100, 50, 60, math.inf], [1, 1, 1, 1],
+        lo=np.array([95, 45, 55, 70]), hi=np.array([105, math.inf, 66, math.inf]),
+    )  # fmt: skip
+    assert [c.name for c in ranking.candidates] == ["c", "a", "b", "d"]
+    assert ranking.by_name("b").expected_time_s == math.inf
+    assert "some of its seeds may never reach the target" in ranking.reason
