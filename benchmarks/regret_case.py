@@ -11,29 +11,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from regret_cases import NQM_CASES, _nqm_true_r, nqm_recipe, nqm_true_step_s  # noqa: E402
-
-from batchtune.measure.probe import run_probe  # noqa: E402
-from batchtune.measure.profile import run_profile  # noqa: E402
-from batchtune.records import ResultsStore  # noqa: E402
-from batchtune.workflow import recommend_for_recipe  # noqa: E402
+from regret_cases import NQM_CASES, _nqm_true_r, nqm_true_time, probe_and_recommend  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("case", choices=sorted(NQM_CASES))
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = nqm_recipe(args.case, str(Path(tmp) / "results"))
-        probe = run_probe(cfg, cfg.run.results_dir)
-        run_profile(cfg, ResultsStore(cfg.run.results_dir))
-        rec, _, _ = recommend_for_recipe(cfg, "auto", None, 1)
-    per_seed = {c.label: c.estimate for c in probe.efficiency.candidates}
+    cfg, rec = probe_and_recommend(args.case)
+    per_seed = {c.label: c.estimate for c in rec.efficiency.candidates}
     true_t = {}
     print(f"# NQM case {args.case}: {' '.join(NQM_CASES[args.case])}; target loss {cfg.target.value}")
     print(
@@ -43,7 +33,7 @@ def main() -> int:
     for c in sorted(rec.ranking.candidates, key=lambda c: c.batch_responses):
         b = int(c.batch_responses)
         r_true = _nqm_true_r(cfg, b)
-        true_t[c.name] = r_true * nqm_true_step_s(cfg, b) / b
+        true_t[c.name] = nqm_true_time(cfg, b)
         est = per_seed[c.name]
         seeds = " ".join(f"{v / 1e3:.1f}" for v in est.per_seed) if est else "-"
         ci = f"{c.samples_to_target:,.0f} [{c.samples_ci[0]:,.0f}, {c.samples_ci[1]:,.0f}]"

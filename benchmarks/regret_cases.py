@@ -147,20 +147,30 @@ def _grid_truth(batches: np.ndarray, r: np.ndarray, tol: float) -> float:
     return float(ok.max())
 
 
+def nqm_true_time(cfg: Recipe, batch: int) -> float:
+    """True time-to-target at N = batch: closed-form R times the simulated seconds per sample."""
+    return _nqm_true_r(cfg, batch) * nqm_true_step_s(cfg, batch) / batch
+
+
+def probe_and_recommend(name: str, workdir: str | None = None) -> tuple[Recipe, Recommendation]:
+    """The tool on NQM case `name` as a user runs it (probe, profile, recommend) in a fresh results dir."""
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        cfg = nqm_recipe(name, str(Path(tmp) / "results"))
+        run_probe(cfg, cfg.run.results_dir)
+        run_profile(cfg, ResultsStore(cfg.run.results_dir))
+        rec, _, _ = recommend_for_recipe(cfg, "auto", None, 1)
+    return cfg, rec
+
+
 def run_nqm_case(name: str, workdir: str | None = None) -> CaseResult:
     import time
 
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        cfg = nqm_recipe(name, str(Path(tmp) / "results"))
-        store = ResultsStore(cfg.run.results_dir)
-        probe = run_probe(cfg, cfg.run.results_dir)
-        run_profile(cfg, store)
-        rec, _, _ = recommend_for_recipe(cfg, "auto", None, 1)
-        eff = probe.efficiency
+    cfg, rec = probe_and_recommend(name, workdir)
+    eff = rec.efficiency
     batches = np.array(sorted(c.batch_responses for c in eff.candidates if c.family == "main"), float)
     r = np.array([_nqm_true_r(cfg, int(b)) for b in batches])
-    t = r * np.array([nqm_true_step_s(cfg, int(b)) / b for b in batches])
+    t = np.array([nqm_true_time(cfg, int(b)) for b in batches])
     try:
         crossing = nqm_critical_batch_for_recipe(cfg)
     except Exception:
