@@ -21,6 +21,7 @@ import math
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 from batchtune.analysis.lr import scaled_lr
 from batchtune.backends.nqm_theory import expected_samples_to_target
@@ -67,29 +68,42 @@ SEED_PAIRS = {
 }
 
 
-def main() -> None:
+def tune_json(sets: list[str]) -> dict[str, Any] | None:
+    """`batchtune tune recipes/nqm.toml --json --set ...` in a fresh results dir; None if it failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["batchtune", "tune", "recipes/nqm.toml", "--json", "--results", tmp]
+        for s in sets:
+            argv += ["--set", s]
+        out = subprocess.run(argv, capture_output=True, text=True)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def true_times(grid: dict[str, Any]) -> dict[str, float]:
+    """T(B) per candidate of a grid row's --json: R_exp(B) from the closed form / its throughput."""
     base = load_recipe("recipes/nqm.toml")
-    thr: dict[str, tuple[int, float]] = {}
+    t = {}
+    for c in grid["candidates"]:
+        n = c["batch_responses"]
+        lr = scaled_lr(base.optimizer.lr, n, 8, base.lr_scaling.rule)
+        r = expected_samples_to_target(
+            base.nqm, lr=lr, batch=n, target_loss=base.target.value, warmup_samples=0, max_samples=1e7
+        )
+        t[c["name"]] = r / c["responses_per_s"]
+    return t
+
+
+def main() -> None:
+    t: dict[str, float] = {}
     settings = SEED_PAIRS if "--seed-pairs" in sys.argv[1:] else SETTINGS
     print("setting | recommended | probe samples | full run at rec. | cost (x full run) | regret | wall s")
     for name, sets in settings.items():
         sets = sets if sets[0].startswith("probe.mode") else ["probe.mode=branched", *sets]
-        with tempfile.TemporaryDirectory() as tmp:
-            argv = ["batchtune", "tune", "recipes/nqm.toml", "--json", "--results", tmp]
-            for s in sets:
-                argv += ["--set", s]
-            out = subprocess.run(argv, capture_output=True, text=True, check=True)
-        d = json.loads(out.stdout)
+        d = tune_json(sets)
+        if d is None:
+            raise SystemExit(f"batchtune tune failed for {name}")
         cost = d["probe_cost"]
-        if not thr:  # the grid row: every candidate's throughput (the same time model for all rows)
-            thr = {c["name"]: (c["batch_responses"], c["responses_per_s"]) for c in d["candidates"]}
-        t = {}
-        for name_, (n, per_s) in thr.items():
-            lr = scaled_lr(base.optimizer.lr, n, 8, base.lr_scaling.rule)
-            r = expected_samples_to_target(
-                base.nqm, lr=lr, batch=n, target_loss=base.target.value, warmup_samples=0, max_samples=1e7
-            )
-            t[name_] = r / per_s
+        if not t:  # the grid row: every candidate's throughput (the same time model for all rows)
+            t = true_times(d)
         best = min(v for v in t.values() if math.isfinite(v))
         rec = d["recommended"]["name"]
         print(

@@ -13,41 +13,21 @@ at regret <= 1.05, and each seed set's recommendation. Simulated seconds; determ
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 import sys
-import tempfile
-from typing import Any
+from pathlib import Path
 
-from batchtune.analysis.lr import scaled_lr
-from batchtune.backends.nqm_theory import expected_samples_to_target
-from batchtune.recipe.load import load_recipe
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def tune(sets: list[str]) -> dict[str, Any] | None:
-    with tempfile.TemporaryDirectory() as tmp:
-        argv = ["batchtune", "tune", "recipes/nqm.toml", "--json", "--results", tmp]
-        for s in sets:
-            argv += ["--set", s]
-        out = subprocess.run(argv, capture_output=True, text=True)
-    return json.loads(out.stdout) if out.returncode == 0 else None
+from branched_cost import true_times, tune_json  # noqa: E402
 
 
 def main() -> None:
     trunks, windows, n_seeds = (list(map(int, a.split(","))) for a in sys.argv[1:4])
     n_sets = int(sys.argv[4]) if len(sys.argv) > 4 else 8
-    base = load_recipe("recipes/nqm.toml")
-    grid = tune(["probe.mode=grid"])
+    grid = tune_json(["probe.mode=grid"])
     assert grid is not None, "the grid probe failed"
-    t = {}
-    for c in grid["candidates"]:
-        n = c["batch_responses"]
-        lr = scaled_lr(base.optimizer.lr, n, 8, base.lr_scaling.rule)
-        r = expected_samples_to_target(
-            base.nqm, lr=lr, batch=n, target_loss=base.target.value, warmup_samples=0, max_samples=1e7
-        )
-        t[c["name"]] = r / c["responses_per_s"]
+    t = true_times(grid)
     best = min(t.values())
     for trunk in trunks:
         for window in windows:
@@ -55,7 +35,7 @@ def main() -> None:
                 rows: list[tuple[float, float, str]] = []
                 for k in range(n_sets):
                     seeds = list(range(k * ns, k * ns + ns))
-                    d = tune(
+                    d = tune_json(
                         [
                             "probe.mode=branched",
                             f"branch.trunk_samples={trunk}",
