@@ -63,7 +63,7 @@ class RankedCandidate:
     throughput_ratio: float
     rank: int
     is_reference: bool
-    expected_time_s: float = math.nan
+    expected_time_s: float
 
     @property
     def censored(self) -> bool:
@@ -259,10 +259,16 @@ def _reason(
     fastest = min(reached, key=lambda c: (c.time_to_target_s, c.batch_responses))
     if fastest.name != winner.name:
         w = winner.time_to_target_s
+        # which interval's skew decided it: the fastest one's, skewed slow, or the winner's, skewed fast
+        why = (
+            f"its seeds are skewed slow (up to {fastest.time_ci_s[1] / w:.2f}x)"
+            if fastest.expected_time_s > fastest.time_to_target_s
+            else f"the winner's seeds are skewed fast (down to {winner.time_ci_s[0] / w:.2f}x)"
+        )
         parts.append(
             f"{fastest.name} has the lowest median time ({fastest.time_to_target_s / w:.2f}x the "
-            f"winner's) but its seeds are skewed slow (up to {fastest.time_ci_s[1] / w:.2f}x): "
-            f"its expected time is {fastest.expected_time_s / w:.2f}x, so it ranks {fastest.rank}."
+            f"winner's) but {why}: its expected time is {fastest.expected_time_s / w:.2f}x the winner's "
+            f"median, the winner's {winner.expected_time_s / w:.2f}x, so it ranks {fastest.rank}."
         )
     censored = [c.name for c in ranked if c.censored]
     if censored:

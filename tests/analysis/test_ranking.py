@@ -201,3 +201,16 @@ def test_an_interval_open_above_is_ranked_by_its_point_not_thrown_away():
     assert [c.name for c in ranking.candidates] == ["b", "c", "a", "d"]
     assert ranking.by_name("b").expected_time_s == ranking.by_name("b").time_to_target_s
     assert ranking.by_name("d").expected_time_s == math.inf
+
+
+def test_a_winner_skewed_fast_is_named_as_the_reason_not_the_fastest_median():
+    # b's median is 1% faster with a symmetric interval; a's interval is skewed down (its seeds
+    # that differ were faster), so its expected time is lower: the reason must not call b skewed slow
+    ranking = rank(
+        ["a", "b"], [8, 16], [100, 99], [1, 1],
+        lo=np.array([70, 94]), hi=np.array([101, 104]),
+    )  # fmt: skip
+    assert ranking.winner == "a"
+    assert "b has the lowest median time" in ranking.reason
+    assert "the winner's seeds are skewed fast" in ranking.reason
+    assert "its seeds are skewed slow" not in ranking.reason
