@@ -2,7 +2,8 @@
 
     python benchmarks/branched_sweep.py 1024,1536,2048 1024,2048 1,2 8 > benchmarks/out/branched_sweep.txt
 
-Arguments: trunk samples, window samples, seeds per probe, number of seed sets (seeds k*n .. k*n+n-1).
+Arguments: trunk samples, window samples, seeds per probe, number of seed sets (seeds k*n .. k*n+n-1),
+then any further `--set` overrides for every setting (e.g. branch.confirm_seeds=3).
 Every setting: one checkpoint at the trunk's end, max window factor 1.5. For each seed set
 `batchtune tune recipes/nqm.toml --json` with probe.mode = branched; cost = `probe_cost.ratio`
 (probe samples / one full run at the recommendation); regret = T(recommended) / T(best), T from the
@@ -25,6 +26,9 @@ from branched_cost import true_times, tune_json  # noqa: E402
 def main() -> None:
     trunks, windows, n_seeds = (list(map(int, a.split(","))) for a in sys.argv[1:4])
     n_sets = int(sys.argv[4]) if len(sys.argv) > 4 else 8
+    more = sys.argv[5:]
+    if more:
+        print(f"# with {' '.join(more)}")
     grid = tune_json(["probe.mode=grid"])
     assert grid is not None, "the grid probe failed"
     t = true_times(grid)
@@ -43,6 +47,7 @@ def main() -> None:
                             "branch.checkpoints=[1.0]",
                             "branch.max_window_factor=1.5",
                             f"budget.seeds={seeds}",
+                            *more,
                         ]
                     )
                     if d is None:

@@ -6,22 +6,31 @@ a run at batch B0: each branch trains at k*B0 with the LR by the scaling rule fo
 and is "matched" when its smoothed loss keeps up with the smaller batch. We use the estimator of
 ordinary probes on the samples axis instead of a fixed loss tolerance, so the same statistics apply:
 
-    level_c   = median over seeds of the control's fitted metric at W samples past checkpoint c
-                (the control is the branch at B0 itself: the trunk's continuation, one per seed)
-    R_c(B, s) = samples the branch at B, seed s, needs past c to reach level_c (isotonic fit,
+    level_c,s = the control's fitted metric at W samples past checkpoint c, per seed s (the control
+                is the branch at B0 itself: the trunk's continuation, one per seed)
+    R_c(B, s) = samples the branch at B, seed s, needs past c to reach level_c,s (isotonic fit,
                 curves.samples_to_target; censored past max_window_factor * W)
-    local ratio R_c(B, s) / R_c(B0, s), paired over seeds; the local critical batch at c is the
+    local ratio R_c(B, s) / R_c(B0, s), paired by seed (the same seed shares the sample stream,
+    and each control reaches its own level, at about W); the local critical batch at c is the
     joint 1+tol crossing of critical.critical_batch over these R's, with its profile interval.
+    The reported local target is the median of the levels.
 
 Every branch curve starts from the checkpoint's own value at 0 samples, so a large batch whose first
 logged point lies far past c is still interpolated from where it began.
+
+A window of one or two optimiser steps says nothing about a large batch: on the NQM at the SGD
+stability edge a branch at 1024 (which diverges in a full run) keeps up with the control over its
+single step in 2 of 12 seeds. So a batch B may carry its own window W_B = max(W, min_steps * B)
+(`windows`): its levels are the controls' fitted metric W_B past c, its ratio is read at those
+levels, and its R_c is put on the common scale as R_c(B0, s) at W times that ratio.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
@@ -61,6 +70,7 @@ class LocalCritical:
     ratios: dict[float, dict[int, float]]
     critical: CriticalBatch
     branch_samples: float  # samples all branches of this checkpoint spent
+    windows: dict[float, float] = field(default_factory=dict)  # batch -> its own window, where > W
 
     @property
     def point(self) -> float:
@@ -89,15 +99,17 @@ def fitted_at(samples: np.ndarray, values: np.ndarray, x: float, *, higher_is_be
     return float(sign * np.interp(x, xs, fit))
 
 
-def control_level(
+def control_levels(
     checkpoint_samples: float,
     start_value: float,
     curves: Sequence[BranchCurve],
     reference_batch: float,
     window_samples: float,
     higher_is_better: bool,
-) -> float:
-    """The local target: median over seeds of the controls' fitted metric one window past c."""
+) -> dict[int, float]:
+    """The local target of each seed: its control's fitted metric one window past c. Each branch
+    is compared with its own seed's control at that seed's level (paired: the same seed shares
+    the sample stream), so every control reaches its own level, at about one window."""
     controls = [c for c in curves if c.batch == reference_batch and not c.failed and c.samples.size]
     if not controls:
         raise AnalysisError(
@@ -110,16 +122,16 @@ def control_level(
             f"control branches of seeds {short} at {checkpoint_samples:g} samples stopped before the "
             f"window of {window_samples:g} samples; rerun the probe"
         )
-    at = [
-        fitted_at(
+    at = {
+        c.seed: fitted_at(
             np.r_[0.0, c.samples],
             np.r_[start_value, c.values],
             window_samples,
             higher_is_better=higher_is_better,
         )
         for c in controls
-    ]
-    level = float(np.median(at))
+    }
+    level = float(np.median(list(at.values())))
     if (level - start_value) * (1 if higher_is_better else -1) <= 0:
         # every branch "reaches" a level it started at: R = 0 for all, no ratio to read
         raise AnalysisError(
@@ -128,7 +140,22 @@ def control_level(
             f"window of {window_samples:g} samples later): the trunk has plateaued there or the metric "
             "is too noisy for the window; use earlier branch.checkpoints or a longer branch.window_samples"
         )
-    return level
+    return at
+
+
+def control_level(
+    checkpoint_samples: float,
+    start_value: float,
+    curves: Sequence[BranchCurve],
+    reference_batch: float,
+    window_samples: float,
+    higher_is_better: bool,
+) -> float:
+    """The median over seeds of `control_levels` (what the report shows as the local target)."""
+    at = control_levels(
+        checkpoint_samples, start_value, curves, reference_batch, window_samples, higher_is_better
+    )
+    return float(np.median(list(at.values())))
 
 
 def _crossing(c: BranchCurve, start_value: float, level: float, higher_is_better: bool) -> TargetCrossing:
@@ -143,22 +170,23 @@ def local_ratios(
     start_value: float,
     curves: Sequence[BranchCurve],
     reference_batch: float,
-    level: float,
+    levels: Mapping[int, float],
     higher_is_better: bool,
     batch: float,
 ) -> list[float]:
-    """Per seed R_c(batch, s) / R_c(B0, s) to ``level`` (inf where the branch never reached it)."""
+    """Per seed R_c(batch, s) / R_c(B0, s) to seed s's level (inf where the branch never reached
+    it); seeds with no level (no control) are left out."""
     ref = {
-        c.seed: _crossing(c, start_value, level, higher_is_better)
+        c.seed: _crossing(c, start_value, levels[c.seed], higher_is_better)
         for c in curves
-        if c.batch == reference_batch
+        if c.batch == reference_batch and c.seed in levels
     }
     out = []
     for c in curves:
         r0 = ref[c.seed].samples_to_target if c.batch == batch and c.seed in ref else None
         if r0 is None:
             continue
-        r = _crossing(c, start_value, level, higher_is_better).samples_to_target
+        r = _crossing(c, start_value, levels[c.seed], higher_is_better).samples_to_target
         out.append(math.inf if r is None else r / max(r0, 1e-12))
     return out
 
@@ -173,19 +201,63 @@ def local_critical_batch(
     higher_is_better: bool,
     tol: float = 0.1,
     confidence: float = 0.9,
+    windows: Mapping[float, float] | None = None,
 ) -> LocalCritical:
-    """The local critical batch at one checkpoint from its branch curves (module docstring)."""
-    level = control_level(
-        checkpoint_samples, start_value, curves, reference_batch, window_samples, higher_is_better
-    )
+    """The local critical batch at one checkpoint from its branch curves (module docstring).
+
+    ``windows``: batch -> its own window where longer than ``window_samples`` (the controls must
+    reach the longest)."""
+    own = {
+        float(b): float(v) for b, v in (windows or {}).items() if v > window_samples and b != reference_batch
+    }
+    args = (checkpoint_samples, start_value, curves, reference_batch)
+    lv_at = {v: control_levels(*args, v, higher_is_better) for v in {float(window_samples), *own.values()}}
+    level = float(np.median(list(lv_at[float(window_samples)].values())))
+    controls = [c for c in curves if c.batch == reference_batch]
+    ref_at = {
+        v: {
+            c.seed: _crossing(c, start_value, lvs[c.seed], higher_is_better)
+            for c in controls
+            if c.seed in lvs
+        }
+        for v, lvs in lv_at.items()
+    }
 
     by_batch: dict[float, list[tuple[int, TargetCrossing]]] = {}
+    ratios: dict[float, dict[int, float]] = {}
     failed: dict[float, int] = {}
     for c in curves:
-        crossing = _crossing(c, start_value, level, higher_is_better)
+        v = own.get(c.batch, float(window_samples))
+        if c.seed not in lv_at[v]:  # a seed with no control here: nothing to pair it with
+            continue
+        crossing = _crossing(c, start_value, lv_at[v][c.seed], higher_is_better)
+        r0 = ref_at[v].get(c.seed)
+        r0_s = r0.samples_to_target if r0 is not None else None
+        ratio = (
+            math.nan
+            if not r0_s
+            else math.inf
+            if crossing.samples_to_target is None
+            else crossing.samples_to_target / r0_s
+        )
+        if c.batch in own:  # onto the common scale: R_c(B0, s) at W times the ratio at W_B
+            base = ref_at[float(window_samples)].get(c.seed)
+            base_s = base.samples_to_target if base is not None else None
+            scale = (base_s or math.nan) / (r0_s or math.nan)
+            if math.isfinite(scale) and scale > 0:
+                crossing = (
+                    dataclasses.replace(crossing, max_samples=crossing.max_samples * scale)
+                    if crossing.samples_to_target is None
+                    else dataclasses.replace(
+                        crossing,
+                        samples_to_target=crossing.samples_to_target * scale,
+                        max_samples=crossing.max_samples * scale,
+                    )
+                )
         if c.failed or c.samples.size == 0:
             failed[c.batch] = failed.get(c.batch, 0) + 1
         by_batch.setdefault(c.batch, []).append((c.seed, crossing))
+        ratios.setdefault(c.batch, {})[c.seed] = ratio
     batches = sorted(by_batch)
     failed_batches = [b for b in batches if failed.get(b, 0) == len(by_batch[b])]
     measured = [b for b in batches if b not in failed_batches]
@@ -194,14 +266,6 @@ def local_critical_batch(
             [x for _, x in by_batch[b]], confidence=confidence, seed_ids=[s for s, _ in by_batch[b]]
         )
         for b in measured
-    }
-    ref_r = {s: x.samples_to_target for s, x in by_batch[reference_batch]}
-    ratios = {
-        b: {
-            s: (math.inf if x.samples_to_target is None else x.samples_to_target) / (ref_r.get(s) or math.nan)
-            for s, x in by_batch[b]
-        }
-        for b in batches
     }
     crit = critical_batch(
         measured,
@@ -220,6 +284,7 @@ def local_critical_batch(
         ratios=ratios,
         critical=crit,
         branch_samples=float(sum(c.consumed for c in curves)),
+        windows={b: v for b, v in own.items() if b in by_batch},
     )
 
 

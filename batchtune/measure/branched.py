@@ -3,10 +3,14 @@
 Merrill et al. 2025 ("Critical Batch Size Revisited", arXiv 2505.23971): a run at the reference
 batch B0 (the trunk, first seed of budget.seeds) saves checkpoints at `branch.checkpoints` x
 `branch.trunk_samples`; from each checkpoint every main candidate B runs a branch at its scaled LR,
-once per seed. The reference's own branch (the control) runs 1.25 windows and sets the local target:
-its fitted metric one window past the checkpoint. The other branches stop once they reach that
-level (confirmed 20% past it) or after `branch.max_window_factor` windows (censored), and, with
-`branch.skip_after_deviating`, a checkpoint stops climbing at the first batch that deviates.
+once per seed. The reference's own branch (the control) runs 1.25 windows and sets its seed's local
+target: its fitted metric one window past the checkpoint. A batch B whose window would be fewer
+than `branch.min_steps` of its own steps gets the window W_B = min_steps * B instead, and every
+control is extended to cover it by a segment resumed from its own end (a chain; nothing is rerun).
+The other branches stop once they reach their seed's level (confirmed 20% past it) or after
+`branch.max_window_factor` windows (censored); `branch.search = "bisect"` branches only the batches a
+binary search for the last one within 1+tol needs, and a batch it would climb past on fewer than
+`branch.confirm_seeds` seeds is branched at the next seed too (with that seed's own control).
 analysis/branched.py turns the curves into the local critical batch per checkpoint.
 
 Every trunk and branch is an ordinary run of the results store under `<results>/branched/`: sealed
@@ -19,7 +23,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +35,7 @@ from batchtune.analysis.branched import (
     BranchCurve,
     LocalCritical,
     control_level,
+    control_levels,
     local_critical_batch,
     local_ratios,
 )
@@ -39,6 +46,7 @@ from batchtune.errors import AnalysisError, InputError
 from batchtune.events import ProbeEvents
 from batchtune.measure.plan import Plan, plan_candidates
 from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
+from batchtune.measure.sequential import extra_seed
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
 
@@ -79,6 +87,33 @@ def _branch_id(ckpt: int, cand: Candidate, seed: int) -> str:
     return f"c{ckpt}-{cand.label}-s{seed}"
 
 
+def _control_id(ckpt: int, ref: Candidate, seed: int, start: int) -> str:
+    """A segment of the control of one seed: the first starts at the checkpoint; an extension
+    carries where it starts (resumed from the segment before)."""
+    rid = _branch_id(ckpt, ref, seed)
+    return rid if start == ckpt else f"{rid}-from{start}"
+
+
+def _control_curve(
+    store: ResultsStore, ckpt: int, ref: Candidate, seed: int, metric: str, batch: float
+) -> BranchCurve:
+    """The control of one seed: its segments' curves joined (samples from the checkpoint)."""
+    prefix = _branch_id(ckpt, ref, seed)
+    ids = sorted(
+        (r.run_id for r in store.runs() if r.run_id == prefix or r.run_id.startswith(prefix + "-from")),
+        key=_origin,
+    )
+    parts = [_curve(store, rid, metric, ckpt, batch) for rid in ids]
+    return BranchCurve(
+        batch=float(batch),
+        seed=seed,
+        samples=np.concatenate([p.samples for p in parts]),
+        values=np.concatenate([p.values for p in parts]),
+        failed=any(p.failed for p in parts),
+        consumed=max(p.consumed for p in parts),
+    )
+
+
 def _with_budget(recipe: Recipe, max_samples: int) -> Recipe:
     return dataclasses.replace(recipe, budget=dataclasses.replace(recipe.budget, max_samples=max_samples))
 
@@ -117,7 +152,6 @@ def run_branched(
     b0 = ref.batch_responses
     seeds = list(recipe.budget.seeds)
     t = recipe.target
-    w = recipe.branch.window_samples
     ckpts = checkpoint_positions(recipe, b0)
     ckpt_dir = store.root / "checkpoints"
     done = skipped_runs = 0
@@ -167,48 +201,11 @@ def run_branched(
     ts, tv = trunk.curve(t.metric)
 
     locals_: list[LocalCritical] = []
-    curves: list[BranchCurve] = []
     skipped: dict[int, tuple[str, ...]] = {}
     prev_lo = 0  # index in main of the last batch within tolerance at the previous checkpoint
     for c in ckpts:
-        start = float(np.interp(c, ts, tv))
-        extra = {"resume_from": checkpoint_path(ckpt_dir, c)}
-        control_budget = c + math.ceil(CONTROL_WINDOWS * w)
-        for s in seeds:
-            run(
-                ref,
-                s,
-                _branch_id(c, ref, s),
-                control_budget,
-                policy(t.value, control_budget, c, False),
-                extra,
-            )
-        curves[:] = [_curve(store, _branch_id(c, ref, s), t.metric, c, b0) for s in seeds]
-        level = control_level(c, start, curves, b0, w, t.higher_is_better)
-        budget = c + math.ceil(recipe.branch.max_window_factor * w)
-
-        def within(
-            i: int,
-            c: int = c,
-            budget: int = budget,
-            level: float = level,
-            start: float = start,
-            extra: dict = extra,
-        ) -> bool:
-            """Branch candidate main[i] at every seed; True when its paired ratio point <= 1+tol."""
-            cand = main[i]
-            for s in seeds:
-                run(cand, s, _branch_id(c, cand, s), budget, policy(level, budget, c, True), extra)
-            curves.extend(
-                _curve(store, _branch_id(c, cand, s), t.metric, c, cand.batch_responses) for s in seeds
-            )
-            ratios = [
-                r
-                for r in local_ratios(start, curves, b0, level, t.higher_is_better, cand.batch_responses)
-                if r > 0
-            ]
-            return len(ratios) == len(seeds) and math.exp(float(np.mean(np.log(ratios)))) <= 1 + t.tolerance
-
+        at = _AtCheckpoint(recipe, store, run, policy, ref, c, float(np.interp(c, ts, tv)), ckpt_dir)
+        within = partial(at.within, main)
         tested: list[int] = []
         if recipe.branch.search == "all":
             for i in range(1, len(main)):
@@ -224,18 +221,7 @@ def run_branched(
                 lo, hi = (mid, hi) if within(mid) else (lo, mid)
             prev_lo = lo
         skipped[c] = tuple(main[i].label for i in range(1, len(main)) if i not in tested)
-        locals_.append(
-            local_critical_batch(
-                c,
-                start,
-                curves,
-                reference_batch=b0,
-                window_samples=w,
-                higher_is_better=t.higher_is_better,
-                tol=t.tolerance,
-                confidence=t.confidence,
-            )
-        )
+        locals_.append(at.local_critical())
     branch_ids = {r.run_id for r in store.runs() if r.run_id != trunk_id}
     branches = tuple(RunData(r, tuple(store.steps(r.run_id))) for r in store.runs() if r.run_id in branch_ids)
     return BranchedRuns(
@@ -249,6 +235,136 @@ def run_branched(
         runs_skipped=skipped_runs,
         wall_s=time.perf_counter() - t0,
     )
+
+
+RunFn = Callable[[Candidate, int, str, int, StopPolicy, dict], None]
+
+
+class _AtCheckpoint:
+    """The branches of one checkpoint: the controls (a chain of segments per seed), the branches
+    the search asks for, and the local critical batch they give."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        store: ResultsStore,
+        run: RunFn,
+        policy: Callable[[float, int, int, bool], StopPolicy],
+        ref: Candidate,
+        c: int,
+        start: float,
+        ckpt_dir: Path,
+    ) -> None:
+        self.recipe, self.store, self.run, self.policy = recipe, store, run, policy
+        self.ref, self.c, self.start, self.ckpt_dir = ref, c, start, ckpt_dir
+        self.b0 = ref.batch_responses
+        self.w = recipe.branch.window_samples
+        self.seeds = list(recipe.budget.seeds)
+        self.ctrl_seeds = list(self.seeds)  # seeds with a control: the planned ones, then confirmations
+        self.control_len = 0  # the window the controls now cover
+        self.control_end = c  # cumulative samples where the controls' last segment ends
+        self.windows: dict[float, float] = {}  # batch -> its window, for the batches branched
+        self.curves: list[BranchCurve] = []
+        self.controls(self.w)
+        t = recipe.target
+        control_level(c, start, self.curves, self.b0, self.w, t.higher_is_better)  # raises if no progress
+
+    def window(self, batch: int) -> int:
+        """W, or min_steps of the batch's own steps when that is longer."""
+        return self.w if batch == self.b0 else max(self.w, self.recipe.branch.min_steps * batch)
+
+    def _segment(self, s: int, start_at: int, end: int) -> None:
+        """One segment of seed ``s``'s control, from ``start_at`` (the checkpoint, or the end of its
+        previous segment, resumed from the checkpoint saved there) to ``end``."""
+        c, ref = self.c, self.ref
+        cdir = self.ckpt_dir / f"c{c}-control-s{s}"
+        resume = checkpoint_path(self.ckpt_dir, c) if start_at == c else checkpoint_path(cdir, start_at)
+        rid = _control_id(c, ref, s, start_at)
+        if not self.store.is_finished(rid) and not any(resume.parent.glob(resume.name + "*")):
+            raise InputError(
+                f"{self.store.root}: the control {_control_id(c, ref, s, c)} has no checkpoint at its "
+                "end to extend (results of an older batchtune?); probe into a fresh results_dir"
+            )
+        seg = {"resume_from": resume, "save_at_samples": (end,), "checkpoint_dir": cdir}
+        self.run(ref, s, rid, end, self.policy(self.recipe.target.value, end, c, False), seg)
+
+    def _refresh_controls(self) -> None:
+        metric = self.recipe.target.metric
+        self.curves[:] = [cv for cv in self.curves if cv.batch != self.b0]
+        self.curves.extend(
+            _control_curve(self.store, self.c, self.ref, s, metric, self.b0) for s in self.ctrl_seeds
+        )
+
+    def controls(self, need: int) -> None:
+        """Controls (one per seed) covering a window of ``need`` samples. The first segment covers
+        W; a batch with a longer window of its own extends every control by a segment resumed from
+        the previous one's end (a chain, as schedule runs are: nothing is rerun)."""
+        if need <= self.control_len:
+            return
+        end = self.c + math.ceil(CONTROL_WINDOWS * need / self.b0) * self.b0
+        for s in self.ctrl_seeds:
+            self._segment(s, self.control_end, end)
+        self.control_end = end
+        self._refresh_controls()
+        self.control_len = need
+
+    def add_control_seed(self, s: int) -> None:
+        """A confirmation seed's control: one segment from the checkpoint to where the others end."""
+        if s not in self.ctrl_seeds:
+            self._segment(s, self.c, self.control_end)
+            self.ctrl_seeds.append(s)
+            self._refresh_controls()
+
+    def within(self, main: list[Candidate], i: int) -> bool:
+        """Branch candidate main[i] over its window at every seed; True when its paired ratio point
+        <= 1+tol. One that passes on fewer than branch.confirm_seeds seeds is branched at the next
+        seed too (with that seed's own control, so it stays paired) until it falls behind or has
+        that many."""
+        cand, t, c = main[i], self.recipe.target, self.c
+        wb = self.window(cand.batch_responses)
+        self.windows[cand.batch_responses] = wb
+        self.controls(wb)
+        budget = c + math.ceil(self.recipe.branch.max_window_factor * wb)
+        mine: list[int] = []
+        todo = list(self.seeds)
+        ok = False
+        while todo:
+            for s in todo:
+                self.add_control_seed(s)
+                lvs = control_levels(c, self.start, self.curves, self.b0, wb, t.higher_is_better)
+                rid = _branch_id(c, cand, s)
+                self.run(
+                    cand, s, rid, budget, self.policy(lvs[s], budget, c, True), {"resume_from": self.resume}
+                )
+                self.curves.append(_curve(self.store, rid, t.metric, c, cand.batch_responses))
+                mine.append(s)
+            lvs = control_levels(c, self.start, self.curves, self.b0, wb, t.higher_is_better)
+            got = local_ratios(
+                self.start, self.curves, self.b0, lvs, t.higher_is_better, cand.batch_responses
+            )
+            ratios = [r for r in got if r > 0]
+            ok = len(ratios) == len(mine) and math.exp(float(np.mean(np.log(ratios)))) <= 1 + t.tolerance
+            more = len(mine) < self.recipe.branch.confirm_seeds
+            todo = [extra_seed(self.recipe, len(mine) - len(self.seeds) + 1)] if ok and more else []
+        return ok
+
+    @property
+    def resume(self) -> Path:
+        return checkpoint_path(self.ckpt_dir, self.c)
+
+    def local_critical(self) -> LocalCritical:
+        t = self.recipe.target
+        return local_critical_batch(
+            self.c,
+            self.start,
+            self.curves,
+            reference_batch=self.b0,
+            window_samples=self.w,
+            higher_is_better=t.higher_is_better,
+            tol=t.tolerance,
+            confidence=t.confidence,
+            windows=self.windows,
+        )
 
 
 @dataclass(frozen=True)
@@ -318,7 +434,10 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
 
 
 def _origin(rid: str) -> int:
-    """The checkpoint a branch started from (0 for the trunk), from its run id c<samples>-..."""
+    """Where a run started (0 for the trunk), from its id: c<checkpoint>-... for a branch, and
+    ...-from<samples> for a control's extension."""
+    if "-from" in rid:
+        return int(rid.rsplit("-from", 1)[1])
     return int(rid[1:].split("-", 1)[0]) if rid.startswith("c") else 0
 
 

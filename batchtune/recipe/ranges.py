@@ -150,6 +150,8 @@ RANGES: dict[str, Range] = {
     "branch.checkpoints": Range(0, 1, open_lo=True),
     "branch.window_samples": _size(),
     "branch.max_window_factor": ONE_UP,
+    "branch.min_steps": _size(),
+    "branch.confirm_seeds": _size(64),
 }
 
 

@@ -210,6 +210,14 @@ class BranchConfig:
     checkpoints: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0])  # fractions of trunk_samples
     window_samples: int = 1024  # each branch is compared with the control over this many samples
     max_window_factor: float = 2.0  # a branch still behind the control after this x window is censored
+    # a branch's window is at least this many of its own optimiser steps (W_B = max(W, min_steps * B)):
+    # one or two steps cannot show a large batch's instability or noise floor
+    min_steps: int = 4
+    # a batch is adopted (the search climbs past it) only once it keeps up on this many seeds: one
+    # with fewer budget.seeds is branched at the next seed too (and that seed's control), until it
+    # falls behind or has this many. Wrongly adopting a batch past the critical one costs far more
+    # time than wrongly stopping below it, so only adoptions are confirmed.
+    confirm_seeds: int = 2
     # which candidates branch at a checkpoint: bisect = a binary search over the main candidates for
     # the last one within 1+tol (started from the previous checkpoint's answer); all = every one
     search: str = "bisect"

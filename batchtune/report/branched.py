@@ -30,6 +30,7 @@ def branched_to_dict(sm: BranchedSummary) -> dict[str, Any]:
                 "metric_at_checkpoint": num(lc.start_value),
                 "local_target": num(lc.level),
                 "window_samples": num(lc.window_samples),
+                "own_windows": {f"{b:g}": num(v) for b, v in lc.windows.items()},
                 "local_critical_batch": num(lc.point),
                 "local_critical_batch_ci": [num(v) for v in lc.interval],
                 "branch_samples": num(lc.branch_samples),

@@ -74,3 +74,30 @@ def test_extrapolate_to_target_on_a_log_linear_curve() -> None:
     assert lo <= true <= hi and p == pytest.approx(true, rel=0.1)
     r, r_lo, r_hi = extrapolate_to_target(s, v, 1.0, higher_is_better=False)  # reached: measured
     assert r == r_lo == r_hi and r < s[-1]
+
+
+def _line(batch: float, seed: int, slope: float, end: float, floor: float = -math.inf) -> BranchCurve:
+    """Loss 2 - slope * samples, never below ``floor``, logged every batch up to ``end`` samples."""
+    s = np.arange(batch, end + batch, batch)
+    v = np.maximum(2.0 - slope * s, floor)
+    return BranchCurve(batch=batch, seed=seed, samples=s, values=v, consumed=float(s[-1]))
+
+
+def test_a_batch_with_its_own_longer_window_shows_what_one_step_hides() -> None:
+    """A large batch that matches the control over its single step, then stalls (a noise floor,
+    an instability): over the common window of one step it reads as invariant; over its own window
+    of 4 steps it never reaches the control's level there. A batch with its own window and a known
+    slowdown lands on the common scale at that slowdown."""
+    curves = [_line(8, s, 2e-4, 1.25 * 4096) for s in range(2)]
+    curves += [_line(1024, s, 2.2e-4, 8192, floor=1.77) for s in range(2)]  # 1 step: 1.775 < level 1.795
+    curves += [_line(512, s, 2e-4 / 1.5, 8192) for s in range(2)]
+    kw = dict(reference_batch=8, window_samples=1024, higher_is_better=False, tol=0.1)
+    short = local_critical_batch(4096, 2.0, curves, **kw)  # type: ignore[arg-type]
+    assert all(r <= 1.0 for r in short.ratios[1024.0].values()) and short.point >= 1024
+    own = local_critical_batch(4096, 2.0, curves, windows={512: 2048, 1024: 4096}, **kw)  # type: ignore[arg-type]
+    assert all(math.isinf(r) for r in own.ratios[1024.0].values())
+    assert all(r == pytest.approx(1.5, rel=0.02) for r in own.ratios[512.0].values())
+    r0 = own.estimates[8.0].samples_to_target
+    assert own.estimates[512.0].samples_to_target == pytest.approx(1.5 * r0, rel=0.02)
+    assert own.windows == {512.0: 2048.0, 1024.0: 4096.0} and own.level == short.level
+    assert own.point < 512

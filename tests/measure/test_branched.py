@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -55,6 +56,34 @@ def test_branched_probe_runs_resumes_and_never_redoes_a_sealed_branch(tmp_path: 
     assert _answer(again) == _answer(first)
 
 
+def test_a_large_branch_gets_its_own_window_of_min_steps_and_the_longer_control_is_paid_for(
+    tmp_path: Path,
+) -> None:
+    """N = 1024 at lr 3.84 diverges in a full run but can keep up over one step: with its own
+    window of 4 steps (branch.min_steps) it never reaches the control's level there, in any seed.
+    The controls are extended by segments resumed from their own end (nothing rerun), and every
+    segment is counted in the probe's cost, once."""
+    cfg = load_recipe(
+        "recipes/nqm.toml",
+        [*SETS, "branch.checkpoints=[1.0]", "branch.search=all", f"run.results_dir={tmp_path}"],
+    )
+    res = run_branched_probe(cfg)
+    (lc,) = res.summary.locals
+    assert lc.windows == {256.0: 1024.0, 512.0: 2048.0, 1024.0: 4096.0}
+    assert all(math.isinf(r) for r in lc.ratios[1024.0].values())
+    store = branched_store(tmp_path)
+    ids = {r.run_id for r in store.runs()}
+    # W = 512 covered by the first segment (to 1.25 W), then extended for 1024 (256), 2048 (512), 4096
+    segments = sorted(r.samples for r in store.runs() if r.run_id.startswith("c1024-P1xG8-s1"))
+    assert segments == [1664, 2304, 3584, 6144]  # each ends at 1.25 of its window past 1024
+    assert {"c1024-P1xG8-s1", "c1024-P1xG8-s1-from1664", "c1024-P1xG8-s1-from3584"} <= ids
+    start = {
+        r.run_id: int(r.run_id.rsplit("-from", 1)[1]) if "-from" in r.run_id else 1024 for r in store.runs()
+    }
+    spent = sum(r.samples - (start[r.run_id] if r.run_id.startswith("c") else 0) for r in store.runs())
+    assert res.summary.probe_samples == spent == res.efficiency.total_samples
+
+
 def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path: Path) -> None:
     """A branched probe extrapolates R(B0) from its trunk: the cost ratio is only as sure as that,
     so probe_cost carries the full run's interval and the ratio's range over it."""
@@ -102,3 +131,23 @@ def test_branched_mode_refuses_a_backend_without_checkpoints(tmp_path: Path) -> 
     )
     with pytest.raises(InputError, match="checkpoint"):
         run_branched_probe(cfg)
+
+
+def test_with_one_seed_a_batch_is_adopted_only_once_a_second_seed_confirms_it(tmp_path: Path) -> None:
+    """budget.seeds = [0] and branch.confirm_seeds = 2: every batch the search climbs past was
+    branched at seed 1 as well, paired with seed 1's own control, and a batch that fell behind at
+    seed 0 was not."""
+    cfg = load_recipe(
+        "recipes/nqm.toml",
+        [*SETS, "branch.checkpoints=[1.0]", "budget.seeds=[0]", f"run.results_dir={tmp_path}"],
+    )
+    res = run_branched_probe(cfg)
+    (lc,) = res.summary.locals
+    ids = {r.run_id for r in branched_store(tmp_path).runs()}
+    branched = {b: rs for b, rs in lc.ratios.items() if b != 8}
+    assert any(rs[0] <= 1.1 for rs in branched.values())
+    for rs in branched.values():
+        assert set(rs) == ({0, 1} if rs[0] <= 1.1 else {0})
+    assert "c1024-P1xG8-s1" in ids and set(lc.ratios[8.0]) == {0, 1}
+    s0 = load_recipe("recipes/nqm.toml", [*SETS, "branch.checkpoints=[1.0]", "budget.seeds=[0]"])
+    assert s0.branch.confirm_seeds == 2
