@@ -6,14 +6,12 @@ a run at batch B0: each branch trains at k*B0 with the LR by the scaling rule fo
 and is "matched" when its smoothed loss keeps up with the smaller batch. We use the estimator of
 ordinary probes on the samples axis instead of a fixed loss tolerance, so the same statistics apply:
 
-    level_c,s = the control's fitted metric at W samples past checkpoint c, per seed s (the control
-                is the branch at B0 itself: the trunk's continuation, one per seed)
-    R_c(B, s) = samples the branch at B, seed s, needs past c to reach level_c,s (isotonic fit,
+    level_c   = median over seeds of the control's fitted metric at W samples past checkpoint c
+                (the control is the branch at B0 itself: the trunk's continuation, one per seed)
+    R_c(B, s) = samples the branch at B, seed s, needs past c to reach level_c (isotonic fit,
                 curves.samples_to_target; censored past max_window_factor * W)
-    local ratio R_c(B, s) / R_c(B0, s), paired by seed (the same seed shares the sample stream,
-    and each control reaches its own level, at about W); the local critical batch at c is the
+    local ratio R_c(B, s) / R_c(B0, s), paired over seeds; the local critical batch at c is the
     joint 1+tol crossing of critical.critical_batch over these R's, with its profile interval.
-    The reported local target is the median of the levels.
 
 Every branch curve starts from the checkpoint's own value at 0 samples, so a large batch whose first
 logged point lies far past c is still interpolated from where it began.
@@ -21,15 +19,15 @@ logged point lies far past c is still interpolated from where it began.
 A window of one or two optimiser steps says nothing about a large batch: on the NQM at the SGD
 stability edge a branch at 1024 (which diverges in a full run) keeps up with the control over its
 single step in 2 of 12 seeds. So a batch B may carry its own window W_B = max(W, min_steps * B)
-(`windows`): its levels are the controls' fitted metric W_B past c, its ratio is read at those
-levels, and its R_c is put on the common scale as R_c(B0, s) at W times that ratio.
+(`windows`): its level is the controls' fitted metric W_B past c, its ratio is read at that level,
+and its R_c is put on the common scale as R_c(B0, s) at W times that ratio (paired per seed).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,18 +97,31 @@ def fitted_at(samples: np.ndarray, values: np.ndarray, x: float, *, higher_is_be
     return float(sign * np.interp(x, xs, fit))
 
 
-def control_levels(
+def control_level(
     checkpoint_samples: float,
     start_value: float,
     curves: Sequence[BranchCurve],
     reference_batch: float,
     window_samples: float,
     higher_is_better: bool,
-) -> dict[int, float]:
-    """The local target of each seed: its control's fitted metric one window past c. Each branch
-    is compared with its own seed's control at that seed's level (paired: the same seed shares
-    the sample stream), so every control reaches its own level, at about one window."""
-    controls = [c for c in curves if c.batch == reference_batch and not c.failed and c.samples.size]
+    level_seeds: Collection[int] | None = None,
+) -> float:
+    """The local target: median over seeds of the controls' fitted metric one window past c.
+
+    ``level_seeds``: only these seeds' controls set it. A branched probe's confirmation seeds
+    (branch.confirm_seeds) pair with controls of their own but leave the level alone, so the
+    branches that already stopped at it stay readable. (One level for all seeds, not one per seed:
+    on a noisy reward one seed's control can show no progress in a window of its own, which would
+    give it a zero R_c.)
+    """
+    controls = [
+        c
+        for c in curves
+        if c.batch == reference_batch
+        and not c.failed
+        and c.samples.size
+        and (level_seeds is None or c.seed in level_seeds)
+    ]
     if not controls:
         raise AnalysisError(
             f"checkpoint at {checkpoint_samples:g} samples has no finished control branch at the "
@@ -122,16 +133,16 @@ def control_levels(
             f"control branches of seeds {short} at {checkpoint_samples:g} samples stopped before the "
             f"window of {window_samples:g} samples; rerun the probe"
         )
-    at = {
-        c.seed: fitted_at(
+    at = [
+        fitted_at(
             np.r_[0.0, c.samples],
             np.r_[start_value, c.values],
             window_samples,
             higher_is_better=higher_is_better,
         )
         for c in controls
-    }
-    level = float(np.median(list(at.values())))
+    ]
+    level = float(np.median(at))
     if (level - start_value) * (1 if higher_is_better else -1) <= 0:
         # every branch "reaches" a level it started at: R = 0 for all, no ratio to read
         raise AnalysisError(
@@ -140,22 +151,7 @@ def control_levels(
             f"window of {window_samples:g} samples later): the trunk has plateaued there or the metric "
             "is too noisy for the window; use earlier branch.checkpoints or a longer branch.window_samples"
         )
-    return at
-
-
-def control_level(
-    checkpoint_samples: float,
-    start_value: float,
-    curves: Sequence[BranchCurve],
-    reference_batch: float,
-    window_samples: float,
-    higher_is_better: bool,
-) -> float:
-    """The median over seeds of `control_levels` (what the report shows as the local target)."""
-    at = control_levels(
-        checkpoint_samples, start_value, curves, reference_batch, window_samples, higher_is_better
-    )
-    return float(np.median(list(at.values())))
+    return level
 
 
 def _crossing(c: BranchCurve, start_value: float, level: float, higher_is_better: bool) -> TargetCrossing:
@@ -166,27 +162,32 @@ def _crossing(c: BranchCurve, start_value: float, level: float, higher_is_better
     )
 
 
+def reaches(curve: BranchCurve, start_value: float, level: float, *, higher_is_better: bool) -> bool:
+    """Whether a branch (or control) curve's fit reaches ``level`` (a failed one never does)."""
+    return _crossing(curve, start_value, level, higher_is_better).samples_to_target is not None
+
+
 def local_ratios(
     start_value: float,
     curves: Sequence[BranchCurve],
     reference_batch: float,
-    levels: Mapping[int, float],
+    level: float,
     higher_is_better: bool,
     batch: float,
 ) -> list[float]:
-    """Per seed R_c(batch, s) / R_c(B0, s) to seed s's level (inf where the branch never reached
-    it); seeds with no level (no control) are left out."""
+    """Per seed R_c(batch, s) / R_c(B0, s) to ``level`` (inf where the branch never reached it);
+    a seed whose control never reached it is left out."""
     ref = {
-        c.seed: _crossing(c, start_value, levels[c.seed], higher_is_better)
+        c.seed: _crossing(c, start_value, level, higher_is_better)
         for c in curves
-        if c.batch == reference_batch and c.seed in levels
+        if c.batch == reference_batch
     }
     out = []
     for c in curves:
         r0 = ref[c.seed].samples_to_target if c.batch == batch and c.seed in ref else None
         if r0 is None:
             continue
-        r = _crossing(c, start_value, levels[c.seed], higher_is_better).samples_to_target
+        r = _crossing(c, start_value, level, higher_is_better).samples_to_target
         out.append(math.inf if r is None else r / max(r0, 1e-12))
     return out
 
@@ -202,25 +203,25 @@ def local_critical_batch(
     tol: float = 0.1,
     confidence: float = 0.9,
     windows: Mapping[float, float] | None = None,
+    level_seeds: Collection[int] | None = None,
 ) -> LocalCritical:
     """The local critical batch at one checkpoint from its branch curves (module docstring).
 
     ``windows``: batch -> its own window where longer than ``window_samples`` (the controls must
-    reach the longest)."""
+    reach the longest). ``level_seeds``: as in `control_level`."""
     own = {
         float(b): float(v) for b, v in (windows or {}).items() if v > window_samples and b != reference_batch
     }
     args = (checkpoint_samples, start_value, curves, reference_batch)
-    lv_at = {v: control_levels(*args, v, higher_is_better) for v in {float(window_samples), *own.values()}}
-    level = float(np.median(list(lv_at[float(window_samples)].values())))
+    levels = {
+        v: control_level(*args, v, higher_is_better, level_seeds)
+        for v in {float(window_samples), *own.values()}
+    }
+    level = levels[float(window_samples)]
     controls = [c for c in curves if c.batch == reference_batch]
     ref_at = {
-        v: {
-            c.seed: _crossing(c, start_value, lvs[c.seed], higher_is_better)
-            for c in controls
-            if c.seed in lvs
-        }
-        for v, lvs in lv_at.items()
+        v: {c.seed: _crossing(c, start_value, lv, higher_is_better) for c in controls}
+        for v, lv in levels.items()
     }
 
     by_batch: dict[float, list[tuple[int, TargetCrossing]]] = {}
@@ -228,9 +229,7 @@ def local_critical_batch(
     failed: dict[float, int] = {}
     for c in curves:
         v = own.get(c.batch, float(window_samples))
-        if c.seed not in lv_at[v]:  # a seed with no control here: nothing to pair it with
-            continue
-        crossing = _crossing(c, start_value, lv_at[v][c.seed], higher_is_better)
+        crossing = _crossing(c, start_value, levels[v], higher_is_better)
         r0 = ref_at[v].get(c.seed)
         r0_s = r0.samples_to_target if r0 is not None else None
         ratio = (

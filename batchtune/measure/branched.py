@@ -3,11 +3,11 @@
 Merrill et al. 2025 ("Critical Batch Size Revisited", arXiv 2505.23971): a run at the reference
 batch B0 (the trunk, first seed of budget.seeds) saves checkpoints at `branch.checkpoints` x
 `branch.trunk_samples`; from each checkpoint every main candidate B runs a branch at its scaled LR,
-once per seed. The reference's own branch (the control) runs 1.25 windows and sets its seed's local
-target: its fitted metric one window past the checkpoint. A batch B whose window would be fewer
+once per seed. The reference's own branch (the control) runs 1.25 windows; the local target is the
+median of the controls' fitted metric one window past the checkpoint. A batch B whose window would be fewer
 than `branch.min_steps` of its own steps gets the window W_B = min_steps * B instead, and every
 control is extended to cover it by a segment resumed from its own end (a chain; nothing is rerun).
-The other branches stop once they reach their seed's level (confirmed 20% past it) or after
+The other branches stop once they reach the level (confirmed 20% past it) or after
 `branch.max_window_factor` windows (censored); `branch.search = "bisect"` branches only the batches a
 binary search for the last one within 1+tol needs, and a batch it would climb past on fewer than
 `branch.confirm_seeds` seeds is branched at the next seed too (with that seed's own control).
@@ -35,9 +35,9 @@ from batchtune.analysis.branched import (
     BranchCurve,
     LocalCritical,
     control_level,
-    control_levels,
     local_critical_batch,
     local_ratios,
+    reaches,
 )
 from batchtune.analysis.branched_summary import BranchedSummary, summarise_branched
 from batchtune.analysis.efficiency import CandidateEfficiency, RunData, SampleEfficiency
@@ -95,12 +95,18 @@ def _control_id(ckpt: int, ref: Candidate, seed: int, start: int) -> str:
 
 
 def _control_curve(
-    store: ResultsStore, ckpt: int, ref: Candidate, seed: int, metric: str, batch: float
+    store: ResultsStore, ckpt: int, ref: Candidate, seed: int, metric: str, batch: float, upto: int
 ) -> BranchCurve:
-    """The control of one seed: its segments' curves joined (samples from the checkpoint)."""
+    """The control of one seed: the curves of its segments that start before ``upto`` (where the
+    probe has extended it to so far: a rerun replays the same decisions from the same data, even
+    when the store already holds later segments), joined; samples from the checkpoint."""
     prefix = _branch_id(ckpt, ref, seed)
     ids = sorted(
-        (r.run_id for r in store.runs() if r.run_id == prefix or r.run_id.startswith(prefix + "-from")),
+        (
+            r.run_id
+            for r in store.runs()
+            if (r.run_id == prefix or r.run_id.startswith(prefix + "-from")) and _origin(r.run_id) < upto
+        ),
         key=_origin,
     )
     parts = [_curve(store, rid, metric, ckpt, batch) for rid in ids]
@@ -260,9 +266,8 @@ class _AtCheckpoint:
         self.b0 = ref.batch_responses
         self.w = recipe.branch.window_samples
         self.seeds = list(recipe.budget.seeds)
-        self.ctrl_seeds = list(self.seeds)  # seeds with a control: the planned ones, then confirmations
+        self.ends = {s: c for s in self.seeds}  # seed -> where its control's last segment ends
         self.control_len = 0  # the window the controls now cover
-        self.control_end = c  # cumulative samples where the controls' last segment ends
         self.windows: dict[float, float] = {}  # batch -> its window, for the batches branched
         self.curves: list[BranchCurve] = []
         self.controls(self.w)
@@ -273,10 +278,12 @@ class _AtCheckpoint:
         """W, or min_steps of the batch's own steps when that is longer."""
         return self.w if batch == self.b0 else max(self.w, self.recipe.branch.min_steps * batch)
 
-    def _segment(self, s: int, start_at: int, end: int) -> None:
-        """One segment of seed ``s``'s control, from ``start_at`` (the checkpoint, or the end of its
-        previous segment, resumed from the checkpoint saved there) to ``end``."""
-        c, ref = self.c, self.ref
+    def _segment(self, s: int, end: int) -> None:
+        """Extend seed ``s``'s control to ``end`` by one segment from where it ends (the checkpoint,
+        or the end of its previous segment, resumed from the checkpoint saved there)."""
+        c, ref, start_at = self.c, self.ref, self.ends.get(s, self.c)
+        if end <= start_at:
+            return
         cdir = self.ckpt_dir / f"c{c}-control-s{s}"
         resume = checkpoint_path(self.ckpt_dir, c) if start_at == c else checkpoint_path(cdir, start_at)
         rid = _control_id(c, ref, s, start_at)
@@ -287,12 +294,14 @@ class _AtCheckpoint:
             )
         seg = {"resume_from": resume, "save_at_samples": (end,), "checkpoint_dir": cdir}
         self.run(ref, s, rid, end, self.policy(self.recipe.target.value, end, c, False), seg)
+        self.ends[s] = end
 
     def _refresh_controls(self) -> None:
         metric = self.recipe.target.metric
         self.curves[:] = [cv for cv in self.curves if cv.batch != self.b0]
         self.curves.extend(
-            _control_curve(self.store, self.c, self.ref, s, metric, self.b0) for s in self.ctrl_seeds
+            _control_curve(self.store, self.c, self.ref, s, metric, self.b0, end)
+            for s, end in self.ends.items()
         )
 
     def controls(self, need: int) -> None:
@@ -301,47 +310,52 @@ class _AtCheckpoint:
         the previous one's end (a chain, as schedule runs are: nothing is rerun)."""
         if need <= self.control_len:
             return
-        end = self.c + math.ceil(CONTROL_WINDOWS * need / self.b0) * self.b0
-        for s in self.ctrl_seeds:
-            self._segment(s, self.control_end, end)
-        self.control_end = end
+        end = self._end(CONTROL_WINDOWS * need)
+        for s in list(self.ends):
+            self._segment(s, end)
         self._refresh_controls()
         self.control_len = need
 
-    def add_control_seed(self, s: int) -> None:
-        """A confirmation seed's control: one segment from the checkpoint to where the others end."""
-        if s not in self.ctrl_seeds:
-            self._segment(s, self.c, self.control_end)
-            self.ctrl_seeds.append(s)
+    def _end(self, window: float) -> int:
+        """Cumulative samples ``window`` past the checkpoint, rounded up to whole control steps."""
+        return self.c + math.ceil(window / self.b0) * self.b0
+
+    def confirmation_control(self, s: int, level: float, longest: float) -> None:
+        """A confirmation seed's control: as far as the planned ones run, and further (up to
+        ``longest`` samples past the checkpoint, as far as a branch may run) while it has not
+        reached ``level``, the planned seeds' level it is read at."""
+        self._segment(s, self._end(CONTROL_WINDOWS * self.control_len))
+        t = self.recipe.target
+        self._refresh_controls()
+        ctrl = next(cv for cv in self.curves if cv.batch == self.b0 and cv.seed == s)
+        if not ctrl.failed and not reaches(ctrl, self.start, level, higher_is_better=t.higher_is_better):
+            self._segment(s, self._end(longest))
             self._refresh_controls()
 
     def within(self, main: list[Candidate], i: int) -> bool:
         """Branch candidate main[i] over its window at every seed; True when its paired ratio point
         <= 1+tol. One that passes on fewer than branch.confirm_seeds seeds is branched at the next
-        seed too (with that seed's own control, so it stays paired) until it falls behind or has
-        that many."""
+        seed too (with that seed's own control, so it stays paired; the level stays the planned
+        seeds') until it falls behind or has that many. A confirmation seed whose control never
+        reaches the level, even run as long as a branch may, leaves the batch unconfirmed (the
+        conservative side)."""
         cand, t, c = main[i], self.recipe.target, self.c
         wb = self.window(cand.batch_responses)
         self.windows[cand.batch_responses] = wb
         self.controls(wb)
+        lv = control_level(c, self.start, self.curves, self.b0, wb, t.higher_is_better, self.seeds)
         budget = c + math.ceil(self.recipe.branch.max_window_factor * wb)
         mine: list[int] = []
         todo = list(self.seeds)
         ok = False
         while todo:
             for s in todo:
-                self.add_control_seed(s)
-                lvs = control_levels(c, self.start, self.curves, self.b0, wb, t.higher_is_better)
+                self.confirmation_control(s, lv, self.recipe.branch.max_window_factor * wb)
                 rid = _branch_id(c, cand, s)
-                self.run(
-                    cand, s, rid, budget, self.policy(lvs[s], budget, c, True), {"resume_from": self.resume}
-                )
+                self.run(cand, s, rid, budget, self.policy(lv, budget, c, True), {"resume_from": self.resume})
                 self.curves.append(_curve(self.store, rid, t.metric, c, cand.batch_responses))
                 mine.append(s)
-            lvs = control_levels(c, self.start, self.curves, self.b0, wb, t.higher_is_better)
-            got = local_ratios(
-                self.start, self.curves, self.b0, lvs, t.higher_is_better, cand.batch_responses
-            )
+            got = local_ratios(self.start, self.curves, self.b0, lv, t.higher_is_better, cand.batch_responses)
             ratios = [r for r in got if r > 0]
             ok = len(ratios) == len(mine) and math.exp(float(np.mean(np.log(ratios)))) <= 1 + t.tolerance
             more = len(mine) < self.recipe.branch.confirm_seeds
@@ -364,6 +378,7 @@ class _AtCheckpoint:
             tol=t.tolerance,
             confidence=t.confidence,
             windows=self.windows,
+            level_seeds=self.seeds,
         )
 
 

@@ -149,5 +149,7 @@ def test_with_one_seed_a_batch_is_adopted_only_once_a_second_seed_confirms_it(tm
     for rs in branched.values():
         assert set(rs) == ({0, 1} if rs[0] <= 1.1 else {0})
     assert "c1024-P1xG8-s1" in ids and set(lc.ratios[8.0]) == {0, 1}
+    again = run_branched_probe(cfg)  # the rerun replays the same decisions from the stored runs
+    assert again.runs_done == 0 and _answer(again) == _answer(res)
     s0 = load_recipe("recipes/nqm.toml", [*SETS, "branch.checkpoints=[1.0]", "budget.seeds=[0]"])
     assert s0.branch.confirm_seeds == 2
