@@ -4,7 +4,8 @@ Merrill et al. 2025 ("Critical Batch Size Revisited", arXiv 2505.23971): a run a
 batch B0 (the trunk, first seed of budget.seeds) saves checkpoints at `branch.checkpoints` x
 `branch.trunk_samples`; from each checkpoint every main candidate B runs a branch at its scaled LR,
 once per seed. The reference's own branch (the control) runs 1.25 windows; the local target is the
-median of the controls' fitted metric one window past the checkpoint. A batch B whose window would be fewer
+median of the controls' fitted metric one window past the checkpoint (a control that has not reached
+it runs on, up to a branch's longest). A batch B whose window would be fewer
 than `branch.min_steps` of its own steps gets the window W_B = min_steps * B instead, and every
 control is extended to cover it by a segment resumed from its own end (a chain; nothing is rerun).
 The other branches stop once they reach the level (confirmed 20% past it) or after
@@ -320,10 +321,11 @@ class _AtCheckpoint:
         """Cumulative samples ``window`` past the checkpoint, rounded up to whole control steps."""
         return self.c + math.ceil(window / self.b0) * self.b0
 
-    def confirmation_control(self, s: int, level: float, longest: float) -> None:
-        """A confirmation seed's control: as far as the planned ones run, and further (up to
-        ``longest`` samples past the checkpoint, as far as a branch may run) while it has not
-        reached ``level``, the planned seeds' level it is read at."""
+    def control_for(self, s: int, level: float, longest: float) -> None:
+        """Seed ``s``'s control (a confirmation seed's is started here) as far as the others run,
+        and further, up to ``longest`` samples past the checkpoint (as far as a branch may run),
+        while it has not reached ``level``: a seed whose control is slow to reach the median level
+        would otherwise have no R_c(B0, s) and drop out of the ratios."""
         self._segment(s, self._end(CONTROL_WINDOWS * self.control_len))
         t = self.recipe.target
         self._refresh_controls()
@@ -336,9 +338,9 @@ class _AtCheckpoint:
         """Branch candidate main[i] over its window at every seed; True when its paired ratio point
         <= 1+tol. One that passes on fewer than branch.confirm_seeds seeds is branched at the next
         seed too (with that seed's own control, so it stays paired; the level stays the planned
-        seeds') until it falls behind or has that many. A confirmation seed whose control never
-        reaches the level, even run as long as a branch may, leaves the batch unconfirmed (the
-        conservative side)."""
+        seeds') until it falls behind or has that many. A seed whose control never reaches the
+        level, even run as long as a branch may, leaves the batch unconfirmed (the conservative
+        side)."""
         cand, t, c = main[i], self.recipe.target, self.c
         wb = self.window(cand.batch_responses)
         self.windows[cand.batch_responses] = wb
@@ -350,7 +352,7 @@ class _AtCheckpoint:
         ok = False
         while todo:
             for s in todo:
-                self.confirmation_control(s, lv, self.recipe.branch.max_window_factor * wb)
+                self.control_for(s, lv, self.recipe.branch.max_window_factor * wb)
                 rid = _branch_id(c, cand, s)
                 self.run(cand, s, rid, budget, self.policy(lv, budget, c, True), {"resume_from": self.resume})
                 self.curves.append(_curve(self.store, rid, t.metric, c, cand.batch_responses))

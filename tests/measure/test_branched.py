@@ -70,6 +70,10 @@ def test_a_large_branch_gets_its_own_window_of_min_steps_and_the_longer_control_
     res = run_branched_probe(cfg)
     (lc,) = res.summary.locals
     assert lc.windows == {256.0: 1024.0, 512.0: 2048.0, 1024.0: 4096.0}
+    from batchtune.report.branched import branched_to_dict
+
+    own = branched_to_dict(res.summary)["checkpoints"][0]["own_windows"]
+    assert own == {"256": 1024, "512": 2048, "1024": 4096}
     assert all(math.isinf(r) for r in lc.ratios[1024.0].values())
     store = branched_store(tmp_path)
     ids = {r.run_id for r in store.runs()}
