@@ -128,6 +128,8 @@ def nqm_results(tmp_path_factory) -> Path:
 
     results = tmp_path_factory.mktemp("stored") / "r"
     small = ["--set", "budget.seeds=[0, 1]", "--set", "candidates.prompts=[1, 4, 16, 64]"]
+    # what is imported is the point here, not the answer: a smaller, fixed probe
+    small += ["--set", "budget.max_extra_seeds=0", "--set", "nqm.dim=200"]
     probe = ["probe", "nqm", "-r", str(results), "--json", *small]
     for cmd in (probe, ["profile-gen", "nqm", "-r", str(results), "--json"]):
         out = CliRunner().invoke(app, cmd)
