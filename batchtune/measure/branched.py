@@ -12,7 +12,8 @@ The other branches stop once they reach the level (confirmed 20% past it) or aft
 `branch.max_window_factor` windows (censored); `branch.search = "bisect"` branches only the batches a
 binary search for the last one within 1+tol needs, and a batch it would climb past on fewer than
 `branch.confirm_seeds` seeds is branched at the next seed too (with that seed's own control).
-analysis/branched.py turns the curves into the local critical batch per checkpoint.
+measure/branch_checkpoint.py runs one checkpoint's controls and branches; analysis/branched.py turns
+the curves into the local critical batch per checkpoint.
 
 Every trunk and branch is an ordinary run of the results store under `<results>/branched/`: sealed
 by its run.json, never redone; a run killed at any point (even kill -9) is redone from its start on
@@ -24,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -32,26 +32,17 @@ from pathlib import Path
 import numpy as np
 
 from batchtune import backends
-from batchtune.analysis.branched import (
-    BranchCurve,
-    LocalCritical,
-    control_level,
-    local_critical_batch,
-    local_ratios,
-    reaches,
-)
+from batchtune.analysis.branched import LocalCritical
 from batchtune.analysis.branched_summary import BranchedSummary, summarise_branched
 from batchtune.analysis.efficiency import CandidateEfficiency, RunData, SampleEfficiency
-from batchtune.backends.spec import Candidate, checkpoint_path
+from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, InputError
 from batchtune.events import ProbeEvents
+from batchtune.measure.branch_checkpoint import AtCheckpoint, origin
 from batchtune.measure.plan import Plan, plan_candidates
 from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
-from batchtune.measure.sequential import extra_seed
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
-
-CONTROL_WINDOWS = 1.25  # the control runs past its window so the fit at the window's end is interior
 
 
 @dataclass(frozen=True)
@@ -84,59 +75,8 @@ def _trunk_id(ref: Candidate, seed: int) -> str:
     return f"trunk-{ref.label}-s{seed}"
 
 
-def _branch_id(ckpt: int, cand: Candidate, seed: int) -> str:
-    return f"c{ckpt}-{cand.label}-s{seed}"
-
-
-def _control_id(ckpt: int, ref: Candidate, seed: int, start: int) -> str:
-    """A segment of the control of one seed: the first starts at the checkpoint; an extension
-    carries where it starts (resumed from the segment before)."""
-    rid = _branch_id(ckpt, ref, seed)
-    return rid if start == ckpt else f"{rid}-from{start}"
-
-
-def _control_curve(
-    store: ResultsStore, ckpt: int, ref: Candidate, seed: int, metric: str, batch: float, upto: int
-) -> BranchCurve:
-    """The control of one seed: the curves of its segments that start before ``upto`` (where the
-    probe has extended it to so far: a rerun replays the same decisions from the same data, even
-    when the store already holds later segments), joined; samples from the checkpoint."""
-    prefix = _branch_id(ckpt, ref, seed)
-    ids = sorted(
-        (
-            r.run_id
-            for r in store.runs()
-            if (r.run_id == prefix or r.run_id.startswith(prefix + "-from")) and _origin(r.run_id) < upto
-        ),
-        key=_origin,
-    )
-    parts = [_curve(store, rid, metric, ckpt, batch) for rid in ids]
-    return BranchCurve(
-        batch=float(batch),
-        seed=seed,
-        samples=np.concatenate([p.samples for p in parts]),
-        values=np.concatenate([p.values for p in parts]),
-        failed=any(p.failed for p in parts),
-        consumed=max(p.consumed for p in parts),
-    )
-
-
 def _with_budget(recipe: Recipe, max_samples: int) -> Recipe:
     return dataclasses.replace(recipe, budget=dataclasses.replace(recipe.budget, max_samples=max_samples))
-
-
-def _curve(store: ResultsStore, rid: str, metric: str, origin: int, batch: float) -> BranchCurve:
-    rec = next(r for r in store.runs() if r.run_id == rid)
-    data = RunData(rec, tuple(store.steps(rid)))
-    s, v = data.curve(metric)
-    return BranchCurve(
-        batch=float(batch),
-        seed=rec.seed,
-        samples=s - origin,
-        values=v,
-        failed=rec.status in FAILED_STATUSES,
-        consumed=float(max(rec.samples - origin, 0)),
-    )
 
 
 def run_branched(
@@ -211,7 +151,7 @@ def run_branched(
     skipped: dict[int, tuple[str, ...]] = {}
     prev_lo = 0  # index in main of the last batch within tolerance at the previous checkpoint
     for c in ckpts:
-        at = _AtCheckpoint(recipe, store, run, policy, ref, c, float(np.interp(c, ts, tv)), ckpt_dir)
+        at = AtCheckpoint(recipe, store, run, policy, ref, c, float(np.interp(c, ts, tv)), ckpt_dir)
         within = partial(at.within, main)
         tested: list[int] = []
         if recipe.branch.search == "all":
@@ -244,146 +184,6 @@ def run_branched(
     )
 
 
-RunFn = Callable[[Candidate, int, str, int, StopPolicy, dict], None]
-
-
-class _AtCheckpoint:
-    """The branches of one checkpoint: the controls (a chain of segments per seed), the branches
-    the search asks for, and the local critical batch they give."""
-
-    def __init__(
-        self,
-        recipe: Recipe,
-        store: ResultsStore,
-        run: RunFn,
-        policy: Callable[[float, int, int, bool], StopPolicy],
-        ref: Candidate,
-        c: int,
-        start: float,
-        ckpt_dir: Path,
-    ) -> None:
-        self.recipe, self.store, self.run, self.policy = recipe, store, run, policy
-        self.ref, self.c, self.start, self.ckpt_dir = ref, c, start, ckpt_dir
-        self.b0 = ref.batch_responses
-        self.w = recipe.branch.window_samples
-        self.seeds = list(recipe.budget.seeds)
-        self.ends = {s: c for s in self.seeds}  # seed -> where its control's last segment ends
-        self.control_len = 0  # the window the controls now cover
-        self.windows: dict[float, float] = {}  # batch -> its window, for the batches branched
-        self.curves: list[BranchCurve] = []
-        self.controls(self.w)
-        t = recipe.target
-        control_level(c, start, self.curves, self.b0, self.w, t.higher_is_better)  # raises if no progress
-
-    def window(self, batch: int) -> int:
-        """W, or min_steps of the batch's own steps when that is longer."""
-        return self.w if batch == self.b0 else max(self.w, self.recipe.branch.min_steps * batch)
-
-    def _segment(self, s: int, end: int) -> None:
-        """Extend seed ``s``'s control to ``end`` by one segment from where it ends (the checkpoint,
-        or the end of its previous segment, resumed from the checkpoint saved there)."""
-        c, ref, start_at = self.c, self.ref, self.ends.get(s, self.c)
-        if end <= start_at:
-            return
-        cdir = self.ckpt_dir / f"c{c}-control-s{s}"
-        resume = checkpoint_path(self.ckpt_dir, c) if start_at == c else checkpoint_path(cdir, start_at)
-        rid = _control_id(c, ref, s, start_at)
-        if not self.store.is_finished(rid) and not any(resume.parent.glob(resume.name + "*")):
-            raise InputError(
-                f"{self.store.root}: the control {_control_id(c, ref, s, c)} has no checkpoint at its "
-                "end to extend (results of an older batchtune?); probe into a fresh results_dir"
-            )
-        seg = {"resume_from": resume, "save_at_samples": (end,), "checkpoint_dir": cdir}
-        self.run(ref, s, rid, end, self.policy(self.recipe.target.value, end, c, False), seg)
-        self.ends[s] = end
-
-    def _refresh_controls(self) -> None:
-        metric = self.recipe.target.metric
-        self.curves[:] = [cv for cv in self.curves if cv.batch != self.b0]
-        self.curves.extend(
-            _control_curve(self.store, self.c, self.ref, s, metric, self.b0, end)
-            for s, end in self.ends.items()
-        )
-
-    def controls(self, need: int) -> None:
-        """Controls (one per seed) covering a window of ``need`` samples. The first segment covers
-        W; a batch with a longer window of its own extends every control by a segment resumed from
-        the previous one's end (a chain, as schedule runs are: nothing is rerun)."""
-        if need <= self.control_len:
-            return
-        end = self._end(CONTROL_WINDOWS * need)
-        for s in list(self.ends):
-            self._segment(s, end)
-        self._refresh_controls()
-        self.control_len = need
-
-    def _end(self, window: float) -> int:
-        """Cumulative samples ``window`` past the checkpoint, rounded up to whole control steps."""
-        return self.c + math.ceil(window / self.b0) * self.b0
-
-    def control_for(self, s: int, level: float, longest: float) -> None:
-        """Seed ``s``'s control (a confirmation seed's is started here) as far as the others run,
-        and further, up to ``longest`` samples past the checkpoint (as far as a branch may run),
-        while it has not reached ``level``: a seed whose control is slow to reach the median level
-        would otherwise have no R_c(B0, s) and drop out of the ratios."""
-        self._segment(s, self._end(CONTROL_WINDOWS * self.control_len))
-        t = self.recipe.target
-        self._refresh_controls()
-        ctrl = next(cv for cv in self.curves if cv.batch == self.b0 and cv.seed == s)
-        if not ctrl.failed and not reaches(ctrl, self.start, level, higher_is_better=t.higher_is_better):
-            self._segment(s, self._end(longest))
-            self._refresh_controls()
-
-    def within(self, main: list[Candidate], i: int) -> bool:
-        """Branch candidate main[i] over its window at every seed; True when its paired ratio point
-        <= 1+tol. One that passes on fewer than branch.confirm_seeds seeds is branched at the next
-        seed too (with that seed's own control, so it stays paired; the level stays the planned
-        seeds') until it falls behind or has that many. A seed whose control never reaches the
-        level, even run as long as a branch may, leaves the batch unconfirmed (the conservative
-        side)."""
-        cand, t, c = main[i], self.recipe.target, self.c
-        wb = self.window(cand.batch_responses)
-        self.windows[cand.batch_responses] = wb
-        self.controls(wb)
-        lv = control_level(c, self.start, self.curves, self.b0, wb, t.higher_is_better, self.seeds)
-        budget = c + math.ceil(self.recipe.branch.max_window_factor * wb)
-        mine: list[int] = []
-        todo = list(self.seeds)
-        ok = False
-        while todo:
-            for s in todo:
-                self.control_for(s, lv, self.recipe.branch.max_window_factor * wb)
-                rid = _branch_id(c, cand, s)
-                self.run(cand, s, rid, budget, self.policy(lv, budget, c, True), {"resume_from": self.resume})
-                self.curves.append(_curve(self.store, rid, t.metric, c, cand.batch_responses))
-                mine.append(s)
-            got = local_ratios(self.start, self.curves, self.b0, lv, t.higher_is_better, cand.batch_responses)
-            ratios = [r for r in got if r > 0]
-            ok = len(ratios) == len(mine) and math.exp(float(np.mean(np.log(ratios)))) <= 1 + t.tolerance
-            more = len(mine) < self.recipe.branch.confirm_seeds
-            todo = [extra_seed(self.recipe, len(mine) - len(self.seeds) + 1)] if ok and more else []
-        return ok
-
-    @property
-    def resume(self) -> Path:
-        return checkpoint_path(self.ckpt_dir, self.c)
-
-    def local_critical(self) -> LocalCritical:
-        t = self.recipe.target
-        return local_critical_batch(
-            self.c,
-            self.start,
-            self.curves,
-            reference_batch=self.b0,
-            window_samples=self.w,
-            higher_is_better=t.higher_is_better,
-            tol=t.tolerance,
-            confidence=t.confidence,
-            windows=self.windows,
-            level_seeds=self.seeds,
-        )
-
-
 @dataclass(frozen=True)
 class BranchedProbeResult:
     """What `probe` returns in branched mode: ProbeResult's fields plus the branched summary."""
@@ -410,7 +210,7 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
         if lab == runs.plan.reference:
             mine.append(runs.trunk)
         steps = [s for r in mine for s in r.steps]
-        cost = sum(r.record.samples - _origin(r.record.run_id) for r in mine)
+        cost = sum(r.record.samples - origin(r.record.run_id) for r in mine)
         cands.append(
             CandidateEfficiency(
                 label=lab,
@@ -448,14 +248,6 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
         tolerance=t.tolerance,
         confidence=t.confidence,
     )
-
-
-def _origin(rid: str) -> int:
-    """Where a run started (0 for the trunk), from its id: c<checkpoint>-... for a branch, and
-    ...-from<samples> for a control's extension."""
-    if "-from" in rid:
-        return int(rid.rsplit("-from", 1)[1])
-    return int(rid[1:].split("-", 1)[0]) if rid.startswith("c") else 0
 
 
 def run_branched_probe(

@@ -1,0 +1,230 @@
+"""The branches of one checkpoint of a branched probe (measure/branched.py drives the checkpoints).
+
+Controls: one per seed at the reference batch, from the checkpoint, 1.25 windows long; a batch with a
+longer window of its own (`branch.min_steps`) extends every control by a segment resumed from the
+checkpoint the previous segment saved at its end (a chain: nothing is rerun), and a control that has
+not reached the level by then runs on, up to a branch's longest. Branches: the candidates the search
+asks for, each at every planned seed, plus confirmation seeds (`branch.confirm_seeds`) for a batch
+the search would climb past. Run ids: c<checkpoint>-<label>-s<seed>, and a control's extension adds
+-from<samples> (where it starts).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from batchtune.analysis.branched import (
+    BranchCurve,
+    LocalCritical,
+    control_level,
+    local_critical_batch,
+    local_ratios,
+    reaches,
+)
+from batchtune.analysis.efficiency import RunData
+from batchtune.backends.spec import Candidate, checkpoint_path
+from batchtune.errors import InputError
+from batchtune.measure.probe import StopPolicy
+from batchtune.measure.sequential import extra_seed
+from batchtune.recipe.schema import Recipe
+from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord
+
+CONTROL_WINDOWS = 1.25  # the control runs past its window so the fit at the window's end is interior
+
+RunFn = Callable[[Candidate, int, str, int, StopPolicy, dict], None]
+PolicyFn = Callable[[float, int, int, bool], StopPolicy]  # (target, max samples, origin, stop at target)
+
+
+def branch_id(ckpt: int, cand: Candidate, seed: int) -> str:
+    return f"c{ckpt}-{cand.label}-s{seed}"
+
+
+def control_id(ckpt: int, ref: Candidate, seed: int, start: int) -> str:
+    """A segment of the control of one seed: the first starts at the checkpoint; an extension
+    carries where it starts (resumed from the segment before)."""
+    rid = branch_id(ckpt, ref, seed)
+    return rid if start == ckpt else f"{rid}-from{start}"
+
+
+def origin(rid: str) -> int:
+    """Where a run started (0 for the trunk), from its id: c<checkpoint>-... for a branch, and
+    ...-from<samples> for a control's extension."""
+    if "-from" in rid:
+        return int(rid.rsplit("-from", 1)[1])
+    return int(rid[1:].split("-", 1)[0]) if rid.startswith("c") else 0
+
+
+def run_curve(store: ResultsStore, rec: RunRecord, metric: str, start: int, batch: float) -> BranchCurve:
+    """One stored run as a curve on samples counted from ``start`` (its checkpoint)."""
+    s, v = RunData(rec, tuple(store.steps(rec.run_id))).curve(metric)
+    return BranchCurve(
+        batch=float(batch),
+        seed=rec.seed,
+        samples=s - start,
+        values=v,
+        failed=rec.status in FAILED_STATUSES,
+        consumed=float(max(rec.samples - start, 0)),
+    )
+
+
+def stored_curve(store: ResultsStore, rid: str, metric: str, start: int, batch: float) -> BranchCurve:
+    return run_curve(store, next(r for r in store.runs() if r.run_id == rid), metric, start, batch)
+
+
+def control_curve(
+    store: ResultsStore, ckpt: int, ref: Candidate, seed: int, metric: str, upto: int
+) -> BranchCurve:
+    """The control of one seed: the curves of its segments that start before ``upto`` (where the
+    probe has extended it to so far: a rerun replays the same decisions from the same data, even
+    when the store already holds later segments), joined; samples from the checkpoint."""
+    prefix = branch_id(ckpt, ref, seed)
+    recs = sorted(
+        (
+            r
+            for r in store.runs()
+            if (r.run_id == prefix or r.run_id.startswith(prefix + "-from")) and origin(r.run_id) < upto
+        ),
+        key=lambda r: origin(r.run_id),
+    )
+    parts = [run_curve(store, r, metric, ckpt, ref.batch_responses) for r in recs]
+    return BranchCurve(
+        batch=float(ref.batch_responses),
+        seed=seed,
+        samples=np.concatenate([p.samples for p in parts]),
+        values=np.concatenate([p.values for p in parts]),
+        failed=any(p.failed for p in parts),
+        consumed=max(p.consumed for p in parts),
+    )
+
+
+class AtCheckpoint:
+    """The branches of one checkpoint: the controls (a chain of segments per seed), the branches
+    the search asks for, and the local critical batch they give."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        store: ResultsStore,
+        run: RunFn,
+        policy: PolicyFn,
+        ref: Candidate,
+        c: int,
+        start: float,
+        ckpt_dir: Path,
+    ) -> None:
+        self.recipe, self.store, self.run, self.policy = recipe, store, run, policy
+        self.ref, self.c, self.start, self.ckpt_dir = ref, c, start, ckpt_dir
+        self.b0 = ref.batch_responses
+        self.w = recipe.branch.window_samples
+        self.seeds = list(recipe.budget.seeds)
+        self.resume = checkpoint_path(ckpt_dir, c)  # every branch starts from the trunk's checkpoint
+        self.ends: dict[int, int] = {}  # seed -> where its control's last segment ends
+        self.controls: dict[int, BranchCurve] = {}  # seed -> its control's curve so far
+        self.branches: list[BranchCurve] = []
+        self.control_len = 0  # the window every control covers
+        self.windows: dict[float, float] = {}  # batch -> its window, for the batches branched
+        self.cover(self.w)
+        t = recipe.target
+        control_level(c, start, self.curves, self.b0, self.w, t.higher_is_better)  # raises if no progress
+
+    @property
+    def curves(self) -> list[BranchCurve]:
+        return [*self.controls.values(), *self.branches]
+
+    def window(self, batch: int) -> int:
+        """W, or min_steps of the batch's own steps when that is longer."""
+        return self.w if batch == self.b0 else max(self.w, self.recipe.branch.min_steps * batch)
+
+    def _end(self, window: float) -> int:
+        """Cumulative samples ``window`` past the checkpoint, rounded up to whole control steps."""
+        return self.c + math.ceil(window / self.b0) * self.b0
+
+    def _extend(self, s: int, end: int) -> None:
+        """Extend seed ``s``'s control to ``end`` by one segment from where it ends (the checkpoint,
+        or the end of its previous segment, resumed from the checkpoint saved there)."""
+        c, ref, start_at = self.c, self.ref, self.ends.get(s, self.c)
+        if end <= start_at:
+            return
+        cdir = self.ckpt_dir / f"c{c}-control-s{s}"
+        resume = self.resume if start_at == c else checkpoint_path(cdir, start_at)
+        rid = control_id(c, ref, s, start_at)
+        if not self.store.is_finished(rid) and not any(resume.parent.glob(resume.name + "*")):
+            raise InputError(
+                f"{self.store.root}: the control {control_id(c, ref, s, c)} has no checkpoint at its "
+                "end to extend (results of an older batchtune?); probe into a fresh results_dir"
+            )
+        seg = {"resume_from": resume, "save_at_samples": (end,), "checkpoint_dir": cdir}
+        self.run(ref, s, rid, end, self.policy(self.recipe.target.value, end, c, False), seg)
+        self.ends[s] = end
+        self.controls[s] = control_curve(self.store, c, ref, s, self.recipe.target.metric, end)
+
+    def cover(self, need: int) -> None:
+        """Every planned seed's control covering a window of ``need`` samples (and a confirmation
+        seed's, once it has one)."""
+        if need <= self.control_len:
+            return
+        end = self._end(CONTROL_WINDOWS * need)
+        for s in dict.fromkeys([*self.seeds, *self.ends]):
+            self._extend(s, end)
+        self.control_len = need
+
+    def control_for(self, s: int, level: float, longest: float) -> None:
+        """Seed ``s``'s control (a confirmation seed's is started here) as far as the others run,
+        and further, up to ``longest`` samples past the checkpoint (as far as a branch may run),
+        while it has not reached ``level``: a seed whose control is slow to reach the median level
+        would otherwise have no R_c(B0, s) and drop out of the ratios."""
+        self._extend(s, self._end(CONTROL_WINDOWS * self.control_len))
+        ctrl = self.controls[s]
+        if not ctrl.failed and not reaches(
+            ctrl, self.start, level, higher_is_better=self.recipe.target.higher_is_better
+        ):
+            self._extend(s, self._end(longest))
+
+    def within(self, main: list[Candidate], i: int) -> bool:
+        """Branch candidate main[i] over its window at every seed; True when its paired ratio point
+        <= 1+tol. One that passes on fewer than branch.confirm_seeds seeds is branched at the next
+        seed too (with that seed's own control, so it stays paired; the level stays the planned
+        seeds') until it falls behind or has that many. A seed whose control never reaches the
+        level, even run as long as a branch may, leaves the batch unconfirmed (the conservative
+        side)."""
+        cand, t, c = main[i], self.recipe.target, self.c
+        wb = self.window(cand.batch_responses)
+        self.windows[cand.batch_responses] = wb
+        self.cover(wb)
+        lv = control_level(c, self.start, self.curves, self.b0, wb, t.higher_is_better, self.seeds)
+        budget = c + math.ceil(self.recipe.branch.max_window_factor * wb)
+        mine: list[int] = []
+        todo = list(self.seeds)
+        ok = False
+        while todo:
+            for s in todo:
+                self.control_for(s, lv, self.recipe.branch.max_window_factor * wb)
+                rid = branch_id(c, cand, s)
+                self.run(cand, s, rid, budget, self.policy(lv, budget, c, True), {"resume_from": self.resume})
+                self.branches.append(stored_curve(self.store, rid, t.metric, c, cand.batch_responses))
+                mine.append(s)
+            got = local_ratios(self.start, self.curves, self.b0, lv, t.higher_is_better, cand.batch_responses)
+            ratios = [r for r in got if r > 0]
+            ok = len(ratios) == len(mine) and math.exp(float(np.mean(np.log(ratios)))) <= 1 + t.tolerance
+            more = len(mine) < self.recipe.branch.confirm_seeds
+            todo = [extra_seed(self.recipe, len(mine) - len(self.seeds) + 1)] if ok and more else []
+        return ok
+
+    def local_critical(self) -> LocalCritical:
+        t = self.recipe.target
+        return local_critical_batch(
+            self.c,
+            self.start,
+            self.curves,
+            reference_batch=self.b0,
+            window_samples=self.w,
+            higher_is_better=t.higher_is_better,
+            tol=t.tolerance,
+            confidence=t.confidence,
+            windows=self.windows,
+            level_seeds=self.seeds,
+        )
