@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from batchtune.analysis.lr import scaled_lr
-from batchtune.backends.nqm_theory import curvatures, expected_samples_to_target
+from batchtune.backends.nqm_theory import curvatures, expected_samples_to_target, expected_sgd_moments
 from batchtune.recipe.load import load_recipe
 from batchtune.recipe.schema import Recipe
 
@@ -46,31 +46,30 @@ def _per_seed(c: dict[str, Any]) -> list[float]:
 
 
 def closed_form_local_critical(recipe: Recipe, checkpoint: int, window: int, tol: float) -> float:
-    """The branched design in expectation: the reference's expected second moments at the
-    checkpoint (SGD: E theta_i^2 evolves as (1 - lr h_i)^2 m + lr^2 n h_i / B), the level = its
-    expected loss one window later, each batch's samples to that level / W (linear between steps),
-    and the 1+tol crossing in log batch between the candidates."""
-    h = curvatures(recipe.nqm)
-    n = recipe.nqm.noise_scale
-    b0, lr0 = 8, recipe.optimizer.lr
+    """The branched design in expectation (nqm_theory.expected_sgd_moments): the reference's
+    expected second moments at the checkpoint, the level = its expected loss one window later, each
+    batch's samples to that level / W (linear between steps), and the 1+tol crossing in log batch
+    between the candidates."""
+    cfg, b0 = recipe.nqm, 8
 
-    def run(m: np.ndarray, batch: int, stop: float | None, samples: int) -> tuple[np.ndarray, float]:
-        lr = scaled_lr(lr0, batch, b0, recipe.lr_scaling.rule)
-        done, prev = 0, 0.5 * float(h @ m)
-        while done < samples:
-            m = (1 - lr * h) ** 2 * m + lr**2 * n * h / batch
-            done += batch
-            loss = 0.5 * float(h @ m)
-            if stop is not None and loss <= stop:
-                return m, done - batch * (loss - stop) / (loss - prev) if loss != prev else done
-            prev = loss
-        return m, math.inf if stop is not None else float(done)
+    def lrs(batch: int, samples: int) -> np.ndarray:
+        lr = scaled_lr(recipe.optimizer.lr, batch, b0, recipe.lr_scaling.rule)
+        return np.full(math.ceil(samples / batch), lr)
 
-    m_c, _ = run(np.full(h.size, recipe.nqm.init_scale**2), b0, None, checkpoint)
-    m_w, _ = run(m_c, b0, None, window)
-    level = 0.5 * float(h @ m_w)
+    _, at_c = expected_sgd_moments(cfg, lrs(b0, checkpoint), b0)
+    level = expected_sgd_moments(cfg, lrs(b0, window), b0, at_c)[0][-1]
+    start = 0.5 * float(curvatures(cfg) @ at_c)
+
+    def samples_to_level(batch: int) -> float:
+        losses = np.r_[start, expected_sgd_moments(cfg, lrs(batch, 50 * window), batch, at_c)[0]]
+        hit = np.flatnonzero(losses <= level)
+        if not hit.size:
+            return math.inf
+        j = int(hit[0])
+        return batch * (j - 1 + (losses[j - 1] - level) / (losses[j - 1] - losses[j]))
+
     batches = [p * recipe.candidates.group_size for p in recipe.candidates.prompts]
-    ratios = [run(m_c, b, level, 50 * window)[1] / window for b in batches]
+    ratios = [samples_to_level(b) / window for b in batches]
     for i in range(1, len(batches)):
         if ratios[i] > 1 + tol:
             lo, hi = math.log(batches[i - 1]), math.log(batches[i])

@@ -244,14 +244,11 @@ def local_critical_batch(
             base_s = base.samples_to_target if base is not None else None
             scale = (base_s or math.nan) / (r0_s or math.nan)
             if math.isfinite(scale) and scale > 0:
-                crossing = (
-                    dataclasses.replace(crossing, max_samples=crossing.max_samples * scale)
-                    if crossing.samples_to_target is None
-                    else dataclasses.replace(
-                        crossing,
-                        samples_to_target=crossing.samples_to_target * scale,
-                        max_samples=crossing.max_samples * scale,
-                    )
+                r = crossing.samples_to_target
+                crossing = dataclasses.replace(
+                    crossing,
+                    samples_to_target=None if r is None else r * scale,
+                    max_samples=crossing.max_samples * scale,
                 )
         if c.failed or c.samples.size == 0:
             failed[c.batch] = failed.get(c.batch, 0) + 1

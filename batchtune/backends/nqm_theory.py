@@ -49,16 +49,24 @@ def nqm_minibatch_gradient(
     return h * theta + np.sqrt(cfg.noise_scale * h / batch) * rng.standard_normal(cfg.dim)
 
 
-def expected_sgd_losses(cfg: NQMConfig, lrs: np.ndarray, batch: int) -> np.ndarray:
-    """E[L] after each of ``len(lrs)`` plain-SGD steps at ``batch`` (the recursion above; exact
-    without clipping and weight decay)."""
+def expected_sgd_moments(
+    cfg: NQMConfig, lrs: np.ndarray, batch: int, start: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(E[L] after each of ``len(lrs)`` plain-SGD steps at ``batch``, E[theta_i^2] after the last),
+    from ``start`` = E[theta_i^2] (default: the initial point). The recursion above; exact without
+    clipping and weight decay."""
     h = curvatures(cfg)
-    th2 = np.square(initial_theta(cfg))
+    th2 = np.square(initial_theta(cfg)) if start is None else np.asarray(start, dtype=float)
     out = np.empty(len(lrs))
     for t, lr in enumerate(lrs):
         th2 = (1.0 - lr * h) ** 2 * th2 + lr * lr * cfg.noise_scale * h / batch
         out[t] = 0.5 * np.dot(h, th2)
-    return out
+    return out, th2
+
+
+def expected_sgd_losses(cfg: NQMConfig, lrs: np.ndarray, batch: int) -> np.ndarray:
+    """E[L] after each of ``len(lrs)`` plain-SGD steps at ``batch`` from the initial point."""
+    return expected_sgd_moments(cfg, lrs, batch)[0]
 
 
 def expected_samples_to_target(
