@@ -23,7 +23,11 @@ from batchtune.analysis.monotone import monotone_crossing, noise_sd
 from batchtune.errors import AnalysisError
 
 CROSSING_METHODS = ("isotonic", "running_best")
-CONFIRM_MARGIN = 0.2  # a probe run stops once it has gone 20% past its estimated R
+# A probe run stops once it has gone 25% past its estimated R. Stopping at the first point where the
+# estimate is confirmed selects estimates that dipped early (optional stopping): on the noisiest
+# recovery cell a 20% margin read R 2.5% low (s.e. 0.4), 25% reads it 0.7% low, for 1.26 R spent
+# instead of 1.19 R (benchmarks/confirm_margin.py, docs/analysis-sample-efficiency.md).
+CONFIRM_MARGIN = 0.25
 
 
 def ema(values: ArrayLike, alpha: float) -> np.ndarray:
@@ -163,7 +167,8 @@ def target_confirmed(crossing: TargetCrossing, *, margin: float = CONFIRM_MARGIN
     """True when the run reached the target and went on for `margin` x R samples past it.
 
     The isotonic fit's last block is biased up when the curve stops right at the crossing (the
-    fit's boundary effect), so a probe that stops early waits until samples >= (1 + margin) R.
+    fit's boundary effect), and the first point at which an estimate is confirmed favours
+    estimates that dipped early, so a probe that stops early waits until samples >= (1 + margin) R.
     """
     if crossing.censored or crossing.samples_to_target is None:
         return False

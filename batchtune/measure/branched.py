@@ -8,7 +8,7 @@ median of the controls' fitted metric one window past the checkpoint (a control 
 it runs on, up to a branch's longest). A batch B whose window would be fewer
 than `branch.min_steps` of its own steps gets the window W_B = min_steps * B instead, and every
 control is extended to cover it by a segment resumed from its own end (a chain; nothing is rerun).
-The other branches stop once they reach the level (confirmed 20% past it) or after
+The other branches stop once they reach the level (confirmed 25% past it) or after
 `branch.max_window_factor` windows (censored); `branch.search = "bisect"` branches only the batches a
 binary search for the last one within 1+tol needs, and a batch it would climb past on fewer than
 `branch.confirm_seeds` seeds is branched at the next seed too (with that seed's own control).

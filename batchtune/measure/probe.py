@@ -214,7 +214,7 @@ def execute_run(
                             higher_is_better=policy.higher_is_better,
                             ema_alpha=policy.ema_alpha,
                         )
-                        if target_confirmed(crossing):  # 20% past R: no end-of-curve bias
+                        if target_confirmed(crossing):  # 25% past R: no end-of-curve bias
                             status = "reached_target"
                             reason = f"reached the target at {crossing.samples_to_target:.0f} samples"
                             break
