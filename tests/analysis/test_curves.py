@@ -17,6 +17,7 @@ from batchtune.analysis.curves import (
     estimate_over_seeds,
     monotone_envelope,
     samples_to_target,
+    target_confirmed,
 )
 from batchtune.errors import AnalysisError
 
@@ -197,3 +198,35 @@ def test_lag_correction_never_goes_before_the_raw_crossing():
     s = np.array([0.0, 64.0, 128.0, 192.0])
     crossing = samples_to_target(s, [0.1, 0.6, 0.7, 0.8], 0.3, ema_alpha=0.5, method="running_best")
     assert crossing.samples_to_target == pytest.approx(0.4 * 64.0)
+
+
+def _stopped_estimate(s: np.ndarray, m: np.ndarray, target: float, margin: float) -> float:
+    """R read where a probe stops: the first logged point at which the estimate is confirmed."""
+    for n in range(2, s.size + 1):
+        c = samples_to_target(s[:n], m[:n], target)
+        if target_confirmed(c, margin=margin):
+            break
+    assert c.samples_to_target is not None
+    return c.samples_to_target
+
+
+def test_stopping_at_the_first_confirmation_reads_early_and_the_shipped_margin_limits_it():
+    """Optional stopping: on noisy curves, stopping as soon as the estimate is confirmed selects
+    estimates that dipped early, and the more margin, the less. Same curves for both margins, so
+    the difference is paired (docs/analysis-sample-efficiency.md; benchmarks/confirm_margin.py
+    measures it with 2,000 curves: -2.5% at 0.20, -0.7% at the shipped 0.25)."""
+    rng = np.random.default_rng(0)
+    truth = 1000.0 * math.log(0.9 / 0.2)  # 0.9 (1 - exp(-s/1000)) = 0.7
+    s = 32.0 * np.arange(1, 95)  # a point every 4 steps of 8 samples, to 2 R
+    ratios: dict[float, list[float]] = {0.2: [], 0.25: []}
+    for _ in range(150):
+        m = 0.9 * _reward(s) + rng.normal(0, 0.15, s.size)
+        for margin, out in ratios.items():
+            out.append(_stopped_estimate(s, m, 0.7, margin) / truth)
+    low, shipped = (np.array(ratios[k]) for k in (0.2, 0.25))
+    # Paired, the later stop reads later on average (+0.6% to +2.7% over 18 seeds of this test) and
+    # its median is the later one (18 of 18); one run scatters by about +-20%, so 150 curves pin a
+    # median only to ~2.5% (one s.e.): the bound below is a sanity check, the 2% claim is the benchmark's.
+    assert np.mean(shipped - low) > 0
+    assert np.median(shipped) > np.median(low)
+    assert abs(np.median(shipped) - 1) < 0.06
