@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import os
 import re
 import time
@@ -219,6 +220,16 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@functools.lru_cache(maxsize=512)
+def _decoded_steps(path: str, mtime_ns: int, size: int) -> tuple[StepRecord, ...]:
+    """A steps file's records, decoded once per version of the file (its mtime and size key the cache).
+
+    A probe re-analyses its store after every round of extra seeds; without this it decoded every
+    finished run's steps again each time, which was most of an NQM probe's wall time.
+    """
+    return tuple(from_dict(StepRecord, row, path) for row in read_jsonl(Path(path)))
+
+
 @contextlib.contextmanager
 def _locked(path: Path, blocking: bool = True) -> Iterator[bool]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -328,7 +339,11 @@ class ResultsStore:
 
     def steps(self, run_id: str) -> list[StepRecord]:
         path = self.run_dir(run_id) / "steps.jsonl"
-        return [from_dict(StepRecord, row, f"{path}") for row in read_jsonl(path)]
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return []
+        return list(_decoded_steps(str(path), st.st_mtime_ns, st.st_size))
 
     def add_finished_run(self, record: RunRecord, steps: list[StepRecord]) -> bool:
         """Store a whole run at once (imports). Returns False if it was already there."""

@@ -181,6 +181,7 @@ def execute_run(
         t0 = time.perf_counter()
         samples_seen: list[float] = []
         values: list[float] = []
+        raw_reached = False  # the fit cannot reach the target before a raw point does
         last = None
         totals = {"gen_s": 0.0, "train_s": 0.0, "other_s": 0.0}
         status, reason = "budget_exhausted", f"spent the budget of {policy.max_samples} samples"
@@ -206,7 +207,9 @@ def execute_run(
                 if value is not None:
                     samples_seen.append(step.samples - policy.origin_samples)
                     values.append(value)
-                    if policy.stop_at_target:
+                    hit = value >= policy.target if policy.higher_is_better else value <= policy.target
+                    raw_reached = raw_reached or hit
+                    if policy.stop_at_target and raw_reached:
                         crossing = samples_to_target(
                             samples_seen,
                             values,
