@@ -46,6 +46,23 @@ def test_round_trip_and_nan(tmp_path):
     assert rec.batch_responses == 32 and rec.finished_at > 0
 
 
+def test_steps_read_while_a_run_grows_see_every_new_step(tmp_path):
+    """Decoded steps are cached per version of the file: a growing (or redone) run is read afresh."""
+    store = ResultsStore(tmp_path)
+    with store.claim("P4xG8-s0") as w:
+        w.append(_step(0))
+        w.append(_step(1))
+        assert [s.step for s in store.steps("P4xG8-s0")] == [0, 1]
+        w.append(_step(2))
+        assert [s.step for s in store.steps("P4xG8-s0")] == [0, 1, 2]
+        w.finish(_record())
+    again = store.steps("P4xG8-s0")
+    assert [s.step for s in again] == [0, 1, 2]
+    again.clear()  # callers get their own list, not the cache
+    assert len(store.steps("P4xG8-s0")) == 3
+    assert store.steps("no-such-run") == []
+
+
 def test_finished_run_is_never_reclaimed(tmp_path):
     store = ResultsStore(tmp_path)
     assert store.add_finished_run(_record(), [_step(0)])
