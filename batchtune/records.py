@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import fcntl
 import functools
+import glob
 import os
 import re
 import time
@@ -220,6 +221,13 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _read_run(path: Path) -> RunRecord:
+    data = codec.loads(_read_text(path), f"{path} (delete that run's folder to redo it)")
+    record = from_dict(RunRecord, data, str(path))
+    _check_label(record, path)
+    return record
+
+
 @functools.lru_cache(maxsize=512)
 def _decoded_steps(path: str, mtime_ns: int, size: int) -> tuple[StepRecord, ...]:
     """A steps file's records, decoded once per version of the file (its mtime and size key the cache).
@@ -326,16 +334,16 @@ class ResultsStore:
             finally:
                 writer.close()
 
-    def runs(self) -> list[RunRecord]:
+    def runs(self, prefix: str = "") -> list[RunRecord]:
+        """Every finished run, by run id; only those whose id starts with ``prefix`` if given."""
         if not self.runs_dir.exists():
             return []
-        out = []
-        for path in sorted(self.runs_dir.glob("*/run.json")):
-            data = codec.loads(_read_text(path), f"{path} (delete that run's folder to redo it)")
-            record = from_dict(RunRecord, data, str(path))
-            _check_label(record, path)
-            out.append(record)
-        return out
+        return [_read_run(path) for path in sorted(self.runs_dir.glob(f"{glob.escape(prefix)}*/run.json"))]
+
+    def run(self, run_id: str) -> RunRecord | None:
+        """One finished run's record, None if it has not finished."""
+        path = self.run_dir(run_id) / "run.json"
+        return _read_run(path) if path.exists() else None
 
     def steps(self, run_id: str) -> list[StepRecord]:
         path = self.run_dir(run_id) / "steps.jsonl"

@@ -70,8 +70,13 @@ SEED_PAIRS = {
 
 def tune_json(sets: list[str]) -> dict[str, Any] | None:
     """`batchtune tune recipes/nqm.toml --json --set ...` in a fresh results dir; None if it failed."""
+    return cli_json("tune", sets)
+
+
+def cli_json(command: str, sets: list[str]) -> dict[str, Any] | None:
+    """`batchtune COMMAND recipes/nqm.toml --json --set ...` in a fresh results dir; None if it failed."""
     with tempfile.TemporaryDirectory() as tmp:
-        argv = ["batchtune", "tune", "recipes/nqm.toml", "--json", "--results", tmp]
+        argv = ["batchtune", command, "recipes/nqm.toml", "--json", "--results", tmp]
         for s in sets:
             argv += ["--set", s]
         out = subprocess.run(argv, capture_output=True, text=True)

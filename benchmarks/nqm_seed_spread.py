@@ -16,13 +16,11 @@ Simulated seconds; deterministic per seed.
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import tempfile
 from typing import Any
 
 import numpy as np
+from branched_cost import cli_json
 
 from batchtune.analysis.lr import scaled_lr
 from batchtune.backends.nqm_theory import curvatures, expected_samples_to_target, expected_sgd_moments
@@ -33,10 +31,11 @@ SEEDS = list(range(20))
 BRANCH_SEEDS = list(range(12))
 
 
-def _json(argv: list[str]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run([*argv, "--json", "--results", tmp], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+def _json(command: str, sets: list[str]) -> dict[str, Any]:
+    out = cli_json(command, sets)
+    if out is None:
+        raise SystemExit(f"batchtune {command} recipes/nqm.toml failed with --set {sets}")
+    return out
 
 
 def _per_seed(c: dict[str, Any]) -> list[float]:
@@ -92,11 +91,11 @@ def main() -> None:
         for n in (8, 256, 512)
     }
     d = _json(
+        "probe",
         [
-            "batchtune", "probe", "recipes/nqm.toml", "--set", "candidates.prompts=[1, 32, 64]",
-            "--set", f"budget.seeds={SEEDS}", "--set", "budget.max_extra_seeds=0",
-            "--set", "budget.stop_at_target=false",
-        ]
+            "candidates.prompts=[1, 32, 64]", f"budget.seeds={SEEDS}", "budget.max_extra_seeds=0",
+            "budget.stop_at_target=false",
+        ],
     )  # fmt: skip
     cands = {c["batch_responses"]: c for c in d["candidates"]}
     r8 = float(np.median(_per_seed(cands[8])))
@@ -115,12 +114,12 @@ def main() -> None:
     print("checkpoint | median | per-seed (sorted; inf = never reached within 3 windows)")
     for ck in (1024, 2048):
         b = _json(
+            "tune",
             [
-                "batchtune", "tune", "recipes/nqm.toml", "--set", "probe.mode=branched",
-                "--set", f"branch.trunk_samples={ck}", "--set", "branch.window_samples=1024",
-                "--set", "branch.checkpoints=[1.0]", "--set", "branch.max_window_factor=3",
-                "--set", "branch.search=all", "--set", f"budget.seeds={BRANCH_SEEDS}",
-            ]
+                "probe.mode=branched", f"branch.trunk_samples={ck}", "branch.window_samples=1024",
+                "branch.checkpoints=[1.0]", "branch.max_window_factor=3", "branch.search=all",
+                f"budget.seeds={BRANCH_SEEDS}",
+            ],
         )  # fmt: skip
         bc = {c["batch_responses"]: c for c in b["candidates"]}
         r0 = bc[8]["samples_to_target"]
@@ -133,12 +132,14 @@ def main() -> None:
         "closed form of the same design (expected dynamics)"
     )
     p = _json(
+        "probe",
         [
-            "batchtune", "probe", "recipes/nqm.toml", "--set", "probe.mode=branched",
-            "--set", "branch.trunk_samples=3072", "--set", "branch.window_samples=2048",
-            "--set", "branch.checkpoints=[0.5, 1.0]",
-        ]
-    )  # fmt: skip
+            "probe.mode=branched",
+            "branch.trunk_samples=3072",
+            "branch.window_samples=2048",
+            "branch.checkpoints=[0.5, 1.0]",
+        ],
+    )
     for lc in p["branched"]["checkpoints"]:
         lo, hi = lc["local_critical_batch_ci"]
         truth = closed_form_local_critical(recipe, int(lc["samples"]), 2048, recipe.target.tolerance)

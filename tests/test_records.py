@@ -63,6 +63,20 @@ def test_steps_read_while_a_run_grows_see_every_new_step(tmp_path):
     assert store.steps("no-such-run") == []
 
 
+def test_one_run_and_runs_by_id_prefix(tmp_path):
+    store = ResultsStore(tmp_path)
+    assert store.run("P4xG8-s0") is None and store.runs("P4") == []
+    for rid in ("P4xG8-s0", "P4xG8-s1", "P4xG8-s10"):
+        store.add_finished_run(_record(rid), [_step(0, rid)])
+    with store.claim("P4xG8-s2") as w:  # unfinished: no record yet
+        w.append(_step(0, "P4xG8-s2"))
+        assert store.run("P4xG8-s2") is None
+    rec = store.run("P4xG8-s1")
+    assert rec is not None and rec.run_id == "P4xG8-s1"
+    assert [r.run_id for r in store.runs("P4xG8-s1")] == ["P4xG8-s1", "P4xG8-s10"]
+    assert len(store.runs()) == 3
+
+
 def test_finished_run_is_never_reclaimed(tmp_path):
     store = ResultsStore(tmp_path)
     assert store.add_finished_run(_record(), [_step(0)])

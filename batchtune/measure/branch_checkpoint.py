@@ -72,7 +72,10 @@ def run_curve(store: ResultsStore, rec: RunRecord, metric: str, start: int, batc
 
 
 def stored_curve(store: ResultsStore, rid: str, metric: str, start: int, batch: float) -> BranchCurve:
-    return run_curve(store, next(r for r in store.runs() if r.run_id == rid), metric, start, batch)
+    rec = store.run(rid)
+    if rec is None:
+        raise InputError(f"{store.root}: the branch {rid} did not finish; rerun the probe to redo it")
+    return run_curve(store, rec, metric, start, batch)
 
 
 def control_curve(
@@ -85,7 +88,7 @@ def control_curve(
     recs = sorted(
         (
             r
-            for r in store.runs()
+            for r in store.runs(prefix)  # also c..-s1 for s10, hence the test
             if (r.run_id == prefix or r.run_id.startswith(prefix + "-from")) and origin(r.run_id) < upto
         ),
         key=lambda r: origin(r.run_id),

@@ -140,7 +140,7 @@ def run_branched(
         policy(t.value, ckpts[-1], 0, False),
         {"save_at_samples": ckpts, "checkpoint_dir": ckpt_dir},
     )
-    trunk_rec = next((r for r in store.runs() if r.run_id == trunk_id), None)
+    trunk_rec = store.run(trunk_id)
     if trunk_rec is None or trunk_rec.status in FAILED_STATUSES or trunk_rec.samples < ckpts[-1]:
         why = trunk_rec.reason if trunk_rec else "it did not finish"
         raise AnalysisError(f"the trunk {trunk_id} did not reach its last checkpoint: {why}")
@@ -169,8 +169,7 @@ def run_branched(
             prev_lo = lo
         skipped[c] = tuple(main[i].label for i in range(1, len(main)) if i not in tested)
         locals_.append(at.local_critical())
-    branch_ids = {r.run_id for r in store.runs() if r.run_id != trunk_id}
-    branches = tuple(RunData(r, tuple(store.steps(r.run_id))) for r in store.runs() if r.run_id in branch_ids)
+    branches = tuple(RunData(r, tuple(store.steps(r.run_id))) for r in store.runs() if r.run_id != trunk_id)
     return BranchedRuns(
         plan=plan,
         trunk=trunk,

@@ -86,7 +86,10 @@ def run_schedule(
                 run_recipe, str(store.root), cand, seed, recipe.optimizer.lr, reference_batch, policy,
                 rid=rid, spec_extra=extra,
             )  # fmt: skip
-        rec = next(r for r in store.runs() if r.run_id == rid)
+        found = store.run(rid)
+        if found is None:
+            raise InputError(f"{store.root}: the stage run {rid} did not finish; rerun to redo it")
+        rec = found
         steps.extend(store.steps(rid))
         status = rec.status
         if rec.status in FAILED_STATUSES or rec.samples < budget:  # failed, or stopped at the target
