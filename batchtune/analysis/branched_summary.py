@@ -26,7 +26,7 @@ from batchtune.analysis.branched import LocalCritical, ProgressFit, extrapolate_
 from batchtune.analysis.curves import TargetCrossing, estimate_over_seeds
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
 from batchtune.analysis.recommend import Recommendation
-from batchtune.analysis.schedule import ScheduleCandidate, compare_schedule
+from batchtune.analysis.schedule import ScheduleCandidate, Segment, compare_schedule
 from batchtune.errors import AnalysisError
 
 
@@ -158,24 +158,26 @@ def summarise_branched(
 
 
 def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> Recommendation:
-    """``rec`` with the batch schedule of analysis/schedule.py built from the branched probe's
-    critical-batch-vs-progress fit, compared with every fixed batch that has a throughput; a note
-    instead when there is no fit (fewer than two usable checkpoints)."""
-    fit = summary.progress
-    if fit is None:
-        note = "no batch schedule: it needs the critical batch at >= 2 checkpoints (branch.checkpoints)"
+    """``rec`` with the batch schedule of analysis/schedule.py read from the branched probe's local
+    ratios (the median over seeds at each checkpoint, on the ranking's segment weights), compared
+    with every fixed batch that has a throughput; a note instead with a single checkpoint."""
+    if len(summary.locals) < 2:
+        note = "no batch schedule: it needs the local ratios at >= 2 checkpoints (branch.checkpoints)"
         return dataclasses.replace(rec, notes=(*rec.notes, note))
-
-    first = min(lc.checkpoint_samples for lc in summary.locals)
-
-    def crit_at(p: np.ndarray) -> np.ndarray:
-        """The fit; before the first checkpoint never above its value there (no data says the
-        start tolerates more, and a falling fit extrapolated back to 0 samples grows without bound)."""
-        fitted = np.exp(fit.intercept + fit.slope * np.log(p))
-        return np.where(
-            p < first, np.minimum(fitted, math.exp(fit.intercept + fit.slope * math.log(first))), fitted
+    r0 = summary.reference_samples_to_target[0]
+    w = segment_weights([lc.checkpoint_samples for lc in summary.locals], r0)
+    segments = [
+        Segment(
+            share=float(r0 * wi / w.sum()),
+            ratios={
+                b: float(np.median(finite))
+                for b, per_seed in lc.ratios.items()
+                if (finite := [r for r in per_seed.values() if not math.isnan(r)])
+            },
+            local_critical=lc.point,
         )
-
+        for wi, lc in zip(w, summary.locals, strict=True)
+    ]
     thr = rec.throughput.per_candidate
     cands = [
         ScheduleCandidate(c.label, c.prompts, c.group_size, c.lr, thr[c.label].responses_per_s)
@@ -183,20 +185,6 @@ def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> 
         if c.family == "main" and c.label in thr
     ]
     cmp = compare_schedule(
-        crit_at,
-        cands,
-        reference=rec.efficiency.reference,
-        end_progress=summary.reference_samples_to_target[0],
-        tol=tol,
-        last_measured_progress=max(lc.checkpoint_samples for lc in summary.locals),
+        segments, cands, reference=rec.efficiency.reference, tol=tol, incumbent=rec.winner.label
     )
-    if cmp.best_fixed != rec.winner.label:
-        cmp = dataclasses.replace(
-            cmp,
-            notes=(
-                *cmp.notes,
-                f"the schedule model's best fixed batch ({cmp.best_fixed}) differs from the ranking's "
-                f"winner ({rec.winner.label}), which uses the measured local ratios",
-            ),
-        )
     return dataclasses.replace(rec, schedule=cmp)

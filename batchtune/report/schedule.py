@@ -12,8 +12,8 @@ from batchtune.report.json import num
 
 
 def schedule_table(cmp: ScheduleComparison) -> Table:
-    t = Table(title="Batch schedule (from the local critical batch against progress)")
-    for col in ("stage", "batch", "lr", "from samples", "to samples", "steps", "B_crit at start", "time s"):
+    t = Table(title="Batch schedule (from the local ratios measured at each checkpoint)")
+    for col in ("stage", "batch", "lr", "from samples", "to samples", "steps", "local B_crit", "time s"):
         t.add_column(col, justify="right")
     for i, st in enumerate(cmp.stages):
         t.add_row(
