@@ -9,8 +9,9 @@ the local rate of checkpoint i, so per seed s
 over the checkpoints where B was branched (r_i(B, s) = R_c(B, s) / R_c(B0, s), analysis/branched.py;
 inf where the branch never reached the control's level). R(B0) is the trunk's own crossing of the
 target, or, when the trunk stopped short, its extrapolation (`branched.extrapolate_to_target`, an
-interval stated with it). These R's feed the ordinary verdicts, joint fit and ranking
-(efficiency.assess, recommend), so a branched probe is read exactly like a grid one.
+interval stated with it, carried by every absolute R as SampleEfficiency.scale_ci). These R's feed
+the ordinary verdicts, joint fit and ranking (efficiency.assess, recommend), so a branched probe is
+read exactly like a grid one.
 """
 
 from __future__ import annotations
@@ -95,7 +96,9 @@ def summarise_branched(
     if extrapolated:
         notes.append(
             f"R(B0) {r0:,.0f} [{lo0:,.0f}, {hi0:,.0f}] samples is extrapolated from the trunk (which "
-            f"stopped at {float(np.max(trunk_samples)):,.0f}): metric linear in log(samples)"
+            f"stopped at {float(np.max(trunk_samples)):,.0f}): metric linear in log(samples); the interval "
+            "runs from where the trunk stopped to the latest of three curve forms, and every absolute R, "
+            "time and full-run figure carries it (ratios between batches do not)"
         )
     ck = [lc.checkpoint_samples for lc in locals_]
     w = segment_weights(ck, r0)
@@ -134,7 +137,7 @@ def summarise_branched(
         confidence=confidence,
         reference=reference,
     )
-    eff = dataclasses.replace(eff, notes=(*eff.notes, *notes))
+    eff = dataclasses.replace(eff, notes=(*eff.notes, *notes), scale_ci=(lo0 / r0, hi0 / r0))
     progress = at_target = None
     try:
         progress = fit_progress(

@@ -87,6 +87,13 @@ class SampleEfficiency:
     notes: tuple[str, ...]
     critic_grad_slope: GradNormSlope | None = None  # PPO: the critic's own batch scale (docs/method.md §3.5)
     extra_seeds: dict[str, int] = field(default_factory=dict)  # label -> sequential seeds added
+    # a factor interval common to every candidate's absolute R: a branched probe's R(B0) extrapolated
+    # from its trunk (R(B) = R(B0) x ratio). Ratios between candidates do not carry it.
+    scale_ci: tuple[float, float] = (1.0, 1.0)
+
+    def absolute_ci(self, est: TargetEstimate) -> tuple[float, float]:
+        """``est``'s interval for R itself: the seeds' interval times ``scale_ci``."""
+        return est.ci_low * self.scale_ci[0], est.ci_high * self.scale_ci[1]
 
     def get(self, label: str) -> CandidateEfficiency:
         for c in self.candidates:

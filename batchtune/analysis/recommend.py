@@ -206,8 +206,9 @@ def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput,
     text += f"{goal} after about {est.samples_to_target:,.0f} responses"
     steps = est.samples_to_target / w.batch_responses
     text += f" ({steps:,.0f} step{'' if round(steps) == 1 else 's'}"
-    if est.ci_high > est.ci_low:
-        text += f"; {est.confidence:.0%} CI {est.ci_low:,.0f}-{est.ci_high:,.0f}"
+    lo, hi = eff.absolute_ci(est)
+    if hi > lo:
+        text += f"; {est.confidence:.0%} CI {lo:,.0f}-{hi:,.0f}"
     text += ")"
     if absolute and math.isfinite(est.samples_to_target):
         seconds = est.samples_to_target / wt.responses_per_s

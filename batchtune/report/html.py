@@ -50,7 +50,7 @@ def efficiency_rows(eff: Any) -> tuple[tuple[str, ...], ...]:
                 fmt_n(c.lr),
                 str(c.n_runs),
                 fmt_n(est.samples_to_target) if est else "-",
-                fmt_ci(est.ci_low, est.ci_high) if est else "",
+                fmt_ci(*eff.absolute_ci(est)) if est else "",
                 fmt_n(ratio.ratio) if ratio else ("1" if c.label == eff.reference else "-"),
                 c.status,
             )

@@ -39,13 +39,13 @@ def full_run_estimate(
     return label, est
 
 
-def cost_ratio_range(spent: float, est: TargetEstimate) -> tuple[float, float] | None:
+def cost_ratio_range(spent: float, eff: SampleEfficiency, est: TargetEstimate) -> tuple[float, float] | None:
     """The probe's cost over the full run's interval: (spent / upper, spent / lower); None when the
     interval is a point (one seed and nothing else to go on).
 
     Branched probes extrapolate R(B0) from a short trunk, so their full run (and this ratio) can be
-    uncertain by several times: the range says how much."""
-    lo, hi = est.ci_low, est.ci_high
+    uncertain by several times: the range says how much (SampleEfficiency.absolute_ci)."""
+    lo, hi = eff.absolute_ci(est)
     if not (math.isfinite(lo) and 0 < lo < hi):
         return None
     return spent / hi if math.isfinite(hi) else 0.0, spent / lo
@@ -56,12 +56,12 @@ def probe_cost(eff: SampleEfficiency, rec: Recommendation | None) -> dict[str, A
     and their ratio (with the range that interval gives)."""
     label, est = full_run_estimate(eff, rec)
     full = est.samples_to_target if est is not None else None
-    span = cost_ratio_range(eff.total_samples, est) if est is not None else None
+    span = cost_ratio_range(eff.total_samples, eff, est) if est is not None else None
     return {
         "samples": eff.total_samples,
         "wall_s": eff.total_wall_s,
         "full_run_samples": num(full),
-        "full_run_ci": [num(est.ci_low), num(est.ci_high)] if est is not None else None,
+        "full_run_ci": [num(v) for v in eff.absolute_ci(est)] if est is not None else None,
         "full_run_candidate": label,
         "ratio": num(eff.total_samples / full) if full else None,
         "ratio_range": [num(span[0]), num(span[1])] if span is not None else None,
@@ -86,7 +86,7 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
                 "status": c.status,
                 "status_reason": c.verdict.reason if c.verdict else "; ".join(c.failures),
                 "samples_to_target": num(est.samples_to_target) if est else None,
-                "samples_ci": [num(est.ci_low), num(est.ci_high)] if est else None,
+                "samples_ci": [num(v) for v in eff.absolute_ci(est)] if est else None,
                 "sample_ratio": num(ratio.ratio) if ratio else (1.0 if c.label == eff.reference else None),
                 "sample_ratio_ci": [num(ratio.ci_low), num(ratio.ci_high)] if ratio else None,
                 "n_seeds": est.n_seeds if est else 0,

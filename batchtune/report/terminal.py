@@ -83,7 +83,7 @@ def efficiency_table(eff: SampleEfficiency) -> Table:
             fmt_n(c.lr),
             seeds,
             fmt_n(est.samples_to_target) if est else "-",
-            fmt_ci(est.ci_low, est.ci_high) if est else "",
+            fmt_ci(*eff.absolute_ci(est)) if est else "",
             fmt_ratio(ratio.ratio, ratio.ci_low, ratio.ci_high)
             if ratio
             else (fmt_ratio(1.0) if c.label == eff.reference else "-"),
@@ -227,7 +227,7 @@ def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendati
         if rec.throughput.absolute:
             text += f", ~{fmt_time(r / rec.winner_throughput.responses_per_s)}"
         text += f": the probe cost {eff.total_samples / r:.2f}x one full run"
-        span = cost_ratio_range(eff.total_samples, win_est)
+        span = cost_ratio_range(eff.total_samples, eff, win_est)
         if span is not None:
             text += f" ({span[0]:.2f}-{span[1]:.2f}x over the full run's interval)"
     console.print(text)

@@ -76,6 +76,20 @@ def test_extrapolate_to_target_on_a_log_linear_curve() -> None:
     assert r == r_lo == r_hi and r < s[-1]
 
 
+def test_extrapolation_interval_runs_from_the_curves_end_and_covers_a_curve_that_speeds_up() -> None:
+    """An RL reward that creeps, then climbs (its late phase is not in the early part's noise): the
+    point (log form) lands late, and the interval runs from where the curve stops (it has not reached
+    the target there) to the latest form, so it still holds the true crossing."""
+    rng = np.random.default_rng(3)
+    s = np.arange(128, 8192 + 1, 128, dtype=float)
+    v = 0.75 + 0.02 * np.log(s / 128) + 0.15 * np.clip((s - 2048) / 4096, 0, None) ** 1.5
+    v = v + rng.normal(0, 0.005, s.size)
+    true = float(s[np.argmax(v >= 0.9)])
+    cut = s <= 2048
+    p, lo, hi = extrapolate_to_target(s[cut], v[cut], 0.9, higher_is_better=True)
+    assert lo == s[cut][-1] and lo <= true <= hi and p > 1.5 * true
+
+
 def _line(batch: float, seed: int, slope: float, end: float, floor: float = -math.inf) -> BranchCurve:
     """Loss 2 - slope * samples, never below ``floor``, logged every batch up to ``end`` samples."""
     s = np.arange(batch, end + batch, batch)

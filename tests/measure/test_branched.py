@@ -93,10 +93,17 @@ def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path:
     so probe_cost carries the full run's interval and the ratio's range over it."""
     from batchtune.report.json import probe_cost
 
-    eff = run_branched_probe(_recipe(tmp_path)).efficiency
+    res = run_branched_probe(_recipe(tmp_path))
+    eff = res.efficiency
     cost = probe_cost(eff, None)
     lo, hi = cost["full_run_ci"]
     assert lo <= cost["full_run_samples"] <= hi
+    # the seeds' interval of R(B0) x ratio widened by the trunk's extrapolation, which runs from where
+    # the trunk stopped (it had not reached the target) to the latest of the extrapolated forms
+    r0, lo0, hi0 = res.summary.reference_samples_to_target
+    assert res.summary.extrapolated and lo0 == res.summary.trunk_samples == 1024 and hi0 > r0
+    est = eff.get(cost["full_run_candidate"]).estimate
+    assert lo == pytest.approx(est.ci_low * lo0 / r0) and hi == pytest.approx(est.ci_high * hi0 / r0)
     r_lo, r_hi = cost["ratio_range"]
     assert r_lo <= cost["ratio"] <= r_hi
     assert r_hi == pytest.approx(cost["samples"] / lo) and r_lo == pytest.approx(cost["samples"] / hi)
