@@ -22,14 +22,7 @@ throw away candidates whose branch windows were merely short (on tiny-ppo a bran
 512-sample windows picked the reference at regret 1.99 that way:
 benchmarks/out/superseded/branched_tiny_ppo_open_as_never.txt); such a candidate is ranked by its
 point and the reason names it as within uncertainty.
-
-The winner is the **smallest batch whose expected time is within ``TIME_TIE`` (5%) of the least**.
-Θ is measured on the user's machine and moves by a few % between runs of the profile (more on a
-shared or loaded one); two candidates that close swap places from one run to the next (tiny-grpo:
-P8xG8 and P16xG8 4% apart, each recommended on different machines and seed sets,
-benchmarks/out/default_tune*.txt). The smaller of them costs at most 5% in predicted time, needs
-less memory, and its sample efficiency is measured nearer the reference; the reason names the
-faster one and by how much. benchmarks/out/regret.txt measures the rule against ground truth.
+benchmarks/out/regret.txt measures the rule against ground truth.
 """
 
 from __future__ import annotations
@@ -43,8 +36,6 @@ import numpy as np
 from scipy.stats import norm
 
 from batchtune.errors import AnalysisError
-
-TIME_TIE = 0.05  # expected times this close are a tie, resolved to the smaller batch (module doc)
 
 
 @dataclass(frozen=True)
@@ -219,14 +210,7 @@ def rank_time_to_target(
         t = rows[i]["time_ci_s"][0] if censored else rows[i]["expected_time_s"]
         return (censored, t, batch[i], names[i])
 
-    by_time = sorted(range(n), key=order)
-    quickest = rows[by_time[0]]["expected_time_s"]
-    near = [
-        i for i in by_time if not math.isinf(r[i]) and rows[i]["expected_time_s"] <= (1 + TIME_TIE) * quickest
-    ]
-    pick = min(near, key=lambda i: (batch[i], names[i]))
-    by_time.remove(pick)
-    ranked = tuple(RankedCandidate(rank=k + 1, **rows[i]) for k, i in enumerate([pick, *by_time]))
+    ranked = tuple(RankedCandidate(rank=k + 1, **rows[i]) for k, i in enumerate(sorted(range(n), key=order)))
     winner = ranked[0]
     if winner.censored:  # unreachable: the reference is finite; kept as an internal invariant
         raise AssertionError("a censored candidate ranked first")
@@ -272,16 +256,8 @@ def _reason(
     if ties:
         parts.append(f"Within uncertainty of {', '.join(ties)}.")
     reached = [c for c in ranked if not c.censored]
-    quickest = min(reached, key=lambda c: (c.expected_time_s, c.batch_responses))
-    if quickest.name != winner.name:
-        parts.append(
-            f"{quickest.name}'s expected time is {1 - quickest.expected_time_s / winner.expected_time_s:.0%} "
-            f"lower, within the {TIME_TIE:.0%} that throughput measurements move between runs: the "
-            "smaller batch is recommended (less memory; its sample efficiency is measured nearer the "
-            "reference)."
-        )
     fastest = min(reached, key=lambda c: (c.time_to_target_s, c.batch_responses))
-    if fastest.name not in (winner.name, quickest.name):
+    if fastest.name != winner.name:
         w = winner.time_to_target_s
         # which interval's skew decided it: the fastest one's, skewed slow, or the winner's, skewed fast
         why = (
