@@ -35,6 +35,7 @@ schedule is now read from the measured ratios themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -212,16 +213,8 @@ def compare_schedule(
         spent = seg.share * rate[lab][i]
         if stages and stages[-1].label == lab:
             last = stages[-1]
-            stages[-1] = BatchStage(
-                lab,
-                c.prompts,
-                c.group_size,
-                c.lr,
-                last.start_samples,
-                done + spent,
-                last.start_progress,
-                last.local_critical,
-                last.time_s + spent / c.responses_per_s,
+            stages[-1] = dataclasses.replace(
+                last, end_samples=done + spent, time_s=last.time_s + spent / c.responses_per_s
             )
         else:
             stages.append(
