@@ -75,19 +75,23 @@ def summarise_branched(
     higher_is_better: bool,
     tolerance: float = 0.1,
     confidence: float = 0.9,
+    reference_curve: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> BranchedSummary:
     """R(B) per candidate from the local ratios (module docstring), then the usual assessment.
 
     ``cands``: the candidates with their timings and costs (estimates are replaced); a candidate no
-    checkpoint branched is left out with a note (it was not measured).
+    checkpoint branched is left out with a note (it was not measured). ``reference_curve``: the
+    longest curve of the reference batch (the trunk continued by its own seed's control), which
+    R(B0) is read or extrapolated from; default the trunk itself. The trunk's cost is its own.
     """
     if not locals_:
         raise AnalysisError("a branched probe needs at least one checkpoint with finished branches")
     notes: list[str] = []
+    ref_s, ref_v = reference_curve if reference_curve is not None else (trunk_samples, trunk_values)
     r0, lo0, hi0 = extrapolate_to_target(
-        trunk_samples, trunk_values, target, higher_is_better=higher_is_better, confidence=confidence
+        ref_s, ref_v, target, higher_is_better=higher_is_better, confidence=confidence
     )
-    extrapolated = r0 > float(np.max(trunk_samples)) or lo0 != hi0
+    extrapolated = r0 > float(np.max(ref_s)) or lo0 != hi0
     if not math.isfinite(r0):
         raise AnalysisError(
             f"the trunk's {metric} does not trend towards {target} (no finite extrapolation): lengthen "
@@ -95,10 +99,10 @@ def summarise_branched(
         )
     if extrapolated:
         notes.append(
-            f"R(B0) {r0:,.0f} [{lo0:,.0f}, {hi0:,.0f}] samples is extrapolated from the trunk (which "
-            f"stopped at {float(np.max(trunk_samples)):,.0f}): metric linear in log(samples); the interval "
-            "runs from where the trunk stopped to the latest of three curve forms, and every absolute R, "
-            "time and full-run figure carries it (ratios between batches do not)"
+            f"R(B0) {r0:,.0f} [{lo0:,.0f}, {hi0:,.0f}] samples is extrapolated from the trunk and its own "
+            f"seed's control (which stopped at {float(np.max(ref_s)):,.0f}): metric linear in log(samples); "
+            "the interval runs from where that curve stopped to the latest of three curve forms, and every "
+            "absolute R, time and full-run figure carries it (ratios between batches do not)"
         )
     ck = [lc.checkpoint_samples for lc in locals_]
     w = segment_weights(ck, r0)

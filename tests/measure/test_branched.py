@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from batchtune.measure.branched import branched_store, run_branched_probe
@@ -98,10 +99,17 @@ def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path:
     cost = probe_cost(eff, None)
     lo, hi = cost["full_run_ci"]
     assert lo <= cost["full_run_samples"] <= hi
-    # the seeds' interval of R(B0) x ratio widened by the trunk's extrapolation, which runs from where
-    # the trunk stopped (it had not reached the target) to the latest of the extrapolated forms
+    # the seeds' interval of R(B0) x ratio widened by the extrapolation of R(B0), from the trunk
+    # continued by its own seed's control (its exact continuation, resumed at the same seed), which
+    # runs from where that curve stopped (it had not reached the target) to the latest form
+    from batchtune.measure.branched import reference_curve
+
     r0, lo0, hi0 = res.summary.reference_samples_to_target
-    assert res.summary.extrapolated and lo0 == res.summary.trunk_samples == 1024 and hi0 > r0
+    s, v = reference_curve(res.runs, "loss")
+    ts, tv = res.runs.trunk.curve("loss")
+    assert np.array_equal(s[: ts.size], ts) and np.all(np.diff(s) > 0) and s[-1] > 1024
+    assert res.summary.extrapolated and lo0 == s[-1] and hi0 > r0
+    assert res.summary.trunk_samples == 1024  # the trunk's cost is its own; the control's is a branch's
     est = eff.get(cost["full_run_candidate"]).estimate
     assert lo == pytest.approx(est.ci_low * lo0 / r0) and hi == pytest.approx(est.ci_high * hi0 / r0)
     r_lo, r_hi = cost["ratio_range"]
