@@ -61,11 +61,17 @@ def true_r(batch: int, target: float) -> float:
     )
 
 
-def main() -> None:
-    t0 = time.perf_counter()
+def grid_throughput() -> dict[str, tuple[int, float]]:
+    """Each candidate's (batch, responses/s) from the grid probe's recommendation (the simulated time
+    model; the same for every target)."""
     grid = tune_json(["probe.mode=grid"])
     assert grid is not None, "the grid probe failed"
-    thr = {c["name"]: (c["batch_responses"], c["responses_per_s"]) for c in grid["candidates"]}
+    return {c["name"]: (c["batch_responses"], c["responses_per_s"]) for c in grid["candidates"]}
+
+
+def main() -> None:
+    t0 = time.perf_counter()
+    thr = grid_throughput()
     print(f"# setting: {' '.join(SETTING)}; seeds {list(SEEDS)} one at a time")
     print(
         "target | R(8) true | best | true full run (steps) | cost tool: median [max] | "

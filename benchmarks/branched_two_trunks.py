@@ -22,14 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from branched_cost import tune_json  # noqa: E402
-from branched_run_length import SETTING, true_r  # noqa: E402
+from branched_run_length import SETTING, grid_throughput, true_r  # noqa: E402
 
 
 def main() -> None:
     t0 = time.perf_counter()
-    grid = tune_json(["probe.mode=grid"])
-    assert grid is not None, "the grid probe failed"
-    thr = {c["name"]: (c["batch_responses"], c["responses_per_s"]) for c in grid["candidates"]}
+    thr = grid_throughput()
     print(f"# setting: {' '.join(SETTING)}; one trunk per probe, seeds 0-15, paired 2k and 2k+1")
     print(
         "target | one trunk: picks (seeds 0-15) | regret<=1.05 | "
