@@ -79,7 +79,7 @@ def stored_curve(store: ResultsStore, rid: str, metric: str, start: int, batch: 
 
 
 def control_curve(
-    store: ResultsStore, ckpt: int, ref: Candidate, seed: int, metric: str, upto: int
+    store: ResultsStore, ckpt: int, ref: Candidate, seed: int, metric: str, upto: float
 ) -> BranchCurve:
     """The control of one seed: the curves of its segments that start before ``upto`` (where the
     probe has extended it to so far: a rerun replays the same decisions from the same data, even

@@ -38,7 +38,7 @@ from batchtune.analysis.efficiency import CandidateEfficiency, RunData, SampleEf
 from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, InputError
 from batchtune.events import ProbeEvents
-from batchtune.measure.branch_checkpoint import AtCheckpoint, branch_id, origin
+from batchtune.measure.branch_checkpoint import AtCheckpoint, control_curve, origin
 from batchtune.measure.plan import Plan, plan_candidates
 from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
 from batchtune.recipe.schema import Recipe
@@ -246,29 +246,21 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
         higher_is_better=t.higher_is_better,
         tolerance=t.tolerance,
         confidence=t.confidence,
-        reference_curve=reference_curve(runs, t.metric),
+        reference_curve=reference_curve(branched_store(recipe.run.results_dir), runs, t.metric),
     )
 
 
-def reference_curve(runs: BranchedRuns, metric: str) -> tuple[np.ndarray, np.ndarray]:
+def reference_curve(store: ResultsStore, runs: BranchedRuns, metric: str) -> tuple[np.ndarray, np.ndarray]:
     """The longest curve of the reference batch: the trunk, continued by its own seed's control at
     the last checkpoint (the trunk's exact continuation, resumed from its state at the same seed,
     run on past its window where a larger batch's window needed it). R(B0) is read or extrapolated
     from it: a longer curve at no extra cost (docs/branched.md)."""
     ts, tv = runs.trunk.curve(metric)
     last = runs.checkpoints[-1]
-    own = branch_id(last, runs.plan.by_label()[runs.plan.reference], runs.trunk.record.seed)
-    parts = sorted(
-        (r for r in runs.branches if r.record.run_id == own or r.record.run_id.startswith(own + "-from")),
-        key=lambda r: origin(r.record.run_id),
-    )
-    s, v = [ts[ts <= last]], [tv[ts <= last]]
-    for r in parts:
-        cs, cv = r.curve(metric)
-        keep = cs > max(float(s[-1][-1]) if s[-1].size else 0.0, float(last))
-        s.append(cs[keep])
-        v.append(cv[keep])
-    return np.concatenate(s), np.concatenate(v)
+    ref = runs.plan.by_label()[runs.plan.reference]
+    own = control_curve(store, last, ref, runs.trunk.record.seed, metric, upto=math.inf)
+    after = own.samples > 0
+    return np.r_[ts[ts <= last], own.samples[after] + last], np.r_[tv[ts <= last], own.values[after]]
 
 
 def run_branched_probe(

@@ -105,7 +105,7 @@ def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path:
     from batchtune.measure.branched import reference_curve
 
     r0, lo0, hi0 = res.summary.reference_samples_to_target
-    s, v = reference_curve(res.runs, "loss")
+    s, v = reference_curve(branched_store(tmp_path), res.runs, "loss")
     ts, tv = res.runs.trunk.curve("loss")
     assert np.array_equal(s[: ts.size], ts) and np.all(np.diff(s) > 0) and s[-1] > 1024
     assert res.summary.extrapolated and lo0 == s[-1] and hi0 > r0
