@@ -23,8 +23,8 @@ import sys
 import tempfile
 from typing import Any
 
-from batchtune.analysis.lr import scaled_lr
-from batchtune.backends.nqm_theory import expected_samples_to_target
+from regret_cases import _nqm_true_r
+
 from batchtune.recipe.load import load_recipe
 
 SETTINGS = {
@@ -86,15 +86,9 @@ def cli_json(command: str, sets: list[str]) -> dict[str, Any] | None:
 def true_times(grid: dict[str, Any]) -> dict[str, float]:
     """T(B) per candidate of a grid row's --json: R_exp(B) from the closed form / its throughput."""
     base = load_recipe("recipes/nqm.toml")
-    t = {}
-    for c in grid["candidates"]:
-        n = c["batch_responses"]
-        lr = scaled_lr(base.optimizer.lr, n, 8, base.lr_scaling.rule)
-        r = expected_samples_to_target(
-            base.nqm, lr=lr, batch=n, target_loss=base.target.value, warmup_samples=0, max_samples=1e7
-        )
-        t[c["name"]] = r / c["responses_per_s"]
-    return t
+    return {
+        c["name"]: _nqm_true_r(base, c["batch_responses"]) / c["responses_per_s"] for c in grid["candidates"]
+    }
 
 
 def main() -> None:

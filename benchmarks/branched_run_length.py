@@ -31,9 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from branched_cost import tune_json  # noqa: E402
+from regret_cases import _nqm_true_r  # noqa: E402
 
-from batchtune.analysis.lr import scaled_lr  # noqa: E402
-from batchtune.backends.nqm_theory import expected_samples_to_target  # noqa: E402
 from batchtune.recipe.load import load_recipe  # noqa: E402
 
 TARGETS = [1.0, 0.7, 0.5, 0.4]
@@ -54,11 +53,8 @@ VARIANTS = {
 
 
 def true_r(batch: int, target: float) -> float:
-    base = load_recipe("recipes/nqm.toml")
-    lr = scaled_lr(base.optimizer.lr, batch, 8, base.lr_scaling.rule)
-    return expected_samples_to_target(
-        base.nqm, lr=lr, batch=batch, target_loss=target, warmup_samples=0, max_samples=1e8
-    )
+    """The closed form's samples to ``target`` at ``batch`` (regret_cases._nqm_true_r on the recipe)."""
+    return _nqm_true_r(load_recipe("recipes/nqm.toml"), batch, target)
 
 
 def grid_throughput() -> dict[str, tuple[int, float]]:
