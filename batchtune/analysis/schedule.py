@@ -165,19 +165,19 @@ def compare_schedule(
         raise AnalysisError(f"the reference {reference} is not among the schedule's candidates")
     b0 = float(by[reference].batch_responses)
 
-    def measured(c: ScheduleCandidate, seg: Segment) -> float | None:
-        n = float(c.batch_responses)
-        return 1.0 if n == b0 else seg.ratios.get(n)
-
     rate: dict[str, list[float]] = {}  # label -> its ratio per segment (filled where not measured)
+    known: dict[str, list[bool]] = {}  # label -> measured at each segment's checkpoint
     for c in by.values():
-        got = [(s.share, r) for s in segments if (r := measured(c, s)) is not None and not math.isnan(r)]
-        if not got:
+        n = float(c.batch_responses)
+        vals = [1.0 if n == b0 else seg.ratios.get(n, math.nan) for seg in segments]
+        ok = [not math.isnan(v) for v in vals]
+        if not any(ok):
             continue  # never branched: the ranking leaves it out too
-        mean = sum(w * r for w, r in got) / sum(w for w, _ in got)
-        rate[c.label] = [
-            r if (r := measured(c, s)) is not None and not math.isnan(r) else mean for s in segments
-        ]
+        mean = sum(s.share * v for s, v, k in zip(segments, vals, ok, strict=True) if k) / sum(
+            s.share for s, k in zip(segments, ok, strict=True) if k
+        )
+        rate[c.label] = [v if k else mean for v, k in zip(vals, ok, strict=True)]
+        known[c.label] = ok
 
     def outcome(plan: Sequence[str]) -> Outcome:
         samples = [s.share * rate[lab][i] for i, (s, lab) in enumerate(zip(segments, plan, strict=True))]
@@ -195,8 +195,8 @@ def compare_schedule(
         return rate[lab][i] / by[lab].responses_per_s
 
     plan = []
-    for i, seg in enumerate(segments):
-        here = [lab for lab in rate if measured(by[lab], seg) is not None]
+    for i in range(len(segments)):
+        here = [lab for lab in rate if known[lab][i]]
         fastest = min(here, key=lambda lab: per_progress(lab, i), default=best)
         plan.append(fastest if per_progress(fastest, i) * (1 + tol) < per_progress(best, i) else best)
     # a warmup: the batch never falls. The last stage is at least the incumbent, and an earlier
