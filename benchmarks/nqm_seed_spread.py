@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 from branched_cost import cli_json
+from regret_cases import _nqm_true_r
 
 from batchtune.analysis.lr import scaled_lr
-from batchtune.backends.nqm_theory import curvatures, expected_samples_to_target, expected_sgd_moments
+from batchtune.backends.nqm_theory import curvatures, expected_sgd_moments
 from batchtune.recipe.load import load_recipe
 from batchtune.recipe.schema import Recipe
 
@@ -79,17 +80,7 @@ def closed_form_local_critical(recipe: Recipe, checkpoint: int, window: int, tol
 
 def main() -> None:
     recipe = load_recipe("recipes/nqm.toml")
-    exp_r = {
-        n: expected_samples_to_target(
-            recipe.nqm,
-            lr=scaled_lr(recipe.optimizer.lr, n, 8, recipe.lr_scaling.rule),
-            batch=n,
-            target_loss=recipe.target.value,
-            warmup_samples=0,
-            max_samples=1e7,
-        )
-        for n in (8, 256, 512)
-    }
+    exp_r = {n: _nqm_true_r(recipe, n) for n in (8, 256, 512)}
     d = _json(
         "probe",
         [
