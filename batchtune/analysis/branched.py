@@ -69,6 +69,19 @@ class LocalCritical:
     critical: CriticalBatch
     branch_samples: float  # samples all branches of this checkpoint spent
     windows: dict[float, float] = field(default_factory=dict)  # batch -> its own window, where > W
+    # batch -> seed -> the lower bound of a censored ratio (the samples the branch spent before it
+    # stopped short of the level, over R_c(B0, s)); a failed (diverged, OOM) branch has none: inf
+    bounds: dict[float, dict[int, float]] = field(default_factory=dict)
+
+    def observed(self, batch: float) -> dict[int, tuple[float, bool]]:
+        """Per seed (ratio, censored) at ``batch``: a censored seed's ratio is its bound (a lower
+        bound), a failed one's inf; seeds with no paired control are left out."""
+        bounds = self.bounds.get(batch, {})
+        return {
+            s: (bounds[s], True) if s in bounds else (r, False)
+            for s, r in self.ratios.get(batch, {}).items()
+            if not math.isnan(r)
+        }
 
     @property
     def point(self) -> float:
@@ -162,6 +175,46 @@ def _crossing(c: BranchCurve, start_value: float, level: float, higher_is_better
     )
 
 
+ADOPT, REJECT, MORE = "adopt", "reject", "more"
+
+
+def adoption(
+    ratios: Sequence[float],
+    *,
+    tol: float,
+    confidence: float,
+    min_seeds: int,
+    max_seeds: int,
+) -> str:
+    """The sequential test of a branched batch at one checkpoint, from its paired ratios so far
+    (one per seed; inf where the branch never reached the level, NaN where the seed's control did
+    not): ADOPT (the search may climb past it), REJECT, or MORE (branch it at another seed).
+
+    REJECT when any seed is unpaired or never reached the level, or the mean log ratio is past
+    log(1+tol). ADOPT needs ``min_seeds`` seeds and the one-sided ``confidence`` upper bound of the
+    mean log ratio (Student t over the seeds) within log(1+tol): at the edge of stability one seed's
+    branch keeps up and the next never reaches the level, and two lucky seeds must not decide.
+    MORE while neither holds and fewer than ``max_seeds`` seeds were branched; at ``max_seeds`` an
+    undecided batch is REJECTED (adopting past the critical batch costs more than stopping below it).
+    One seed (``min_seeds`` 1) is judged by its point.
+    """
+    r = np.asarray(ratios, dtype=float)
+    if r.size == 0 or not np.all(np.isfinite(r) & (r > 0)):
+        return REJECT
+    lr = np.log(r)
+    bound = math.log1p(tol)
+    mean = float(lr.mean())
+    if mean > bound:
+        return REJECT
+    if r.size >= max(min_seeds, 1):
+        if r.size == 1:
+            return ADOPT
+        upper = mean + float(stats.t.ppf(confidence, r.size - 1)) * float(lr.std(ddof=1)) / math.sqrt(r.size)
+        if upper <= bound:
+            return ADOPT
+    return MORE if r.size < max_seeds else REJECT
+
+
 def reaches(curve: BranchCurve, start_value: float, level: float, *, higher_is_better: bool) -> bool:
     """Whether a branch (or control) curve's fit reaches ``level`` (a failed one never does)."""
     return _crossing(curve, start_value, level, higher_is_better).samples_to_target is not None
@@ -226,6 +279,7 @@ def local_critical_batch(
 
     by_batch: dict[float, list[tuple[int, TargetCrossing]]] = {}
     ratios: dict[float, dict[int, float]] = {}
+    bounds: dict[float, dict[int, float]] = {}
     failed: dict[float, int] = {}
     for c in curves:
         v = own.get(c.batch, float(window_samples))
@@ -239,6 +293,8 @@ def local_critical_batch(
             if crossing.samples_to_target is None
             else crossing.samples_to_target / r0_s
         )
+        if math.isinf(ratio) and not (c.failed or c.samples.size == 0) and r0_s:
+            bounds.setdefault(c.batch, {})[c.seed] = crossing.max_samples / r0_s
         if c.batch in own:  # onto the common scale: R_c(B0, s) at W times the ratio at W_B
             base = ref_at[float(window_samples)].get(c.seed)
             base_s = base.samples_to_target if base is not None else None
@@ -281,6 +337,7 @@ def local_critical_batch(
         critical=crit,
         branch_samples=float(sum(c.consumed for c in curves)),
         windows={b: v for b, v in own.items() if b in by_batch},
+        bounds=bounds,
     )
 
 

@@ -7,7 +7,13 @@ the local rate of checkpoint i, so per seed s
     R_s(B) = R(B0) * sum_i w_i r_i(B, s) / sum_i w_i,     w_i = samples of segment i,
 
 over the checkpoints where B was branched (r_i(B, s) = R_c(B, s) / R_c(B0, s), analysis/branched.py;
-inf where the branch never reached the control's level). R(B0) is the trunk's own crossing of the
+where the branch stopped short of the control's level, the bound it reached, and the seed counts as
+censored; inf where it failed). R(B) is the MEAN of R_s(B) over seeds, not the median
+(curves.mean_over_seeds): a fixed-batch run pays one window after another, so it pays the mean
+local cost, and at the edge of stability the local ratios are heavy-tailed (on the NQM at N = 512,
+half of a checkpoint's branches keep up and the other half never reach the level; the median of
+two or three seeds reads 1.0 where the closed form needs 1.7x: benchmarks/out/branched_run_length.txt).
+R(B0) is the trunk's own crossing of the
 target, or, when the trunk stopped short, its extrapolation (`branched.extrapolate_to_target`, an
 interval stated with it, carried by every absolute R as SampleEfficiency.scale_ci). These R's feed
 the ordinary verdicts, joint fit and ranking (efficiency.assess, recommend), so a branched probe is
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchtune.analysis.branched import LocalCritical, ProgressFit, extrapolate_to_target, fit_progress
-from batchtune.analysis.curves import TargetCrossing, estimate_over_seeds
+from batchtune.analysis.curves import TargetCrossing, estimate_over_seeds, mean_over_seeds
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
 from batchtune.analysis.recommend import Recommendation
 from batchtune.analysis.schedule import ScheduleCandidate, Segment, compare_schedule
@@ -109,28 +115,30 @@ def summarise_branched(
     out: list[CandidateEfficiency] = []
     for c in cands:
         b = float(c.batch_responses)
-        per_seed: dict[int, list[tuple[float, float]]] = {}
+        per_seed: dict[int, list[tuple[float, float, bool]]] = {}  # (weight, ratio or bound, censored)
         for wi, lc in zip(w, locals_, strict=True):
-            for s, r in lc.ratios.get(b, {}).items():
-                if not math.isnan(r):
-                    per_seed.setdefault(s, []).append((wi, r))
+            for s, (r, cens) in lc.observed(b).items():
+                per_seed.setdefault(s, []).append((wi, r, cens))
         if c.label == reference:
-            per_seed = {s: [(1.0, 1.0)] for s in sorted({s for lc in locals_ for s in lc.ratios.get(b, {})})}
+            per_seed = {
+                s: [(1.0, 1.0, False)] for s in sorted({s for lc in locals_ for s in lc.ratios.get(b, {})})
+            }
         if not per_seed:
             notes.append(f"{c.label} was not branched (the search bracketed the critical batch without it)")
             continue
         crossings, ids = [], []
-        for s, pairs in sorted(per_seed.items()):
-            ww = np.array([p[0] for p in pairs])
-            rr = np.array([p[1] for p in pairs])
+        for s, parts in sorted(per_seed.items()):
+            ww = np.array([p[0] for p in parts])
+            rr = np.array([p[1] for p in parts])
             ratio = float(np.sum(ww * rr) / np.sum(ww)) if np.all(np.isfinite(rr)) else math.inf
+            censored = any(p[2] for p in parts) or not math.isfinite(ratio)
             crossings.append(
-                TargetCrossing(r0 * ratio, False, r0 * ratio)
-                if math.isfinite(ratio)
-                else TargetCrossing(None, True, r0)
+                TargetCrossing(None, True, r0 * ratio if math.isfinite(ratio) else r0)
+                if censored
+                else TargetCrossing(r0 * ratio, False, r0 * ratio)
             )
             ids.append(s)
-        est = estimate_over_seeds(crossings, confidence=confidence, seed_ids=ids)
+        est = mean_over_seeds(estimate_over_seeds(crossings, confidence=confidence, seed_ids=ids))
         out.append(dataclasses.replace(c, estimate=est, family="main"))
     eff = assess(
         out,
@@ -166,8 +174,9 @@ def summarise_branched(
 
 def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> Recommendation:
     """``rec`` with the batch schedule of analysis/schedule.py read from the branched probe's local
-    ratios (the median over seeds at each checkpoint, on the ranking's segment weights), compared
-    with every fixed batch that has a throughput; a note instead with a single checkpoint."""
+    ratios (the mean over seeds at each checkpoint, censored seeds at their bounds, as the ranking
+    reads them, on the ranking's segment weights), compared with every fixed batch that has a
+    throughput; a note instead with a single checkpoint."""
     if len(summary.locals) < 2:
         note = "no batch schedule: it needs the local ratios at >= 2 checkpoints (branch.checkpoints)"
         return dataclasses.replace(rec, notes=(*rec.notes, note))
@@ -176,10 +185,10 @@ def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> 
     segments = [
         Segment(
             share=float(r0 * wi / w.sum()),
-            ratios={
-                b: float(np.median(finite))
-                for b, per_seed in lc.ratios.items()
-                if (finite := [r for r in per_seed.values() if not math.isnan(r)])
+            ratios={  # the mean over seeds, as the ranking reads them (censored seeds at their bounds)
+                b: float(np.mean([r for r, _ in seen.values()]))
+                for b in lc.ratios
+                if (seen := lc.observed(b))
             },
             local_critical=lc.point,
         )

@@ -18,8 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from batchtune.analysis.branched import (
+    ADOPT,
+    MORE,
     BranchCurve,
     LocalCritical,
+    adoption,
     control_level,
     local_critical_batch,
     local_ratios,
@@ -194,7 +197,7 @@ class AtCheckpoint:
         seeds') until it falls behind or has that many. A seed whose control never reaches the
         level, even run as long as a branch may, leaves the batch unconfirmed (the conservative
         side)."""
-        cand, t, c = main[i], self.recipe.target, self.c
+        cand, t, c, br = main[i], self.recipe.target, self.c, self.recipe.branch
         wb = self.window(cand.batch_responses)
         self.windows[cand.batch_responses] = wb
         self.cover(wb)
@@ -211,10 +214,17 @@ class AtCheckpoint:
                 self.branches.append(stored_curve(self.store, rid, t.metric, c, cand.batch_responses))
                 mine.append(s)
             got = local_ratios(self.start, self.curves, self.b0, lv, t.higher_is_better, cand.batch_responses)
-            ratios = [r for r in got if r > 0]
-            ok = len(ratios) == len(mine) and math.exp(float(np.mean(np.log(ratios)))) <= 1 + t.tolerance
-            more = len(mine) < self.recipe.branch.confirm_seeds
-            todo = [extra_seed(self.recipe, len(mine) - len(self.seeds) + 1)] if ok and more else []
+            # a seed whose control never reached the level has no ratio: NaN (unpaired) rejects
+            ratios = [*got, *[math.nan] * (len(mine) - len(got))]
+            verdict = adoption(
+                ratios,
+                tol=t.tolerance,
+                confidence=t.confidence,
+                min_seeds=br.confirm_seeds,
+                max_seeds=max(br.max_seeds, br.confirm_seeds, len(self.seeds)),
+            )
+            ok = verdict == ADOPT
+            todo = [extra_seed(self.recipe, len(mine) - len(self.seeds) + 1)] if verdict == MORE else []
         return ok
 
     def local_critical(self) -> LocalCritical:

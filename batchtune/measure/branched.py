@@ -10,8 +10,11 @@ than `branch.min_steps` of its own steps gets the window W_B = min_steps * B ins
 control is extended to cover it by a segment resumed from its own end (a chain; nothing is rerun).
 The other branches stop once they reach the level (confirmed 25% past it) or after
 `branch.max_window_factor` windows (censored); `branch.search = "bisect"` branches only the batches a
-binary search for the last one within 1+tol needs, and a batch it would climb past on fewer than
-`branch.confirm_seeds` seeds is branched at the next seed too (with that seed's own control).
+binary search for the last one within 1+tol needs (from the previous checkpoint's answer, one step
+up if it holds there, one down if not), and a batch it would climb past is branched at more seeds
+(each with its own control) until the sequential test of analysis/branched.adoption decides:
+at least `branch.confirm_seeds` seeds whose upper confidence bound is within 1+tol, at most
+`branch.max_seeds`.
 measure/branch_checkpoint.py runs one checkpoint's controls and branches; analysis/branched.py turns
 the curves into the local critical batch per checkpoint.
 
@@ -161,11 +164,12 @@ def run_branched(
         else:  # main[lo] is within tolerance (the reference is), main[hi] is not (hi = len: unknown)
             lo, hi = 0, len(main)
             guess = prev_lo if prev_lo else len(main) // 2
-            while hi - lo > 1:
+            while hi - lo > 1:  # from the previous answer, one step up if it holds, else one down
                 mid = guess if lo < guess < hi else (lo + hi) // 2
-                guess = mid + 1 if mid == prev_lo else 0
                 tested.append(mid)
-                lo, hi = (mid, hi) if within(mid) else (lo, mid)
+                ok = within(mid)
+                guess = (mid + 1 if ok else mid - 1) if mid == prev_lo else 0
+                lo, hi = (mid, hi) if ok else (lo, mid)
             prev_lo = lo
         skipped[c] = tuple(main[i].label for i in range(1, len(main)) if i not in tested)
         locals_.append(at.local_critical())

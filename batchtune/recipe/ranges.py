@@ -152,6 +152,7 @@ RANGES: dict[str, Range] = {
     "branch.max_window_factor": ONE_UP,
     "branch.min_steps": _size(),
     "branch.confirm_seeds": _size(64),
+    "branch.max_seeds": _size(64),
 }
 
 

@@ -216,10 +216,18 @@ class BranchConfig:
     # a batch is adopted (the search climbs past it) only once it keeps up on this many seeds: one
     # with fewer budget.seeds is branched at the next seed too (and that seed's control), until it
     # falls behind or has this many. Wrongly adopting a batch past the critical one costs far more
-    # time than wrongly stopping below it, so only adoptions are confirmed.
-    confirm_seeds: int = 2
+    # time than wrongly stopping below it, so only adoptions are confirmed. 3, not 2: on the NQM two
+    # seeds adopted 512 (past the critical batch) on 2 of 8 trunks, three on none
+    # (benchmarks/out/branched_run_length.txt)
+    confirm_seeds: int = 3
+    # ... and only once the one-sided upper confidence bound (target.confidence, t over seeds) of its
+    # mean log ratio is within 1+tol too: a batch whose seeds disagree (at the edge of stability one
+    # seed keeps up, the next never reaches the level) gets another seed, up to this many, and is not
+    # adopted if still undecided then
+    max_seeds: int = 4
     # which candidates branch at a checkpoint: bisect = a binary search over the main candidates for
-    # the last one within 1+tol (started from the previous checkpoint's answer); all = every one
+    # the last one within 1+tol (started from the previous checkpoint's answer, then one step up if
+    # it holds there or one down if not); all = every one
     search: str = "bisect"
 
 

@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 
 from batchtune.analysis.branched import (
+    ADOPT,
+    MORE,
+    REJECT,
     BranchCurve,
+    adoption,
     extrapolate_to_target,
     fit_progress,
     local_critical_batch,
@@ -115,3 +119,34 @@ def test_a_batch_with_its_own_longer_window_shows_what_one_step_hides() -> None:
     assert own.estimates[512.0].samples_to_target == pytest.approx(1.5 * r0, rel=0.02)
     assert own.windows == {512.0: 2048.0, 1024.0: 4096.0} and own.level == short.level
     assert own.point < 512
+
+
+def test_adoption_needs_seeds_that_agree_not_two_lucky_ones() -> None:
+    kw = {"tol": 0.1, "confidence": 0.9, "min_seeds": 2, "max_seeds": 4}
+    assert adoption([1.00, 0.98], **kw) == ADOPT  # agree, well within 1+tol
+    assert adoption([0.99, 1.15], **kw) == MORE  # the mean is within, the bound is not
+    assert adoption([0.99, 1.15, 0.94, math.inf], **kw) == REJECT  # a seed never reached the level
+    assert adoption([1.02, 1.25], **kw) == REJECT  # the mean itself is past 1+tol
+    assert adoption([0.95, 1.2, 0.95, 1.15], **kw) == REJECT  # still undecided at max_seeds
+    assert adoption([1.0, math.nan], **kw) == REJECT  # a seed whose control never reached it
+    assert adoption([1.0], **kw) == MORE
+    assert adoption([1.05], **{**kw, "min_seeds": 1}) == ADOPT  # one seed: its point
+    assert adoption([], **kw) == REJECT
+
+
+def test_a_censored_branch_keeps_the_bound_it_reached_a_diverged_one_none() -> None:
+    """A branch that stops short of the level is known to need more than it spent: its ratio is
+    inf, and `bounds` holds samples spent / R_c(B0, s). A failed branch has no bound."""
+    rng = np.random.default_rng(0)
+    curves = [_branch(8, s, 1.0, rng) for s in range(2)]
+    slow = _branch(512, 0, 3.0, rng)  # a third of the control's rate: never reaches the level
+    s = slow.samples[slow.samples <= 1536]
+    curves += [
+        BranchCurve(batch=512, seed=0, samples=s, values=slow.values[: s.size], consumed=1536.0),
+        BranchCurve(batch=512, seed=1, samples=s[:1], values=slow.values[:1], failed=True, consumed=512.0),
+    ]
+    lc = local_critical_batch(
+        4096, 2.0, curves, reference_batch=8, window_samples=1024, higher_is_better=False, tol=0.1
+    )
+    assert lc.ratios[512.0] == {0: math.inf, 1: math.inf}
+    assert lc.bounds[512.0] == {0: pytest.approx(1536.0 / 1024, rel=0.02)}
