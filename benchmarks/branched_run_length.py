@@ -15,8 +15,9 @@ on 8 seeds each (`budget.seeds=[k]`, k = 0..7). Per target:
   regret         = T(recommended) / T(best), as benchmarks/branched_cost.py (closed-form R, the grid's
                    simulated throughput).
 Then, at loss 0.5 (a run of ~168 steps, where the probe costs under one run), the same 8 seeds with
-a third confirmation seed (branch.confirm_seeds = 3) and with windows of at least 8 of a batch's own
-steps (branch.min_steps = 8): does more evidence stop the probe adopting 512?
+a third confirmation seed (branch.confirm_seeds = 3), with windows of at least 8 of a batch's own
+steps (branch.min_steps = 8) and with a checkpoint at 0 (branches from initialisation): which
+evidence stops the probe adopting 512, at what cost?
 Simulated seconds; deterministic per seed.
 """
 
@@ -49,6 +50,7 @@ VARIANTS = {
     "shipped (confirm_seeds 2, min_steps 4)": [],
     "confirm_seeds 3": ["branch.confirm_seeds=3"],
     "min_steps 8": ["branch.min_steps=8"],
+    "checkpoints 0, 0.5, 1.0": ["branch.checkpoints=[0, 0.5, 1.0]"],
 }
 
 

@@ -127,7 +127,8 @@ class AtCheckpoint:
         self.b0 = ref.batch_responses
         self.w = recipe.branch.window_samples
         self.seeds = list(recipe.budget.seeds)
-        self.resume = checkpoint_path(ckpt_dir, c)  # every branch starts from the trunk's checkpoint
+        # every branch starts from the trunk's checkpoint; at 0, from initialisation (a fresh run)
+        self.resume = checkpoint_path(ckpt_dir, c) if c > 0 else None
         self.ends: dict[int, int] = {}  # seed -> where its control's last segment ends
         self.controls: dict[int, BranchCurve] = {}  # seed -> its control's curve so far
         self.branches: list[BranchCurve] = []
@@ -158,7 +159,11 @@ class AtCheckpoint:
         cdir = self.ckpt_dir / f"c{c}-control-s{s}"
         resume = self.resume if start_at == c else checkpoint_path(cdir, start_at)
         rid = control_id(c, ref, s, start_at)
-        if not self.store.is_finished(rid) and not any(resume.parent.glob(resume.name + "*")):
+        if (
+            resume is not None
+            and not self.store.is_finished(rid)
+            and not any(resume.parent.glob(resume.name + "*"))
+        ):
             raise InputError(
                 f"{self.store.root}: the control {control_id(c, ref, s, c)} has no checkpoint at its "
                 "end to extend (results of an older batchtune?); probe into a fresh results_dir"

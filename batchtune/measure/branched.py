@@ -68,9 +68,13 @@ def branched_store(results_dir: str | Path) -> ResultsStore:
 
 
 def checkpoint_positions(recipe: Recipe, reference_batch: int) -> tuple[int, ...]:
-    """Checkpoints in cumulative samples: fractions of the trunk rounded to whole trunk steps."""
+    """Checkpoints in cumulative samples: fractions of the trunk rounded to whole trunk steps (a
+    fraction 0 is the initialisation itself: its branches are fresh runs)."""
     b = recipe.branch
-    out = {max(1, round(f * b.trunk_samples / reference_batch)) * reference_batch for f in b.checkpoints}
+    out = {
+        (max(1, round(f * b.trunk_samples / reference_batch)) if f > 0 else 0) * reference_batch
+        for f in b.checkpoints
+    }
     return tuple(sorted(out))
 
 
@@ -141,7 +145,7 @@ def run_branched(
         trunk_id,
         ckpts[-1],
         policy(t.value, ckpts[-1], 0, False),
-        {"save_at_samples": ckpts, "checkpoint_dir": ckpt_dir},
+        {"save_at_samples": tuple(c for c in ckpts if c > 0), "checkpoint_dir": ckpt_dir},
     )
     trunk_rec = store.run(trunk_id)
     if trunk_rec is None or trunk_rec.status in FAILED_STATUSES or trunk_rec.samples < ckpts[-1]:

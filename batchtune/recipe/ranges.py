@@ -147,7 +147,7 @@ RANGES: dict[str, Range] = {
     "pretrain.decay_fraction": Range(0, 1, open_hi=True),
     "pretrain.micro_batch_tokens": NONNEG,
     "branch.trunk_samples": _size(),
-    "branch.checkpoints": Range(0, 1, open_lo=True),
+    "branch.checkpoints": Range(0, 1),  # 0: branches from initialisation
     "branch.window_samples": _size(),
     "branch.max_window_factor": ONE_UP,
     "branch.min_steps": _size(),

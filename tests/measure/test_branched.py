@@ -181,3 +181,20 @@ def test_with_one_seed_a_batch_is_adopted_only_once_more_seeds_confirm_it(tmp_pa
     assert again.runs_done == 0 and _answer(again) == _answer(res)
     s0 = load_recipe("recipes/nqm.toml", [*SETS, "branch.checkpoints=[1.0]", "budget.seeds=[0]"])
     assert s0.branch.confirm_seeds == 3 and s0.branch.max_seeds == 4
+
+
+def test_a_checkpoint_at_zero_branches_from_initialisation(tmp_path: Path) -> None:
+    """branch.checkpoints = [0, 1.0]: the first checkpoint's branches are fresh runs (nothing to
+    resume), so the trunk's seed's control there is the trunk itself, step for step."""
+    sets = [*SETS, "branch.checkpoints=[0, 1.0]", f"run.results_dir={tmp_path}"]
+    cfg = load_recipe("recipes/nqm.toml", sets)
+    res = run_branched_probe(cfg)
+    assert [lc.checkpoint_samples for lc in res.summary.locals] == [0.0, 1024.0]
+    store = branched_store(tmp_path)
+    c0 = store.run("c0-P1xG8-s0")
+    assert c0 is not None and c0.samples > 0
+    control = [(r.samples, r.metrics["loss"]) for r in store.steps("c0-P1xG8-s0")]
+    trunk = [(r.samples, r.metrics["loss"]) for r in store.steps("trunk-P1xG8-s0")]
+    n = min(len(control), len(trunk))
+    assert n > 10 and control[:n] == trunk[:n]
+    assert not (tmp_path / "branched" / "checkpoints" / "ckpt-0.npz").exists()
