@@ -244,6 +244,7 @@ class TargetEstimate:
     censored_at: tuple[float | None, ...]
     confidence: float
     seed_ids: tuple[int, ...] = ()  # the run seed of each entry; () when unknown (no pairing)
+    statistic: str = "median"  # over seeds: "median", or "geometric mean" (mean_over_seeds)
 
     def __post_init__(self) -> None:
         vals = (self.samples_to_target, self.ci_low, self.ci_high)
@@ -363,12 +364,20 @@ def mean_over_seeds(est: TargetEstimate, *, n_boot: int = 2000, seed: int = 0) -
     high = np.array([math.log(v) if v is not None else math.inf for v in est.per_seed], dtype=float)
     point = math.exp(float(low.mean()))
     if low.size == 1:
-        return dataclasses.replace(est, samples_to_target=point, ci_low=point, ci_high=point)
+        return dataclasses.replace(
+            est, samples_to_target=point, ci_low=point, ci_high=point, statistic="geometric mean"
+        )
     idx = np.random.default_rng(seed).integers(0, low.size, size=(n_boot, low.size))
     lo = math.exp(percentile_interval(low[idx].mean(axis=1), est.confidence)[0])
     hi_log = percentile_interval(high[idx].mean(axis=1), est.confidence)[1]
     hi = math.exp(hi_log) if math.isfinite(hi_log) else math.inf
-    return dataclasses.replace(est, samples_to_target=point, ci_low=min(lo, point), ci_high=max(hi, point))
+    return dataclasses.replace(
+        est,
+        samples_to_target=point,
+        ci_low=min(lo, point),
+        ci_high=max(hi, point),
+        statistic="geometric mean",
+    )
 
 
 def estimate_from_value(

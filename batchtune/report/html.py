@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchtune.report.terminal import fmt_ci, fmt_n, fmt_time
+from batchtune.report.terminal import fmt_ci, fmt_n, fmt_time, r_statistic
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1000px;margin:2em auto;
@@ -39,7 +39,8 @@ class Section:
 
 
 def efficiency_rows(eff: Any) -> tuple[tuple[str, ...], ...]:
-    rows: list[tuple[str, ...]] = [("candidate", "N", "LR", "seeds", "R (median)", "CI", "R/R0", "status")]
+    head = ("candidate", "N", "LR", "seeds", f"R ({r_statistic(eff)})", "CI", "R/R0", "status")
+    rows: list[tuple[str, ...]] = [head]
     for c in eff.candidates:
         est = c.estimate
         ratio = c.verdict.ratio if c.verdict else None

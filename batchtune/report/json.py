@@ -86,6 +86,7 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
                 "status": c.status,
                 "status_reason": c.verdict.reason if c.verdict else "; ".join(c.failures),
                 "samples_to_target": num(est.samples_to_target) if est else None,
+                "samples_statistic": est.statistic if est else None,  # over seeds
                 "samples_ci": [num(v) for v in eff.absolute_ci(est)] if est else None,
                 "sample_ratio": num(ratio.ratio) if ratio else (1.0 if c.label == eff.reference else None),
                 "sample_ratio_ci": [num(ratio.ci_low), num(ratio.ci_high)] if ratio else None,

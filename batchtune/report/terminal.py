@@ -61,11 +61,18 @@ def fmt_time(seconds: float) -> str:
     return f"{seconds:.1f} s"
 
 
+def r_statistic(eff: SampleEfficiency) -> str:
+    """How R was read over seeds: "median" (a grid probe), "geometric mean" (a branched probe)."""
+    stats = {c.estimate.statistic for c in eff.candidates if c.estimate is not None}
+    return stats.pop() if len(stats) == 1 else "median"
+
+
 def efficiency_table(eff: SampleEfficiency) -> Table:
     cmp = ">=" if eff.higher_is_better else "<="
     goal = f"{eff.metric} {cmp} {eff.target:g}" if math.isfinite(eff.target) else "the target"
     table = Table(title=f"Sample efficiency: responses until {goal}")
-    for col in ("candidate", "P x G", "N", "LR", "seeds", "R (median)", "CI", "R/R0", "status"):
+    r_col = f"R ({r_statistic(eff)})"
+    for col in ("candidate", "P x G", "N", "LR", "seeds", r_col, "CI", "R/R0", "status"):
         table.add_column(col, justify="right" if col not in ("candidate", "status") else "left")
     for c in eff.candidates:
         est = c.estimate

@@ -114,6 +114,9 @@ def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path:
     assert res.summary.trunk_samples == 1024  # the trunk's cost is its own; the control's is a branch's
     est = eff.get(cost["full_run_candidate"]).estimate
     assert lo == pytest.approx(est.ci_low * lo0 / r0) and hi == pytest.approx(est.ci_high * hi0 / r0)
+    from batchtune.report.terminal import r_statistic
+
+    assert r_statistic(eff) == "geometric mean"  # the table's R column says how seeds were read
     r_lo, r_hi = (float(x) for x in cost["ratio_range"])
     assert r_lo <= cost["ratio"] <= r_hi
     assert r_hi == pytest.approx(cost["samples"] / lo) and r_lo == pytest.approx(cost["samples"] / hi)
