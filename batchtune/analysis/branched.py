@@ -93,9 +93,13 @@ class LocalCritical:
 
     @property
     def interval(self) -> tuple[float, float]:
+        """The joint crossing's interval, else the walk's bracket; it always holds `point` (a
+        crossing that never reaches 1+tol leaves the walk's batch as the point, below the
+        crossing's interval)."""
         c = self.critical
         if c.crossing_ci is not None:
-            return (float(c.crossing_ci[0]), float(c.crossing_ci[1]))
+            lo, hi = float(c.crossing_ci[0]), float(c.crossing_ci[1])
+            return min(lo, self.point), max(hi, self.point)
         lo = float(c.lower if c.lower is not None else c.reference_batch)
         return lo, float(c.upper) if c.upper is not None else math.inf
 

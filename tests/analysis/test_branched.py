@@ -150,3 +150,16 @@ def test_a_censored_branch_keeps_the_bound_it_reached_a_diverged_one_none() -> N
     )
     assert lc.ratios[512.0] == {0: math.inf, 1: math.inf}
     assert lc.bounds[512.0] == {0: pytest.approx(1536.0 / 1024, rel=0.02)}
+
+
+def test_the_local_critical_batch_interval_holds_its_point() -> None:
+    """Flat ratios up to 512 and 1024 never reaching the level: the joint crossing is past every
+    batch measured (no finite point), so the point is the walk's 512, and its interval holds it."""
+    rng = np.random.default_rng(3)
+    curves = [_branch(b, s, 1.0 + 0.002 * s, rng) for b in (8, 64, 256, 512) for s in range(3)]
+    curves += [_branch(1024, s, 20.0, rng) for s in range(3)]
+    lc = local_critical_batch(
+        4096, 2.0, curves, reference_batch=8, window_samples=1024, higher_is_better=False, tol=0.1
+    )
+    lo, hi = lc.interval
+    assert lo <= lc.point <= hi
