@@ -8,7 +8,7 @@ the local rate of checkpoint i, so per seed s
 
 over the checkpoints where B was branched (r_i(B, s) = R_c(B, s) / R_c(B0, s), analysis/branched.py;
 where the branch stopped short of the control's level, the bound it reached, and the seed counts as
-censored; inf where it failed). R(B) is the MEAN of R_s(B) over seeds, not the median
+censored; inf where it failed). R(B) is the GEOMETRIC MEAN of R_s(B) over seeds, not the median
 (curves.mean_over_seeds): a fixed-batch run pays one window after another, so it pays the mean
 local cost, and at the edge of stability the local ratios are heavy-tailed (on the NQM at N = 512,
 half of a checkpoint's branches keep up and the other half never reach the level; the median of
@@ -174,8 +174,8 @@ def summarise_branched(
 
 def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> Recommendation:
     """``rec`` with the batch schedule of analysis/schedule.py read from the branched probe's local
-    ratios (the mean over seeds at each checkpoint, censored seeds at their bounds, as the ranking
-    reads them, on the ranking's segment weights), compared with every fixed batch that has a
+    ratios (the geometric mean over seeds at each checkpoint, censored seeds at their bounds, as
+    the ranking reads them, on the ranking's segment weights), compared with every fixed batch that has a
     throughput; a note instead with a single checkpoint."""
     if len(summary.locals) < 2:
         note = "no batch schedule: it needs the local ratios at >= 2 checkpoints (branch.checkpoints)"
@@ -185,8 +185,8 @@ def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> 
     segments = [
         Segment(
             share=float(r0 * wi / w.sum()),
-            ratios={  # the mean over seeds, as the ranking reads them (censored seeds at their bounds)
-                b: float(np.mean([r for r, _ in seen.values()]))
+            ratios={  # the geometric mean over seeds, as the ranking reads them (censored at their bounds)
+                b: math.exp(float(np.mean(np.log([r for r, _ in seen.values()]))))
                 for b in lc.ratios
                 if (seen := lc.observed(b))
             },

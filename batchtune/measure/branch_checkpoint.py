@@ -196,12 +196,12 @@ class AtCheckpoint:
             self._extend(s, self._end(longest))
 
     def within(self, main: list[Candidate], i: int) -> bool:
-        """Branch candidate main[i] over its window at every seed; True when its paired ratio point
-        <= 1+tol. One that passes on fewer than branch.confirm_seeds seeds is branched at the next
-        seed too (with that seed's own control, so it stays paired; the level stays the planned
-        seeds') until it falls behind or has that many. A seed whose control never reaches the
-        level, even run as long as a branch may, leaves the batch unconfirmed (the conservative
-        side)."""
+        """Branch candidate main[i] over its window at every planned seed, then at one more seed at
+        a time (each with its own control, so it stays paired; the level stays the planned seeds')
+        while the sequential test of analysis/branched.adoption says MORE; True when it ADOPTs the
+        batch (at least branch.confirm_seeds seeds whose upper confidence bound is within 1+tol).
+        A seed whose control never reaches the level, even run as long as a branch may, rejects
+        the batch (the conservative side)."""
         cand, t, c, br = main[i], self.recipe.target, self.c, self.recipe.branch
         wb = self.window(cand.batch_responses)
         self.windows[cand.batch_responses] = wb
