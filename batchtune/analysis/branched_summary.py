@@ -11,8 +11,9 @@ where the branch stopped short of the control's level, the bound it reached, and
 censored; inf where it failed). R(B) is the GEOMETRIC MEAN of R_s(B) over seeds, not the median
 (curves.mean_over_seeds): a fixed-batch run pays one window after another, so it pays the mean
 local cost, and at the edge of stability the local ratios are heavy-tailed (on the NQM at N = 512,
-half of a checkpoint's branches keep up and the other half never reach the level; the median of
-two or three seeds reads 1.0 where the closed form needs 1.7x: benchmarks/out/branched_run_length.txt).
+a third of a checkpoint's branches keep up and the rest fall far behind or never reach the level;
+the median of two or three seeds reads 1.0 where the closed form needs 1.7x:
+benchmarks/out/nqm_seed_spread.txt, branched_run_length.txt).
 R(B0) is the trunk's own crossing of the
 target, or, when the trunk stopped short, its extrapolation (`branched.extrapolate_to_target`, an
 interval stated with it, carried by every absolute R as SampleEfficiency.scale_ci). These R's feed

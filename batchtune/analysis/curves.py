@@ -351,8 +351,9 @@ def mean_over_seeds(est: TargetEstimate, *, n_boot: int = 2000, seed: int = 0) -
 
     For estimates whose seeds are samples of a cost that a run pays many times over (a branched
     probe's local ratios: a fixed-batch run crosses one window after another), where the median
-    hides a heavy right tail: at the edge of stability half of a batch's branches keep up and the
-    other half never reach the level, and the median of a few seeds reads the keeping-up half.
+    hides a heavy right tail: at the edge of stability a third of a batch's branches keep up and
+    the rest fall far behind or never reach the level, and the median of a few seeds can read the
+    ones that keep up.
     Geometric, not arithmetic: the seeds' measurement noise is multiplicative (a ratio of two
     crossings), and the arithmetic mean of noisy ratios is biased up by it. All seeds censored: inf,
     as the median gives.
