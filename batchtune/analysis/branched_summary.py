@@ -9,10 +9,10 @@ the local rate of checkpoint i, so per seed s
 over the checkpoints where B was branched (r_i(B, s) = R_c(B, s) / R_c(B0, s), analysis/branched.py;
 where the branch stopped short of the control's level, the bound it reached, and the seed counts as
 censored; inf where it failed). R(B) is the GEOMETRIC MEAN of R_s(B) over seeds, not the median
-(curves.mean_over_seeds): a fixed-batch run pays one window after another, so it pays the mean
-local cost, and at the edge of stability the local ratios are heavy-tailed (on the NQM at N = 512,
-a third of a checkpoint's branches keep up and the rest fall far behind or never reach the level;
-the median of two or three seeds reads 1.0 where the closed form needs 1.7x:
+(curves.estimate_over_seeds with GEOMETRIC_MEAN): a fixed-batch run pays one window after another,
+so it pays the mean local cost, and at the edge of stability the local ratios are heavy-tailed
+(on the NQM at N = 512, a third of a checkpoint's branches keep up and the rest fall far behind or
+never reach the level; the median of two or three seeds reads 1.0 where the closed form needs 1.7x:
 benchmarks/out/nqm_seed_spread.txt, branched_run_length.txt).
 R(B0) is the trunk's own crossing of the
 target, or, when the trunk stopped short, its extrapolation (`branched.extrapolate_to_target`, an
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchtune.analysis.branched import LocalCritical, ProgressFit, extrapolate_to_target, fit_progress
-from batchtune.analysis.curves import TargetCrossing, estimate_over_seeds, mean_over_seeds
+from batchtune.analysis.curves import GEOMETRIC_MEAN, TargetCrossing, estimate_over_seeds
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
 from batchtune.analysis.recommend import Recommendation
 from batchtune.analysis.schedule import ScheduleCandidate, Segment, compare_schedule
@@ -139,7 +139,7 @@ def summarise_branched(
                 else TargetCrossing(r0 * ratio, False, r0 * ratio)
             )
             ids.append(s)
-        est = mean_over_seeds(estimate_over_seeds(crossings, confidence=confidence, seed_ids=ids))
+        est = estimate_over_seeds(crossings, confidence=confidence, seed_ids=ids, statistic=GEOMETRIC_MEAN)
         out.append(dataclasses.replace(c, estimate=est, family="main"))
     eff = assess(
         out,

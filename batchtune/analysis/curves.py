@@ -11,7 +11,6 @@ The envelope (for plots and matched-samples comparisons): EMA with alpha 0.5 as 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -224,6 +223,9 @@ def curve_at(
     return out
 
 
+MEDIAN, GEOMETRIC_MEAN = "median", "geometric mean"  # TargetEstimate.statistic
+
+
 @dataclass(frozen=True)
 class TargetEstimate:
     """Samples-to-target R over seeds: median with a bootstrap percentile interval.
@@ -244,7 +246,7 @@ class TargetEstimate:
     censored_at: tuple[float | None, ...]
     confidence: float
     seed_ids: tuple[int, ...] = ()  # the run seed of each entry; () when unknown (no pairing)
-    statistic: str = "median"  # over seeds: "median", or "geometric mean" (mean_over_seeds)
+    statistic: str = "median"  # over seeds: MEDIAN or GEOMETRIC_MEAN (estimate_over_seeds)
 
     def __post_init__(self) -> None:
         vals = (self.samples_to_target, self.ci_low, self.ci_high)
@@ -300,8 +302,10 @@ def estimate_over_seeds(
     n_boot: int = 2000,
     seed: int = 0,
     seed_ids: Sequence[int] | None = None,
+    statistic: str = "median",
 ) -> TargetEstimate:
-    """Median R over seeds (censored = +inf) with a percentile bootstrap CI over seeds.
+    """Median R over seeds (censored = +inf) with a percentile bootstrap CI over seeds; or, with
+    ``statistic = GEOMETRIC_MEAN``, the geometric mean (below).
 
     `seed_ids[i]` is the run seed of `crossings[i]`: runs with one seed id at different batches
     share the sample stream, so ratios and the joint fit pair them (critical.py, joint.py).
@@ -311,8 +315,20 @@ def estimate_over_seeds(
     Point: median_i R_i. CI: the (1-c)/2 and (1+c)/2 quantiles of medians of seeds resampled with
     replacement; censored draws stay +inf, so `ci_high` may be inf. One seed: CI = the point.
     All seeds censored: R = inf (data: "never reached"), not an error.
+
+    GEOMETRIC_MEAN: for seeds that sample a cost a run pays many times over (a branched probe's
+    local ratios: a fixed-batch run crosses one window after another), where the median hides a
+    heavy right tail: at the edge of stability a third of a batch's branches keep up and the rest
+    fall far behind or never reach the level, and the median of a few seeds can read the ones that
+    keep up. A censored seed counts at its bound, so with one the point is a lower bound; the
+    bootstrap interval's low end counts censored seeds at their bounds, its high end at +inf (one
+    censored seed opens it). Geometric, not arithmetic: the seeds' noise is multiplicative (a ratio
+    of two crossings), and the arithmetic mean of noisy ratios is biased up by it. All seeds
+    censored: inf, as the median gives.
     """
     _check_confidence(confidence)
+    if statistic not in (MEDIAN, GEOMETRIC_MEAN):
+        raise AnalysisError(f"statistic must be {MEDIAN!r} or {GEOMETRIC_MEAN!r}, got {statistic!r}")
     crossings = list(crossings)
     if not crossings:
         raise AnalysisError(
@@ -323,14 +339,19 @@ def estimate_over_seeds(
         if not isinstance(c, TargetCrossing):
             raise AnalysisError(f"expected TargetCrossing records, got {type(c).__name__}")
     values = np.array([math.inf if c.censored else c.samples_to_target for c in crossings], dtype=float)
-    point = float(np.median(values))
-    if values.size == 1:
-        lo = hi = point
+    rng = np.random.default_rng(seed)
+    if statistic == GEOMETRIC_MEAN and not all(c.censored for c in crossings):
+        bounds = np.array([c.max_samples for c in crossings], dtype=float)
+        point, lo, hi = _geometric_mean(values, bounds, n_boot, rng, confidence)
     else:
-        lo, hi = percentile_interval(
-            bootstrap_medians(values, n_boot, np.random.default_rng(seed)), confidence
+        statistic = MEDIAN  # all censored: inf either way
+        point = float(np.median(values))
+        lo, hi = (
+            (point, point)
+            if values.size == 1
+            else percentile_interval(bootstrap_medians(values, n_boot, rng), confidence)
         )
-        lo, hi = min(lo, point), max(hi, point)
+    lo, hi = min(lo, point), max(hi, point)
     return TargetEstimate(
         samples_to_target=point,
         ci_low=lo,
@@ -341,44 +362,22 @@ def estimate_over_seeds(
         censored_at=tuple(c.max_samples if c.censored else None for c in crossings),
         confidence=confidence,
         seed_ids=() if seed_ids is None else tuple(int(i) for i in seed_ids),
+        statistic=statistic,
     )
 
 
-def mean_over_seeds(est: TargetEstimate, *, n_boot: int = 2000, seed: int = 0) -> TargetEstimate:
-    """``est`` with the geometric mean over seeds as its point instead of the median (a censored
-    seed counts at its bound, so with one the point is a lower bound), and a percentile bootstrap
-    interval of it (low: censored seeds at their bounds; high: at +inf, so one censored seed opens it).
-
-    For estimates whose seeds are samples of a cost that a run pays many times over (a branched
-    probe's local ratios: a fixed-batch run crosses one window after another), where the median
-    hides a heavy right tail: at the edge of stability a third of a batch's branches keep up and
-    the rest fall far behind or never reach the level, and the median of a few seeds can read the
-    ones that keep up.
-    Geometric, not arithmetic: the seeds' measurement noise is multiplicative (a ratio of two
-    crossings), and the arithmetic mean of noisy ratios is biased up by it. All seeds censored: inf,
-    as the median gives.
-    """
-    if est.n_censored == est.n_seeds:
-        return est
-    pairs = zip(est.per_seed, est.censored_at, strict=True)
-    low = np.log(np.array([v if v is not None else b for v, b in pairs], dtype=float))
-    high = np.array([math.log(v) if v is not None else math.inf for v in est.per_seed], dtype=float)
+def _geometric_mean(
+    values: np.ndarray, bounds: np.ndarray, n_boot: int, rng: np.random.Generator, confidence: float
+) -> tuple[float, float, float]:
+    """(point, low, high) of estimate_over_seeds' GEOMETRIC_MEAN from each seed's R (inf where
+    censored) and bound: censored seeds at their bounds, and at +inf for the high end."""
+    high = np.log(values)
+    low = np.where(np.isinf(values), np.log(bounds), high)
     point = math.exp(float(low.mean()))
-    if low.size == 1:
-        return dataclasses.replace(
-            est, samples_to_target=point, ci_low=point, ci_high=point, statistic="geometric mean"
-        )
-    idx = np.random.default_rng(seed).integers(0, low.size, size=(n_boot, low.size))
-    lo = math.exp(percentile_interval(low[idx].mean(axis=1), est.confidence)[0])
-    hi_log = percentile_interval(high[idx].mean(axis=1), est.confidence)[1]
-    hi = math.exp(hi_log) if math.isfinite(hi_log) else math.inf
-    return dataclasses.replace(
-        est,
-        samples_to_target=point,
-        ci_low=min(lo, point),
-        ci_high=max(hi, point),
-        statistic="geometric mean",
-    )
+    idx = rng.integers(0, low.size, size=(n_boot, low.size))
+    lo = math.exp(percentile_interval(low[idx].mean(axis=1), confidence)[0])
+    hi_log = percentile_interval(high[idx].mean(axis=1), confidence)[1]
+    return point, lo, math.exp(hi_log) if math.isfinite(hi_log) else math.inf
 
 
 def estimate_from_value(

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from batchtune.analysis.curves import (
+    GEOMETRIC_MEAN,
     TargetCrossing,
     TargetEstimate,
     clean_curve,
@@ -15,7 +16,6 @@ from batchtune.analysis.curves import (
     ema,
     estimate_from_value,
     estimate_over_seeds,
-    mean_over_seeds,
     monotone_envelope,
     samples_to_target,
     target_confirmed,
@@ -166,25 +166,27 @@ def test_censoring_counts_as_later_than_observed():
     assert math.isinf(allc.samples_to_target) and allc.n_censored == 3
 
 
-def test_mean_over_seeds_counts_a_heavy_tail_the_median_hides():
+def test_the_geometric_mean_over_seeds_counts_a_heavy_tail_the_median_hides():
     """Three seeds keep up and one never reaches the level in 1.5x its window: the median says 1.0,
     the (geometric) mean counts the censored seed at its bound (a lower bound, so the interval is
     open above)."""
     c = [TargetCrossing(v, False, v) for v in (100.0, 98.0, 102.0)] + [TargetCrossing(None, True, 150.0)]
     med = estimate_over_seeds(c)
-    est = mean_over_seeds(med)
+    est = estimate_over_seeds(c, statistic=GEOMETRIC_MEAN)
     assert med.samples_to_target == 101.0
     assert est.samples_to_target == pytest.approx((100 * 98 * 102 * 150) ** 0.25)
     assert est.samples_to_target > 110
     assert est.ci_low <= est.samples_to_target and math.isinf(est.ci_high)
     assert est.per_seed == med.per_seed and est.n_censored == 1
-    clean = mean_over_seeds(estimate_over_seeds([TargetCrossing(v, False, v) for v in (90.0, 100.0, 140.0)]))
+    clean = estimate_over_seeds(
+        [TargetCrossing(v, False, v) for v in (90.0, 100.0, 140.0)], statistic=GEOMETRIC_MEAN
+    )
     g = (90 * 100 * 140) ** (1 / 3)
     assert clean.samples_to_target == pytest.approx(g) and clean.ci_low < g < clean.ci_high < math.inf
-    allc = mean_over_seeds(estimate_over_seeds([TargetCrossing(None, True, 50.0)] * 2))
+    allc = estimate_over_seeds([TargetCrossing(None, True, 50.0)] * 2, statistic=GEOMETRIC_MEAN)
     assert math.isinf(allc.samples_to_target)
     mixed = [TargetCrossing(None, True, 80.0), TargetCrossing(60.0, False, 60.0)]
-    one = mean_over_seeds(estimate_over_seeds(mixed))
+    one = estimate_over_seeds(mixed, statistic=GEOMETRIC_MEAN)
     assert one.samples_to_target == pytest.approx(math.sqrt(80 * 60))
 
 
