@@ -145,7 +145,7 @@ def run_branched(
         trunk_id,
         ckpts[-1],
         policy(t.value, ckpts[-1], 0, False),
-        {"save_at_samples": tuple(c for c in ckpts if c > 0), "checkpoint_dir": ckpt_dir},
+        {"save_at_samples": ckpts, "checkpoint_dir": ckpt_dir},  # a backend saves only past its start
     )
     trunk_rec = store.run(trunk_id)
     if trunk_rec is None or trunk_rec.status in FAILED_STATUSES or trunk_rec.samples < ckpts[-1]:
