@@ -15,7 +15,7 @@ so it pays the mean local cost, and at the edge of stability the local ratios ar
 never reach the level; the median of two or three seeds reads 1.0 where the closed form needs 1.7x:
 benchmarks/out/nqm_seed_spread.txt, branched_run_length.txt).
 R(B0) is the trunk's own crossing of the
-target, or, when the trunk stopped short, its extrapolation (`branched.extrapolate_to_target`, an
+target, or, when the trunk stopped short, its extrapolation (`progress.extrapolate_to_target`, an
 interval stated with it, carried by every absolute R as SampleEfficiency.scale_ci). These R's feed
 the ordinary verdicts, joint fit and ranking (efficiency.assess, recommend), so a branched probe is
 read exactly like a grid one.
@@ -30,9 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchtune.analysis.branched import LocalCritical, ProgressFit, extrapolate_to_target, fit_progress
+from batchtune.analysis.branched import LocalCritical
 from batchtune.analysis.curves import GEOMETRIC_MEAN, TargetCrossing, estimate_over_seeds
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
+from batchtune.analysis.progress import ProgressFit, extrapolate_to_target, fit_progress
 from batchtune.analysis.recommend import Recommendation
 from batchtune.analysis.schedule import ScheduleCandidate, Segment, compare_schedule
 from batchtune.errors import AnalysisError

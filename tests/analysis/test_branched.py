@@ -14,10 +14,9 @@ from batchtune.analysis.branched import (
     REJECT,
     BranchCurve,
     adoption,
-    extrapolate_to_target,
-    fit_progress,
     local_critical_batch,
 )
+from batchtune.analysis.progress import extrapolate_to_target, fit_progress
 from batchtune.errors import AnalysisError
 
 
