@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from batchtune.analysis.branched import LocalCritical
 from batchtune.analysis.curves import GEOMETRIC_MEAN, TargetCrossing, estimate_over_seeds
@@ -188,7 +189,7 @@ def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> 
         Segment(
             share=float(r0 * wi / w.sum()),
             ratios={  # the geometric mean over seeds, as the ranking reads them (censored at their bounds)
-                b: math.exp(float(np.mean(np.log([r for r, _ in seen.values()]))))
+                b: float(stats.gmean([r for r, _ in seen.values()]))
                 for b in lc.ratios
                 if (seen := lc.observed(b))
             },
