@@ -10,7 +10,8 @@ then
            loss (backends.nqm_theory.expected_samples_to_target), Θ(B) the recommendation's own
            throughput model in the grid row (the simulated time model), best over the candidate batches.
   runner-up = the candidate with the next least time by the tool's own estimate, and that time over
-           the pick's (how close the call was).
+           the pick's (how close the call was); "(bound)" when a seed or branch of it never reached
+           the target, so that its time is a lower bound and ranks at the point x (1+tol).
 The grid probe (probe.mode = grid) is the baseline row. Simulated seconds; deterministic per seed.
 --seed-pairs: the cheapest setting (one checkpoint of a 1536-sample trunk, W 1024, max window 1.5x,
 two seeds) at four seed pairs, to show how the answer varies with the seeds.
@@ -112,9 +113,10 @@ def main() -> None:
         rec = d["recommended"]["name"]
         times = {c["name"]: c["time_to_target_s"] for c in d["candidates"] if c.get("time_to_target_s")}
         up = min((k for k in times if k != rec), key=lambda k: times[k])
+        bound = " (bound)" if any(c["name"] == up and c.get("n_censored") for c in d["candidates"]) else ""
         print(
             f"{name} | {rec} | {cost['samples']:,} | {cost['full_run_samples']:,.0f} | "
-            f"{cost['ratio']:.2f} | {t[rec] / best:.3f} | {up} {times[up] / times[rec]:.3f} | "
+            f"{cost['ratio']:.2f} | {t[rec] / best:.3f} | {up} {times[up] / times[rec]:.3f}{bound} | "
             f"{cost['wall_s']:.1f}"
         )
     sys.stdout.flush()

@@ -4,8 +4,9 @@
 
 recipes/nqm.toml's run is short: its target (loss 1.0) takes ~48 steps at the best batch, so a
 trunk and windows of a few of the largest batch's steps are a large share of it. Here the same
-recipe is tuned to lower targets (longer runs: the closed form's R(8) is 12.3k samples at loss 1.0
-and 41.7k at 0.5) with ONE branched setting held fixed (trunk 2048 with checkpoints at 0.5 and 1.0,
+recipe is tuned to lower targets (longer runs: the closed form's R(8) is 12.3k samples at loss 1.0,
+41.7k at 0.5 and 94.8k at 0.25, ~4x the SGD noise floor; at 0.3 and below 512 never gets there)
+with ONE branched setting held fixed (trunk 2048 with checkpoints at 0.5 and 1.0,
 windows of 1024, max window 1.5x, one seed per probe plus the confirmation seeds the search adds),
 on 8 seeds each (`budget.seeds=[k]`, k = 0..7). Per target:
   true full run  = R_exp(best batch) from the closed-form expected loss (what the best config needs),
@@ -36,7 +37,7 @@ from regret_cases import _nqm_true_r  # noqa: E402
 
 from batchtune.recipe.load import load_recipe  # noqa: E402
 
-TARGETS = [1.0, 0.7, 0.5, 0.4]
+TARGETS = [1.0, 0.7, 0.5, 0.4, 0.3, 0.25]
 SETTING = [
     "probe.mode=branched",
     "branch.trunk_samples=2048",

@@ -17,11 +17,15 @@ an interval skewed up. Each ``T`` is read as a split normal on the log scale, mo
 sigmas ``(down, up) / z`` from its interval, whose mean is ``log T + sqrt(2/pi) (up - down) / z``;
 ``expected_time_s`` is ``T`` times the exponential of that shift (``T`` itself for a symmetric
 interval). An interval open above (some seeds, or a branched probe's branches, never reached the
-target in their budget) gives no shift: how much slower is unknown, and counting it as never would
-throw away candidates whose branch windows were merely short (on tiny-ppo a branched probe with
+target in their budget) gives no skew shift: how much slower is unknown, and counting it as never
+would throw away candidates whose branch windows were merely short (on tiny-ppo a branched probe with
 512-sample windows picked the reference at regret 1.99 that way:
-benchmarks/out/superseded/branched_tiny_ppo_open_as_never.txt); such a candidate is ranked by its
-point and the reason names it as within uncertainty.
+benchmarks/out/superseded/branched_tiny_ppo_open_as_never.txt). Its point is then often a lower
+bound (a branched probe's geometric mean holds a censored seed at the samples it reached), so it is
+ranked at its point times ``1 + open_margin`` (the recipe's tolerance): a candidate that was not
+measured to the target must beat a measured one by more than the tolerance to win. Ranked by the
+bare point, such a bound tied a measured batch and won on NQM at regret 1.52
+(benchmarks/out/superseded/branched_cost_seeds_stop21.txt, seed pair 2,3).
 benchmarks/out/regret.txt measures the rule against ground truth.
 """
 
@@ -47,7 +51,8 @@ class RankedCandidate:
     throughput_ratio``. ``time_ratio_ci`` combines this candidate's and the reference's ``R``
     intervals as independent log-scale half-widths added in quadrature (exact ``Θ``).
     ``expected_time_s``: the time the ranking orders by, the point moved by the skew of its
-    interval (module doc); the point itself if the interval is open above, inf if censored.
+    interval (module doc); the point times ``1 + open_margin`` if the interval is open above, inf
+    if censored.
     """
 
     name: str
@@ -112,17 +117,20 @@ def _ratio_ci(ratio: float, hw_num: tuple[float, float], hw_den: tuple[float, fl
     return (ratio * math.exp(-down), ratio * math.exp(up))
 
 
-def expected_time(time_s: float, halfwidths: tuple[float, float], confidence: float) -> float:
+def expected_time(
+    time_s: float, halfwidths: tuple[float, float], confidence: float, open_margin: float = 0.0
+) -> float:
     """Mean of the split normal on log T with mode log ``time_s`` and sigmas ``halfwidths / z``.
 
-    ``halfwidths`` are (down, up) on the log scale of a ``confidence`` interval. Symmetric, or
-    open above (how much slower is unknown, module doc): the point itself. Censored: inf.
+    ``halfwidths`` are (down, up) on the log scale of a ``confidence`` interval. Symmetric: the
+    point itself. Open above (how much slower is unknown, module doc): the point times
+    ``1 + open_margin``. Censored: inf.
     """
     down, up = halfwidths
     if not math.isfinite(time_s):
         return math.inf
     if not math.isfinite(up):
-        return time_s
+        return time_s * (1 + open_margin)
     z = float(norm.ppf((1 + confidence) / 2))
     return time_s * math.exp(math.sqrt(2 / math.pi) * (up - down) / z)
 
@@ -137,13 +145,15 @@ def rank_time_to_target(
     *,
     reference: str,
     confidence: float = 0.9,
+    open_margin: float = 0.0,
 ) -> Ranking:
     """Rank candidates by expected ``T = R / Θ`` (module doc); censored candidates (``R = inf``) rank last.
 
-    ``confidence`` is that of the ``samples_ci`` intervals. Ties go to the smaller batch (it
-    costs less memory and probes faster). Censored candidates are ordered among themselves by
-    the lower bound of their time (``ci_low / Θ``),
-    the one that could still be fastest first. ``samples_ci_low`` of a censored run is the
+    ``confidence`` is that of the ``samples_ci`` intervals; a candidate whose interval is open above
+    ranks at its point times ``1 + open_margin`` (the recipe's tolerance, module doc). Ties go to
+    the smaller batch (it costs less memory and probes faster). Censored candidates are ordered
+    among themselves by the lower bound of their time (``ci_low / Θ``), the one that could still be
+    fastest first. ``samples_ci_low`` of a censored run is the
     samples it consumed without reaching the target (a lower bound), its ``ci_high`` inf.
     The reference must have reached the target: every ratio is relative to it.
     """
@@ -198,7 +208,7 @@ def rank_time_to_target(
                 time_ci_s=(float(lo[i] / thr[i]), float(hi[i] / thr[i])),
                 time_ratio=time_ratio,
                 time_ratio_ci=ratio_ci,
-                expected_time_s=expected_time(float(r[i] / thr[i]), halfwidths[i], confidence),
+                expected_time_s=expected_time(float(r[i] / thr[i]), halfwidths[i], confidence, open_margin),
                 sample_ratio=sample_ratio,
                 throughput_ratio=throughput_ratio,
                 is_reference=is_ref,
@@ -260,11 +270,12 @@ def _reason(
     if fastest.name != winner.name:
         w = winner.time_to_target_s
         # which interval's skew decided it: the fastest one's, skewed slow, or the winner's, skewed fast
-        why = (
-            f"its seeds are skewed slow (up to {fastest.time_ci_s[1] / w:.2f}x)"
-            if fastest.expected_time_s > fastest.time_to_target_s
-            else f"the winner's seeds are skewed fast (down to {winner.time_ci_s[0] / w:.2f}x)"
-        )
+        if math.isinf(fastest.time_ci_s[1]):
+            why = "its interval is open above (a seed or branch never reached the target in its budget)"
+        elif fastest.expected_time_s > fastest.time_to_target_s:
+            why = f"its seeds are skewed slow (up to {fastest.time_ci_s[1] / w:.2f}x)"
+        else:
+            why = f"the winner's seeds are skewed fast (down to {winner.time_ci_s[0] / w:.2f}x)"
         parts.append(
             f"{fastest.name} has the lowest median time ({fastest.time_to_target_s / w:.2f}x the "
             f"winner's) but {why}: its expected time is {fastest.expected_time_s / w:.2f}x the winner's "

@@ -154,6 +154,7 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
         [throughput.per_candidate[c.label].responses_per_s for c in ranked],
         reference=efficiency.reference,
         confidence=ref_est.confidence,
+        open_margin=efficiency.tolerance,
     )
     winner = efficiency.get(ranking.winner)
     wt = throughput.per_candidate[winner.label]

@@ -53,10 +53,12 @@ def cost_ratio_range(spent: float, eff: SampleEfficiency, est: TargetEstimate) -
 
 def probe_cost(eff: SampleEfficiency, rec: Recommendation | None) -> dict[str, Any]:
     """probe_cost: samples spent, one full run's samples at the recommendation (with its interval),
-    and their ratio (with the range that interval gives)."""
+    their ratio (with the range that interval gives), and the samples spent in steps of that
+    candidate (``steps_equivalent``: a run longer than that many steps costs more than the probe)."""
     label, est = full_run_estimate(eff, rec)
     full = est.samples_to_target if est is not None else None
     span = cost_ratio_range(eff.total_samples, eff, est) if est is not None else None
+    batch = eff.get(label).batch_responses if label is not None else None
     return {
         "samples": eff.total_samples,
         "wall_s": eff.total_wall_s,
@@ -65,6 +67,7 @@ def probe_cost(eff: SampleEfficiency, rec: Recommendation | None) -> dict[str, A
         "full_run_candidate": label,
         "ratio": num(eff.total_samples / full) if full else None,
         "ratio_range": [num(span[0]), num(span[1])] if span is not None else None,
+        "steps_equivalent": num(eff.total_samples / batch) if batch else None,
     }
 
 

@@ -237,6 +237,8 @@ def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendati
         span = cost_ratio_range(eff.total_samples, eff, win_est)
         if span is not None:
             text += f" ({span[0]:.2f}-{span[1]:.2f}x over the full run's interval)"
+        steps = eff.total_samples / rec.winner.batch_responses
+        text += f", as many samples as {steps:,.0f} steps at {rec.winner.label}"
     console.print(text)
 
 

@@ -172,7 +172,9 @@ def test_expected_time_is_the_point_for_a_symmetric_interval_and_moves_with_skew
     assert down < t < up
     # the split normal's mean: mode + sqrt(2/pi) (sigma_up - sigma_down), sigma = half-width / z
     assert math.log(up / t) == pytest.approx(math.sqrt(2 / math.pi) * 0.18 / 1.6448536, rel=1e-6)
-    assert expected_time(t, (0.1, math.inf), 0.9) == t  # open above: unknown, no shift
+    assert expected_time(t, (0.1, math.inf), 0.9) == t  # open above: unknown, no skew shift
+    assert expected_time(t, (0.1, math.inf), 0.9, open_margin=0.1) == pytest.approx(1.1 * t)
+    assert expected_time(t, sym, 0.9, open_margin=0.1) == pytest.approx(t)  # only an open interval
     assert expected_time(math.inf, (math.inf, math.inf), 0.9) == math.inf
 
 
@@ -214,3 +216,23 @@ def test_a_winner_skewed_fast_is_named_as_the_reason_not_the_fastest_median():
     assert "b has the lowest median time" in ranking.reason
     assert "the winner's seeds are skewed fast" in ranking.reason
     assert "its seeds are skewed slow" not in ranking.reason
+
+
+def test_a_lower_bound_must_beat_a_measured_candidate_by_more_than_the_margin():
+    # branched_cost --seed-pairs, pair 2,3 (stop 21): 512's geometric mean held a censored seed at its
+    # bound and tied 256 in time (0.2% faster); ranked by the bare point it won at true regret 1.52
+    names, batch, thr = ["P32xG8", "P64xG8"], [256, 512], [64.16, 70.40]
+    r = [13713, 15020]
+    lo, hi = np.array([13000, 13500]), np.array([13713**2 / 13000, math.inf])  # 256: symmetric
+    bare = rank(names, batch, r, thr, lo=lo, hi=hi)
+    assert bare.winner == "P64xG8"  # the old order: the bound, read as a point, is 0.2% faster
+    ranking = rank_time_to_target(names, batch, r, lo, hi, thr, reference="P32xG8", open_margin=0.1)
+    assert ranking.winner == "P32xG8"
+    assert "P64xG8 has the lowest median time" in ranking.reason
+    assert "open above" in ranking.reason
+    # a bound that wins by more than the margin still wins: the margin is a tie-break, not a veto
+    lo_far = np.array([13000, 11000])
+    far = rank_time_to_target(
+        names, batch, [13713, 12000], lo_far, hi, thr, reference="P32xG8", open_margin=0.1
+    )
+    assert far.winner == "P64xG8"

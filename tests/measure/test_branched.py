@@ -120,6 +120,9 @@ def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path:
     r_lo, r_hi = (float(x) for x in cost["ratio_range"])
     assert r_lo <= cost["ratio"] <= r_hi
     assert r_hi == pytest.approx(cost["samples"] / lo) and r_lo == pytest.approx(cost["samples"] / hi)
+    # the probe's samples in steps of the full run's candidate: comparable with the user's own run
+    batch = eff.get(cost["full_run_candidate"]).batch_responses
+    assert cost["steps_equivalent"] == pytest.approx(cost["samples"] / batch)
 
 
 def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path) -> None:
