@@ -33,6 +33,12 @@ class AnalysisError(BatchtuneError):
     exit_code = 3
 
 
+class NoProgress(AnalysisError):
+    """A branched probe's controls made no measurable progress in the window after a checkpoint
+    (the trunk plateaued there, or the metric is too noisy for the window): no local ratio can be
+    read at that checkpoint."""
+
+
 class RunsFailed(AnalysisError):
     """Every run failed for a reason of its own (diverged, out of memory, timed out, the trainer
     exited non-zero): the message carries the runs' reasons, not a missing metric."""

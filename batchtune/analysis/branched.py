@@ -36,7 +36,7 @@ from scipy import stats
 from batchtune.analysis.critical import CriticalBatch, critical_batch
 from batchtune.analysis.curves import TargetCrossing, TargetEstimate, estimate_over_seeds, samples_to_target
 from batchtune.analysis.monotone import isotonic_increasing
-from batchtune.errors import AnalysisError
+from batchtune.errors import AnalysisError, NoProgress
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def control_level(
     level = float(np.median(at))
     if (level - start_value) * (1 if higher_is_better else -1) <= 0:
         # every branch "reaches" a level it started at: R = 0 for all, no ratio to read
-        raise AnalysisError(
+        raise NoProgress(
             f"the control branches made no progress in the window after the checkpoint at "
             f"{checkpoint_samples:g} samples (metric {start_value:.4g} there, {level:.4g} fitted one "
             f"window of {window_samples:g} samples later): the trunk has plateaued there or the metric "

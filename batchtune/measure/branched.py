@@ -16,7 +16,9 @@ up if it holds there, one down if not), and a batch it would climb past is branc
 at least `branch.confirm_seeds` seeds whose upper confidence bound is within 1+tol, at most
 `branch.max_seeds`.
 measure/branch_checkpoint.py runs one checkpoint's controls and branches; analysis/branched.py turns
-the curves into the local critical batch per checkpoint.
+the curves into the local critical batch per checkpoint. A checkpoint whose controls make no
+progress in the window (a plateau, or a metric too noisy for the window) is not read: it is noted,
+its controls' samples are counted, and the other checkpoints answer (NoProgress only if none can).
 
 Every trunk and branch is an ordinary run of the results store under `<results>/branched/`: sealed
 by its run.json, never redone; a run killed at any point (even kill -9) is redone from its start on
@@ -39,7 +41,7 @@ from batchtune.analysis.branched import LocalCritical
 from batchtune.analysis.branched_summary import BranchedSummary, summarise_branched
 from batchtune.analysis.efficiency import CandidateEfficiency, RunData, SampleEfficiency
 from batchtune.backends.spec import Candidate
-from batchtune.errors import AnalysisError, InputError
+from batchtune.errors import AnalysisError, InputError, NoProgress
 from batchtune.events import ProbeEvents
 from batchtune.measure.branch_checkpoint import AtCheckpoint, control_curve, origin
 from batchtune.measure.plan import Plan, plan_candidates
@@ -58,6 +60,8 @@ class BranchedRuns:
     locals: tuple[LocalCritical, ...]
     branches: tuple[RunData, ...]
     skipped: dict[int, tuple[str, ...]]  # checkpoint -> labels the search did not branch
+    unread: dict[int, str]  # checkpoint -> why no local ratio could be read there (its controls
+    # made no progress in the window); its controls' samples are spent all the same
     runs_done: int
     runs_skipped: int
     wall_s: float
@@ -156,9 +160,14 @@ def run_branched(
 
     locals_: list[LocalCritical] = []
     skipped: dict[int, tuple[str, ...]] = {}
+    unread: dict[int, str] = {}
     prev_lo = 0  # index in main of the last batch within tolerance at the previous checkpoint
     for c in ckpts:
-        at = AtCheckpoint(recipe, store, run, policy, ref, c, float(np.interp(c, ts, tv)), ckpt_dir)
+        try:
+            at = AtCheckpoint(recipe, store, run, policy, ref, c, float(np.interp(c, ts, tv)), ckpt_dir)
+        except NoProgress as exc:  # a plateau or noise at this checkpoint: read the others
+            unread[c] = str(exc)
+            continue
         within = partial(at.within, main)
         tested: list[int] = []
         if recipe.branch.search == "all":
@@ -177,14 +186,17 @@ def run_branched(
             prev_lo = lo
         skipped[c] = tuple(main[i].label for i in range(1, len(main)) if i not in tested)
         locals_.append(at.local_critical())
+    if not locals_:
+        raise NoProgress("; ".join(unread.values()))
     branches = tuple(RunData(r, tuple(store.steps(r.run_id))) for r in store.runs() if r.run_id != trunk_id)
     return BranchedRuns(
         plan=plan,
         trunk=trunk,
-        checkpoints=ckpts,
+        checkpoints=tuple(c for c in ckpts if c not in unread),
         locals=tuple(locals_),
         branches=branches,
         skipped=skipped,
+        unread=unread,
         runs_done=done,
         runs_skipped=skipped_runs,
         wall_s=time.perf_counter() - t0,
@@ -243,7 +255,7 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
             )
         )
     ts, tv = runs.trunk.curve(t.metric)
-    return summarise_branched(
+    summary = summarise_branched(
         ts,
         tv,
         runs.locals,
@@ -255,6 +267,24 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
         tolerance=t.tolerance,
         confidence=t.confidence,
         reference_curve=reference_curve(branched_store(recipe.run.results_dir), runs, t.metric),
+    )
+    if not runs.unread:
+        return summary
+    # a checkpoint whose controls made no progress: not read, but its controls were paid for
+    spent = sum(
+        r.record.samples - origin(r.record.run_id)
+        for r in runs.branches
+        if int(r.record.run_id[1:].split("-", 1)[0]) in runs.unread
+    )
+    notes = tuple(
+        f"checkpoint at {c:,} samples not read, the others were: {why}" for c, why in runs.unread.items()
+    )
+    eff = summary.efficiency
+    return dataclasses.replace(
+        summary,
+        efficiency=dataclasses.replace(eff, notes=(*notes, *eff.notes)),
+        branch_samples=summary.branch_samples + spent,
+        notes=(*notes, *summary.notes),
     )
 
 

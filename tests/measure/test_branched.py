@@ -204,3 +204,39 @@ def test_a_checkpoint_at_zero_branches_from_initialisation(tmp_path: Path) -> No
     n = min(len(control), len(trunk))
     assert n > 10 and control[:n] == trunk[:n]
     assert not (tmp_path / "branched" / "checkpoints" / "ckpt-0.npz").exists()
+
+
+def test_a_checkpoint_whose_controls_make_no_progress_is_noted_and_the_others_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a noisy reward the controls can show no progress in the window after one checkpoint
+    (tiny-grpo at probe seeds 6-8: 0.828 at the checkpoint, 0.826 fitted a window later). That
+    checkpoint cannot be read, but the probe must not throw away the others: it notes it, counts
+    its controls' samples, and fails only when no checkpoint can be read."""
+    from batchtune.errors import NoProgress
+    from batchtune.measure import branch_checkpoint
+
+    real = branch_checkpoint.control_level
+
+    def plateau_at(stuck: set[int]):
+        def level(checkpoint_samples, *args, **kwargs):
+            if int(checkpoint_samples) in stuck:
+                raise NoProgress(f"the control branches made no progress at {checkpoint_samples:g}")
+            return real(checkpoint_samples, *args, **kwargs)
+
+        return level
+
+    monkeypatch.setattr(branch_checkpoint, "control_level", plateau_at({512}))
+    res = run_branched_probe(_recipe(tmp_path))
+    sm = res.summary
+    assert [lc.checkpoint_samples for lc in sm.locals] == [1024.0]
+    assert any("checkpoint at 512 samples not read" in n for n in res.efficiency.notes)
+    store = branched_store(tmp_path)
+    stuck = [r for r in store.runs("c512-")]
+    assert stuck and all(r.candidate == "P1xG8" for r in stuck)  # only its controls ran
+    assert res.efficiency.total_samples == sm.probe_samples  # and they are paid for
+    assert sm.probe_samples > sm.trunk_samples + sum(lc.branch_samples for lc in sm.locals)
+
+    monkeypatch.setattr(branch_checkpoint, "control_level", plateau_at({512, 1024}))
+    with pytest.raises(NoProgress):
+        run_branched_probe(_recipe(tmp_path / "all"))
