@@ -2,6 +2,7 @@
 
     python benchmarks/branched_tiny.py > benchmarks/out/branched_tiny.txt
     python benchmarks/branched_tiny.py tiny-ppo > benchmarks/out/branched_tiny_ppo.txt
+    python benchmarks/branched_tiny.py [tiny-ppo] --seeds 3,4,5 >> benchmarks/out/branched_tiny_seeds.txt
 
 Truth: every candidate run to the target (no band stop, no sequential seeds, 65,536 samples at most)
 at seeds 10, 11, 12 (disjoint from the probes'), cached under benchmarks/cache/<recipe>-exhaustive
@@ -15,6 +16,8 @@ Each row: `batchtune tune recipes/<recipe>.toml --json` in a fresh results direc
            grid row's profile-gen measured on this machine (one Θ for every row, so regret here is
            the error that comes from the samples axis alone).
 The grid probe (the shipped default) is the baseline row. CPU wall seconds on this machine.
+--seeds A,B,C: the probes' own seeds instead of the recipe's (budget.seeds), for the grid row and
+the branched defaults' row only (how much the answer depends on the probe's seeds).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from pathlib import Path
 from regret_tiny import exhaustive_truth
 
 ROOT = Path(__file__).resolve().parents[1]
-NAME = sys.argv[1] if len(sys.argv) > 1 else "tiny-grpo"
+ARGS = sys.argv[1:]
+PROBE_SEEDS = ARGS[ARGS.index("--seeds") + 1] if "--seeds" in ARGS else None
+NAME = next((a for a in ARGS if not a.startswith("-") and a != PROBE_SEEDS), "tiny-grpo")
 RECIPE = ROOT / "recipes" / f"{NAME}.toml"
 TRUTH_SEEDS = [10, 11, 12]
 
@@ -67,7 +72,11 @@ def main() -> int:
     t0 = time.perf_counter()
     truth = true_samples_to_target()
     load = os.getloadavg()[0]
-    print(f"# {NAME}; x86_64, {os.cpu_count()} cores, load {load:.1f} after the truth; seeds {TRUTH_SEEDS}")
+    probe = f"; probe seeds [{PROBE_SEEDS}]" if PROBE_SEEDS else ""
+    print(
+        f"# {NAME}; x86_64, {os.cpu_count()} cores, load {load:.1f} after the truth; "
+        f"seeds {TRUTH_SEEDS}{probe}"
+    )
     pairs = ", ".join(f"{b}: {r:,.0f}" for b, r in sorted(truth.items()))
     print(f"true R(B) (median over the truth seeds): {pairs}")
     thr: dict[str, tuple[int, float]] = {}
@@ -75,7 +84,11 @@ def main() -> int:
         "setting | recommended | critical batch [crossing CI] | probe samples | full run | cost [range]"
         " | regret | wall s"
     )
-    for name, sets in SETTINGS.items():
+    settings = SETTINGS
+    if PROBE_SEEDS:
+        keep = list(SETTINGS)[:2]  # the grid and the branched defaults
+        settings = {k: [*SETTINGS[k], f"budget.seeds=[{PROBE_SEEDS}]"] for k in keep}
+    for name, sets in settings.items():
         with tempfile.TemporaryDirectory() as tmp:
             argv = ["batchtune", "tune", str(RECIPE), "--json", "--results", tmp]
             for s in sets:
