@@ -53,12 +53,18 @@ def control_id(ckpt: int, ref: Candidate, seed: int, start: int) -> str:
     return rid if start == ckpt else f"{rid}-from{start}"
 
 
+def checkpoint_of(rid: str) -> int | None:
+    """The checkpoint a branch or control segment grew from, from its id c<checkpoint>-...; None
+    for the trunk."""
+    return int(rid[1:].split("-", 1)[0]) if rid.startswith("c") else None
+
+
 def origin(rid: str) -> int:
     """Where a run started (0 for the trunk), from its id: c<checkpoint>-... for a branch, and
     ...-from<samples> for a control's extension."""
     if "-from" in rid:
         return int(rid.rsplit("-from", 1)[1])
-    return int(rid[1:].split("-", 1)[0]) if rid.startswith("c") else 0
+    return checkpoint_of(rid) or 0
 
 
 def run_curve(store: ResultsStore, rec: RunRecord, metric: str, start: int, batch: float) -> BranchCurve:

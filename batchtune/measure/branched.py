@@ -43,7 +43,7 @@ from batchtune.analysis.efficiency import CandidateEfficiency, RunData, SampleEf
 from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, InputError, NoProgress
 from batchtune.events import ProbeEvents
-from batchtune.measure.branch_checkpoint import AtCheckpoint, control_curve, origin
+from batchtune.measure.branch_checkpoint import AtCheckpoint, checkpoint_of, control_curve, origin
 from batchtune.measure.plan import Plan, plan_candidates
 from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
 from batchtune.recipe.schema import Recipe
@@ -274,7 +274,7 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
     spent = sum(
         r.record.samples - origin(r.record.run_id)
         for r in runs.branches
-        if int(r.record.run_id[1:].split("-", 1)[0]) in runs.unread
+        if checkpoint_of(r.record.run_id) in runs.unread
     )
     notes = tuple(
         f"checkpoint at {c:,} samples not read, the others were: {why}" for c, why in runs.unread.items()
