@@ -85,6 +85,8 @@ def summarise_branched(
     tolerance: float = 0.1,
     confidence: float = 0.9,
     reference_curve: tuple[np.ndarray, np.ndarray] | None = None,
+    notes: Sequence[str] = (),
+    unread_samples: float = 0.0,
 ) -> BranchedSummary:
     """R(B) per candidate from the local ratios (module docstring), then the usual assessment.
 
@@ -92,10 +94,12 @@ def summarise_branched(
     checkpoint branched is left out with a note (it was not measured). ``reference_curve``: the
     longest curve of the reference batch (the trunk continued by its own seed's control), which
     R(B0) is read or extrapolated from; default the trunk itself. The trunk's cost is its own.
+    ``notes`` (the caller's, e.g. a checkpoint it could not read) come first; ``unread_samples``:
+    what such checkpoints' controls spent, counted with the branches.
     """
     if not locals_:
         raise AnalysisError("a branched probe needs at least one checkpoint with finished branches")
-    notes: list[str] = []
+    notes = list(notes)
     ref_s, ref_v = reference_curve if reference_curve is not None else (trunk_samples, trunk_values)
     r0, lo0, hi0 = extrapolate_to_target(
         ref_s, ref_v, target, higher_is_better=higher_is_better, confidence=confidence
@@ -166,7 +170,7 @@ def summarise_branched(
         efficiency=eff,
         locals=tuple(locals_),
         trunk_samples=trunk_cost,
-        branch_samples=float(sum(lc.branch_samples for lc in locals_)),
+        branch_samples=float(sum(lc.branch_samples for lc in locals_)) + unread_samples,
         reference_samples_to_target=(r0, lo0, hi0),
         extrapolated=extrapolated,
         progress=progress,

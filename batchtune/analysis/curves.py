@@ -246,7 +246,7 @@ class TargetEstimate:
     censored_at: tuple[float | None, ...]
     confidence: float
     seed_ids: tuple[int, ...] = ()  # the run seed of each entry; () when unknown (no pairing)
-    statistic: str = "median"  # over seeds: MEDIAN or GEOMETRIC_MEAN (estimate_over_seeds)
+    statistic: str = MEDIAN  # over seeds: MEDIAN or GEOMETRIC_MEAN (estimate_over_seeds)
 
     def __post_init__(self) -> None:
         vals = (self.samples_to_target, self.ci_low, self.ci_high)
@@ -302,7 +302,7 @@ def estimate_over_seeds(
     n_boot: int = 2000,
     seed: int = 0,
     seed_ids: Sequence[int] | None = None,
-    statistic: str = "median",
+    statistic: str = MEDIAN,
 ) -> TargetEstimate:
     """Median R over seeds (censored = +inf) with a percentile bootstrap CI over seeds; or, with
     ``statistic = GEOMETRIC_MEAN``, the geometric mean (below).

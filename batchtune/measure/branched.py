@@ -255,7 +255,13 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
             )
         )
     ts, tv = runs.trunk.curve(t.metric)
-    summary = summarise_branched(
+    # a checkpoint whose controls made no progress: not read, but its controls were paid for
+    unread_samples = sum(
+        r.record.samples - origin(r.record.run_id)
+        for r in runs.branches
+        if checkpoint_of(r.record.run_id) in runs.unread
+    )
+    return summarise_branched(
         ts,
         tv,
         runs.locals,
@@ -267,24 +273,10 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
         tolerance=t.tolerance,
         confidence=t.confidence,
         reference_curve=reference_curve(branched_store(recipe.run.results_dir), runs, t.metric),
-    )
-    if not runs.unread:
-        return summary
-    # a checkpoint whose controls made no progress: not read, but its controls were paid for
-    spent = sum(
-        r.record.samples - origin(r.record.run_id)
-        for r in runs.branches
-        if checkpoint_of(r.record.run_id) in runs.unread
-    )
-    notes = tuple(
-        f"checkpoint at {c:,} samples not read, the others were: {why}" for c, why in runs.unread.items()
-    )
-    eff = summary.efficiency
-    return dataclasses.replace(
-        summary,
-        efficiency=dataclasses.replace(eff, notes=(*notes, *eff.notes)),
-        branch_samples=summary.branch_samples + spent,
-        notes=(*notes, *summary.notes),
+        notes=[
+            f"checkpoint at {c:,} samples not read, the others were: {why}" for c, why in runs.unread.items()
+        ],
+        unread_samples=unread_samples,
     )
 
 

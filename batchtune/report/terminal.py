@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from batchtune.analysis.curves import MEDIAN
 from batchtune.analysis.efficiency import SampleEfficiency
 from batchtune.analysis.recommend import Recommendation
 from batchtune.report.json import cost_ratio_range
@@ -64,7 +65,7 @@ def fmt_time(seconds: float) -> str:
 def r_statistic(eff: SampleEfficiency) -> str:
     """How R was read over seeds: "median" (a grid probe), "geometric mean" (a branched probe)."""
     stats = {c.estimate.statistic for c in eff.candidates if c.estimate is not None}
-    return stats.pop() if len(stats) == 1 else "median"
+    return stats.pop() if len(stats) == 1 else MEDIAN
 
 
 def efficiency_table(eff: SampleEfficiency) -> Table:
