@@ -65,6 +65,7 @@ class BranchedRuns:
     runs_done: int
     runs_skipped: int
     wall_s: float
+    other_runs: int = 0  # runs in the store from other branch settings: neither read nor counted
 
 
 def branched_store(results_dir: str | Path) -> ResultsStore:
@@ -113,9 +114,11 @@ def run_branched(
     ckpts = checkpoint_positions(recipe, b0)
     ckpt_dir = store.root / "checkpoints"
     done = skipped_runs = 0
+    asked: dict[str, None] = {}  # the runs this probe's settings call for, in order
 
     def run(cand: Candidate, seed: int, rid: str, budget: int, policy: StopPolicy, extra: dict) -> None:
         nonlocal done, skipped_runs
+        asked[rid] = None
         if store.is_finished(rid):
             skipped_runs += 1
             return
@@ -188,7 +191,11 @@ def run_branched(
         locals_.append(at.local_critical())
     if not locals_:
         raise NoProgress("; ".join(unread.values()))
-    branches = tuple(RunData(r, tuple(store.steps(r.run_id))) for r in store.runs() if r.run_id != trunk_id)
+    # only the runs these settings asked for: a results_dir may also hold the runs of other branch
+    # settings (another trunk length, checkpoints or seeds), which this probe neither read nor paid for
+    mine = [store.run(rid) for rid in asked if rid != trunk_id]
+    branches = tuple(RunData(r, tuple(store.steps(r.run_id))) for r in mine if r is not None)
+    others = len(store.runs()) - len(branches) - 1
     return BranchedRuns(
         plan=plan,
         trunk=trunk,
@@ -200,6 +207,7 @@ def run_branched(
         runs_done=done,
         runs_skipped=skipped_runs,
         wall_s=time.perf_counter() - t0,
+        other_runs=others,
     )
 
 
@@ -274,9 +282,20 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
         confidence=t.confidence,
         reference_curve=reference_curve(branched_store(recipe.run.results_dir), runs, t.metric),
         notes=[
-            f"checkpoint at {c:,} samples not read, the others were: {why}" for c, why in runs.unread.items()
+            *(
+                f"checkpoint at {c:,} samples not read, the others were: {why}"
+                for c, why in runs.unread.items()
+            ),
+            *([other_runs_note(runs.other_runs)] if runs.other_runs else []),
         ],
         unread_samples=unread_samples,
+    )
+
+
+def other_runs_note(n: int) -> str:
+    return (
+        f"{n} run(s) in this results_dir belong to other branch settings (another trunk, checkpoints or "
+        "seeds): not read and not counted in this probe's cost"
     )
 
 

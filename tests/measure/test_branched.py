@@ -125,6 +125,26 @@ def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path:
     assert cost["steps_equivalent"] == pytest.approx(cost["samples"] / batch)
 
 
+def test_runs_of_other_branch_settings_in_the_results_dir_are_neither_read_nor_paid_for(
+    tmp_path: Path,
+) -> None:
+    """A results_dir reused with another trunk length and seeds keeps the first probe's runs (the
+    manifest allows it: branch settings and seeds do not change what a run is). The second probe
+    reads and counts only its own: the same answer and cost as in a fresh directory, and a note."""
+    other = ["branch.trunk_samples=768", "branch.checkpoints=[1.0]", "budget.seeds=[5]"]
+    load = lambda d, more: load_recipe("recipes/nqm.toml", [*SETS, *more, f"run.results_dir={d}"])  # noqa: E731
+    run_branched_probe(load(tmp_path / "shared", other))
+    reused = run_branched_probe(load(tmp_path / "shared", []))
+    fresh = run_branched_probe(load(tmp_path / "fresh", []))
+    assert _answer(reused) == _answer(fresh)
+    assert reused.summary.probe_samples == fresh.summary.probe_samples
+    assert [c.samples_consumed for c in reused.efficiency.candidates] == [
+        c.samples_consumed for c in fresh.efficiency.candidates
+    ]
+    assert reused.runs.other_runs > 0 and fresh.runs.other_runs == 0
+    assert any("other branch settings" in n for n in reused.efficiency.notes)
+
+
 def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path) -> None:
     clean = _answer(run_branched_probe(_recipe(tmp_path / "clean")))
     killed = tmp_path / "killed"
