@@ -132,7 +132,10 @@ def test_runs_of_other_branch_settings_in_the_results_dir_are_neither_read_nor_p
     manifest allows it: branch settings and seeds do not change what a run is). The second probe
     reads and counts only its own: the same answer and cost as in a fresh directory, and a note."""
     other = ["branch.trunk_samples=768", "branch.checkpoints=[1.0]", "budget.seeds=[5]"]
-    load = lambda d, more: load_recipe("recipes/nqm.toml", [*SETS, *more, f"run.results_dir={d}"])  # noqa: E731
+
+    def load(d: Path, more: list[str]):
+        return load_recipe("recipes/nqm.toml", [*SETS, *more, f"run.results_dir={d}"])
+
     run_branched_probe(load(tmp_path / "shared", other))
     reused = run_branched_probe(load(tmp_path / "shared", []))
     fresh = run_branched_probe(load(tmp_path / "fresh", []))
