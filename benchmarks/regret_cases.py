@@ -55,6 +55,12 @@ class CaseResult:
     probe_samples: float
     full_run_samples: float  # true R at the best batch
     wall_s: float
+    regret_high: float = math.nan  # the tool's own bound: how much faster another batch could be
+
+    @property
+    def bound_covers(self) -> bool:
+        """Whether the tool's regret bound holds the true regret (its 90% claim)."""
+        return self.regret <= self.regret_high * (1 + 1e-9)
 
     @property
     def cost_ratio(self) -> float:
@@ -212,6 +218,7 @@ def _result(
         probe_samples=float(eff.total_samples),
         full_run_samples=float(r[best]),
         wall_s=time.perf_counter() - t0,
+        regret_high=float(rec.ranking.regret_high),
     )
 
 

@@ -84,6 +84,9 @@ class Ranking:
     reference: str
     winner: str
     reason: str
+    # how much faster than the winner another candidate could be at this evidence (regret_bound)
+    regret_high: float = 1.0
+    regret_against: str | None = None
 
     def by_name(self, name: str) -> RankedCandidate:
         for cand in self.candidates:
@@ -225,7 +228,43 @@ def rank_time_to_target(
     if winner.censored:  # unreachable: the reference is finite; kept as an internal invariant
         raise AssertionError("a censored candidate ranked first")
     reason = _reason(ranked, winner, halfwidths, names)
-    return Ranking(candidates=ranked, reference=reference, winner=winner.name, reason=reason)
+    high, against = regret_bound(ranked, winner, halfwidths, names)
+    return Ranking(
+        candidates=ranked,
+        reference=reference,
+        winner=winner.name,
+        reason=reason,
+        regret_high=high,
+        regret_against=against,
+    )
+
+
+def regret_bound(
+    ranked: Sequence[RankedCandidate],
+    winner: RankedCandidate,
+    halfwidths: list[tuple[float, float]],
+    names: list[str],
+) -> tuple[float, str | None]:
+    """The largest ``T(winner) / T(c)`` over the other candidates ``c`` at the far end of its interval:
+    how much faster than the winner a candidate could be at this evidence (1.0: none could), and
+    which. Each comparison is the (1+c)/2 end of its own interval (``_ratio_ci``, as the reason's
+    "within uncertainty"), not a simultaneous bound over candidates. A censored candidate counts at
+    the lower bound of its time; an interval open above on the winner's side makes it inf (the
+    winner could be any slower). A candidate with no interval (one seed) counts at its point."""
+    hw_w = halfwidths[names.index(winner.name)]
+    high, against = 1.0, None
+    for cand in ranked:
+        if cand.name == winner.name:
+            continue
+        if cand.censored:
+            low = cand.time_ci_s[0] / winner.time_to_target_s * math.exp(-hw_w[1])
+        else:
+            vs = cand.time_to_target_s / winner.time_to_target_s
+            low = _ratio_ci(vs, halfwidths[names.index(cand.name)], hw_w)[0]
+        could = 1.0 / low if low > 0 else math.inf
+        if could > high:
+            high, against = could, cand.name
+    return high, against
 
 
 def _reason(

@@ -236,3 +236,25 @@ def test_a_lower_bound_must_beat_a_measured_candidate_by_more_than_the_margin():
         names, batch, [13713, 12000], lo_far, hi, thr, reference="P32xG8", open_margin=0.1
     )
     assert far.winner == "P64xG8"
+
+
+def test_regret_bound_says_how_much_faster_another_candidate_could_be():
+    names, batch, thr = ["a", "b", "c"], [8, 16, 32], [1.0, 1.9, 3.0]
+    r = np.array([100.0, 100.0, 200.0])  # T: 100, 52.6, 66.7 -> b wins
+    tight = rank(names, batch, r, thr, spread=0.01)
+    assert tight.winner == "b" and tight.regret_high == 1.0 and tight.regret_against is None
+    # c's interval reaches 40% below its point: c could be 66.7 * 0.6 / 52.6 = 0.76x the winner's time
+    lo, hi = r * np.array([0.99, 0.99, 0.6]), r * np.array([1.01, 1.01, 1 / 0.6])
+    wide = rank(names, batch, r, thr, lo=lo, hi=hi)
+    assert wide.winner == "b" and wide.regret_against == "c"
+    _, hw_b = math.log(1 / 0.99), math.log(1.01)
+    expect = (52.63 / 66.67) * math.exp(math.hypot(math.log(1 / 0.6), hw_b))
+    assert wide.regret_high == pytest.approx(expect, rel=1e-3) and wide.regret_high > 1.2
+    # the winner's own interval open above: it could be any slower
+    open_w = rank(names, batch, r, thr, lo=r * 0.99, hi=np.array([101.0, math.inf, 202.0]))
+    assert open_w.winner == "b" and math.isinf(open_w.regret_high)
+    # a candidate that never reached the target counts at the lower bound of its time
+    cens = rank(names, [8, 16, 64], [100.0, 100.0, math.inf], [1.0, 1.9, 6.0],
+                lo=np.array([99.0, 99.0, 150.0]), hi=np.array([101.0, 101.0, math.inf]))  # fmt: skip
+    assert cens.winner == "b" and cens.regret_against == "c"
+    assert cens.regret_high == pytest.approx((100 / 1.9) / (150 / 6.0) * (101 / 100), rel=1e-6)
