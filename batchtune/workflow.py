@@ -293,7 +293,12 @@ def recommend_for_recipe(
             "(--map gen_s=KEY --map train_s=KEY), or --throughput probe after a probe that timed its steps",
             eff,
         ) from None
-    rec = recommend(eff, thr)
+    if branched is not None:
+        from batchtune.measure.branched import thin_evidence, unmeasured
+
+        rec = recommend(eff, thr, unmeasured=unmeasured(branched), caveats=thin_evidence(branched))
+    else:
+        rec = recommend(eff, thr)
     if branched is not None:  # the critical batch against progress gives a batch schedule
         from batchtune.analysis.branched_summary import with_schedule
 

@@ -74,6 +74,7 @@ def check(
     ]
     ref = eff.get(eff.reference)
     notes = list(tc.notes)
+    notes += [f"the evidence's own pick rests on thin evidence: {why}" for why in rec.evidence]
     rule = lr_rule
     if rule == "auto":
         rule = ref.lr_rule if ref.lr_rule in LR_RULES_CHECKABLE else "sqrt"

@@ -75,6 +75,15 @@ def main() -> int:
     rec = data["recommended"]
     print(f"recommended: {rec['name']} ({rec['batch_responses']} responses, lr {rec['lr']:.3g})")
     print(f"  why: {rec['reason']}")
+    high, against = rec.get("regret_high"), rec.get("regret_against")
+    if high is None:
+        print("  how sure: no interval (the pick rests on one seed)")
+    elif against is None:
+        print("  how sure: no other measured batch is faster at the far end of its 90% interval")
+    else:
+        print(f"  how sure: {against} could be up to {float(high):.2f}x faster (far end of its 90% interval)")
+    for why in rec.get("evidence", []):
+        print(f"  weak evidence: {why}")
     cost = data.get("probe_cost") or {}
     if cost:
         print(

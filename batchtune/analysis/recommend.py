@@ -51,6 +51,8 @@ class Recommendation:
     confirm: str
     notes: tuple[str, ...] = field(default_factory=tuple)
     schedule: ScheduleComparison | None = None  # a batch schedule vs the best fixed batch (branched probes)
+    # why the pick rests on thin evidence (weak_evidence); empty when none of its checks fired
+    evidence: tuple[str, ...] = ()
 
 
 def throughput_from_profile(
@@ -128,8 +130,18 @@ def throughput_from_probe(
     return ThroughputModel("probe timings, each run alone" if alone else "probe timings", True, per)
 
 
-def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Recommendation:
-    """Rank every candidate with an estimate and a throughput by predicted time-to-target."""
+def recommend(
+    efficiency: SampleEfficiency,
+    throughput: ThroughputModel,
+    *,
+    unmeasured: Sequence[tuple[str, float]] = (),
+    caveats: Sequence[str] = (),
+) -> Recommendation:
+    """Rank every candidate with an estimate and a throughput by predicted time-to-target.
+
+    ``unmeasured``: (label, batch) of planned candidates the probe did not measure (a branched
+    search that bracketed the critical batch without them); ``caveats``: the probe's own reasons its
+    evidence is thin (a checkpoint it could not read). Both feed ``Recommendation.evidence``."""
     have = throughput.per_candidate
     ranked = [c for c in efficiency.candidates if c.estimate is not None and c.label in have]
     if efficiency.reference not in {c.label for c in ranked}:
@@ -178,6 +190,75 @@ def recommend(efficiency: SampleEfficiency, throughput: ThroughputModel) -> Reco
         winner_throughput=wt,
         confirm=_confirm_text(efficiency, winner, wt, throughput.absolute),
         notes=tuple(notes),
+        evidence=(*weak_evidence(winner, ranked, unmeasured), *caveats),
+    )
+
+
+def weak_evidence(
+    winner: CandidateEfficiency,
+    ranked: Sequence[CandidateEfficiency],
+    unmeasured: Sequence[tuple[str, float]],
+) -> tuple[str, ...]:
+    """Why the pick rests on thin evidence, each reason one sentence (empty: none found).
+
+    - The pick is the largest batch measured while larger ones were planned but not measured: no
+      measurement shows a larger batch is slower. On the NQM's one-checkpoint branched sweep this
+      held for all 16 picks at regret > 1.05 and for none of the 80 others, where the search had
+      measured (and rejected) the batch above the pick (benchmarks/out/regret_bound.txt).
+    - The pick's R rests on one seed: there is no interval to read.
+    - The pick's interval is open above: a seed never reached the target, so its time is a bound.
+    """
+    out: list[str] = []
+    est = _estimate(winner)
+    b = winner.batch_responses
+    above = sorted((lab for lab, nb in unmeasured if nb > b), key=lambda lab: dict(unmeasured)[lab])
+    if above and not any(c.batch_responses > b for c in ranked):
+        why = ""
+        if winner.verdict is not None and winner.verdict.status not in ("invariant", "reference"):
+            why = f"; its own verdict: {winner.verdict.status}, on {_seeds(est.n_seeds)}"
+        out.append(
+            f"{winner.label} is the largest batch the probe measured: {', '.join(above)} "
+            f"{'was' if len(above) == 1 else 'were'} not measured, so nothing shows a larger batch is "
+            f"slower{why}"
+        )
+    if est.n_seeds == 1 and est.ci_low == est.ci_high:
+        out.append(f"{winner.label}'s R rests on one seed, so it has no interval")
+    if math.isinf(est.ci_high) and math.isfinite(est.samples_to_target):
+        out.append(
+            f"{winner.label}'s interval is open above: a seed never reached the target, so its time is "
+            "a bound"
+        )
+    return tuple(out)
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed{'' if n == 1 else 's'}"
+
+
+WEAK_ADVICE = (
+    "Before a long run: add seeds (budget.seeds), or measure every batch (branch.search = 'all') or "
+    "the grid (probe.mode = 'grid')"
+)
+
+
+def how_sure(rec: Recommendation) -> str | None:
+    """One line from ranking.regret_bound: how much faster than the pick another batch could be;
+    None when the pick's R has no interval (one seed: weak_evidence says so)."""
+    r = rec.ranking
+    est = rec.winner.estimate
+    if est is None or (est.n_seeds == 1 and est.ci_low == est.ci_high):
+        return None
+    conf = f"{est.confidence:.0%}"
+    if r.regret_against is None:
+        return f"How sure: no other measured batch is faster at the far end of its {conf} interval."
+    if not math.isfinite(r.regret_high):
+        return (
+            f"How sure: the pick's interval is open above, so {r.regret_against} (or another) could be "
+            "faster by any amount."
+        )
+    return (
+        f"How sure: {r.regret_against} could be up to {r.regret_high:.2f}x faster than the pick (the far "
+        f"end of its {conf} interval against it)."
     )
 
 

@@ -312,6 +312,28 @@ def reference_curve(store: ResultsStore, runs: BranchedRuns, metric: str) -> tup
     return np.r_[ts[ts <= last], own.samples[after] + last], np.r_[tv[ts <= last], own.values[after]]
 
 
+def unmeasured(result: BranchedProbeResult) -> list[tuple[str, float]]:
+    """(label, batch) of the main candidates no checkpoint branched (the search bracketed the
+    critical batch without them)."""
+    have = {c.label for c in result.efficiency.candidates}
+    by_label = result.plan.by_label()
+    return [(lab, float(by_label[lab].batch_responses)) for lab in result.plan.main if lab not in have]
+
+
+def thin_evidence(result: BranchedProbeResult) -> list[str]:
+    """The branched probe's own reasons its answer rests on less than planned: checkpoints it
+    could not read (their controls made no progress)."""
+    unread = result.runs.unread
+    if not unread:
+        return []
+    n = len(unread) + len(result.runs.checkpoints)
+    read = ", ".join(f"{c:,}" for c in result.runs.checkpoints)
+    return [
+        f"the answer rests on {len(result.runs.checkpoints)} of {n} checkpoints (read: {read} samples); "
+        "the others' controls made no progress in the window"
+    ]
+
+
 def run_branched_probe(
     recipe: Recipe, progress: ProbeEvents | None = None, *, read_only: bool = False
 ) -> BranchedProbeResult:

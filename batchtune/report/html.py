@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from batchtune.analysis.recommend import WEAK_ADVICE, how_sure
 from batchtune.report.terminal import fmt_ci, fmt_n, fmt_time, r_statistic
 
 _CSS = """
@@ -89,7 +90,11 @@ def build_sections(eff: Any, rec: Any | None, plots: list[Path], missing: str = 
         head = f"{w.label}: {w.prompts} prompts x {w.group_size} responses = {w.batch_responses} per step{lr}"
         conc = rec.winner_throughput.generation_concurrency
         paras = [head] + ([f"Generation concurrency: {conc} responses in flight."] if conc else [])
-        paras += [rec.ranking.reason, rec.confirm, f"Θ (throughput) from {rec.throughput.source}."]
+        sure = how_sure(rec)
+        paras += [rec.ranking.reason, *([sure] if sure else [])]
+        if rec.evidence:
+            paras.append(f"Weak evidence: {'; '.join(rec.evidence)}. {WEAK_ADVICE}")
+        paras += [rec.confirm, f"Θ (throughput) from {rec.throughput.source}."]
         sections.append(Section("Recommendation", tuple(paras), css_class="win"))
         winner_idx = next(i for i, r in enumerate(rec.ranking.candidates) if r.name == rec.ranking.winner)
         imgs = tuple(p for n, p in by_name.items() if n == "time_to_target.png")

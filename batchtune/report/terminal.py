@@ -12,7 +12,7 @@ from rich.table import Table
 
 from batchtune.analysis.curves import MEDIAN
 from batchtune.analysis.efficiency import SampleEfficiency
-from batchtune.analysis.recommend import Recommendation
+from batchtune.analysis.recommend import WEAK_ADVICE, Recommendation, how_sure
 from batchtune.report.json import cost_ratio_range
 
 STATUS_STYLE = {
@@ -204,8 +204,15 @@ def render_recommendation(console: Console, rec: Recommendation, emitted: str | 
     if wt.generation_concurrency:
         body.append(f"generation concurrency: {wt.generation_concurrency} responses in flight")
     body.append(rec.ranking.reason)
+    sure = how_sure(rec)
+    if sure:
+        body.append(sure)
+    if rec.evidence:
+        body.append(f"[bold yellow]Weak evidence:[/] {'; '.join(rec.evidence)}. {WEAK_ADVICE}")
     body.append(rec.confirm)
-    console.print(Panel("\n".join(body), title="Recommendation", border_style="green"))
+    console.print(
+        Panel("\n".join(body), title="Recommendation", border_style="yellow" if rec.evidence else "green")
+    )
     for n in rec.notes:
         if n not in rec.efficiency.notes:
             console.print(f"[yellow]note:[/] {n}")

@@ -1,0 +1,99 @@
+"""The recommendation says when its pick rests on thin evidence (analysis/recommend.weak_evidence)."""
+
+from __future__ import annotations
+
+import math
+
+from batchtune.analysis.curves import TargetCrossing, estimate_over_seeds
+from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency
+from batchtune.analysis.ratio import Verdict
+from batchtune.analysis.recommend import Recommendation, Throughput, ThroughputModel, how_sure, recommend
+
+
+def _cand(prompts: int, per_seed: list[float], status: str = "invariant") -> CandidateEfficiency:
+    crossings = [
+        TargetCrossing(None, True, 1e5) if math.isinf(r) else TargetCrossing(r, False, r) for r in per_seed
+    ]
+    est = estimate_over_seeds(crossings, seed_ids=list(range(len(per_seed))))
+    return CandidateEfficiency(
+        label=f"P{prompts}xG8",
+        prompts=prompts,
+        group_size=8,
+        lr=0.01,
+        lr_rule="sqrt",
+        family="main",
+        estimate=est,
+        verdict=Verdict(prompts * 8.0, status, None, status),
+        n_runs=len(per_seed),
+        failures=(),
+        gen_s_per_step=1.0,
+        train_s_per_step=0.1,
+        other_s_per_step=0.0,
+        samples_consumed=int(sum(r for r in per_seed if math.isfinite(r))),
+        wall_s=1.0,
+    )
+
+
+def _recommend(cands: list[CandidateEfficiency], **kw) -> Recommendation:
+    eff = SampleEfficiency(
+        metric="loss",
+        target=1.0,
+        higher_is_better=False,
+        tolerance=0.1,
+        reference=cands[0].label,
+        candidates=tuple(cands),
+        critical=None,
+        grad_slope=None,
+        noise_scale=None,
+        notes=(),
+    )
+    # throughput grows with the batch, so the largest batch that keeps up wins
+    thr = {c.label: Throughput(c.batch_responses / (1.0 + 0.002 * c.batch_responses)) for c in cands}
+    return recommend(eff, ThroughputModel("test", True, thr), **kw)
+
+
+SEEDS = [1000.0, 1040.0, 980.0]
+
+
+def test_a_pick_at_the_edge_of_what_was_measured_is_flagged():
+    # the search measured 8, 16 and 32 prompts and never 64: 32 wins on throughput, and nothing
+    # shows that 64 would not
+    cands = [_cand(1, SEEDS, "reference"), _cand(2, SEEDS), _cand(4, [1120.0, 1180.0, 1150.0], "deviates")]
+    rec = _recommend(cands, unmeasured=[("P8xG8", 64.0), ("P16xG8", 128.0)])
+    assert rec.winner.label == "P4xG8"
+    (why,) = rec.evidence
+    assert why.startswith("P4xG8 is the largest batch the probe measured: P8xG8, P16xG8 were not measured")
+    assert "its own verdict: deviates, on 3 seeds" in why
+    # a measured batch above the pick (rejected or slower) closes the edge: no warning
+    above = _cand(8, [2500.0, 2600.0, 2400.0], "deviates")
+    rec = _recommend([*cands, above], unmeasured=[("P16xG8", 128.0)])
+    assert rec.winner.label == "P4xG8" and rec.evidence == ()
+    # the planned batches below the pick do not count
+    assert _recommend(cands, unmeasured=[("P0xG8", 4.0)]).evidence == ()
+
+
+def test_a_one_seed_pick_and_an_open_interval_are_flagged_and_the_probes_caveats_kept():
+    one = _recommend([_cand(1, SEEDS, "reference"), _cand(4, [1010.0])])
+    assert one.winner.label == "P4xG8"
+    assert one.evidence == ("P4xG8's R rests on one seed, so it has no interval",)
+    assert how_sure(one) is None  # no interval to say how sure from
+    # a seed of the pick that never reached the target: its time is a lower bound
+    cands = [_cand(1, SEEDS, "reference"), _cand(4, [1000.0, 1010.0, math.inf], "inconclusive")]
+    opened = _recommend(cands, caveats=["the answer rests on 1 of 2 checkpoints"])
+    assert opened.winner.label == "P4xG8"
+    assert "interval is open above" in opened.evidence[0]
+    assert opened.evidence[-1] == "the answer rests on 1 of 2 checkpoints"
+    sure = how_sure(opened)
+    assert sure is not None and "open above" in sure and math.isinf(opened.ranking.regret_high)
+
+
+def test_a_well_measured_pick_says_how_sure_it_is():
+    cands = [_cand(1, SEEDS, "reference"), _cand(2, SEEDS), _cand(4, [1300.0, 1500.0, 1400.0], "deviates")]
+    rec = _recommend(cands)
+    assert rec.evidence == ()
+    sure = how_sure(rec)
+    assert sure is not None and sure.startswith("How sure:")
+    if rec.ranking.regret_against is None:
+        assert "no other measured batch is faster" in sure
+    else:
+        assert f"{rec.ranking.regret_high:.2f}x faster" in sure
