@@ -128,3 +128,29 @@ def test_bad_input_and_missing_evidence(tmp_path: Path, monkeypatch) -> None:
     empty.mkdir()
     res = CliRunner().invoke(app, ["check", str(ok), "--results", str(empty)])
     assert res.exit_code in (2, 3), res.output
+
+
+def test_check_carries_the_evidences_own_weak_evidence_warning_as_a_note(tmp_path: Path, monkeypatch) -> None:
+    """A gate built on a probe whose own pick rests on thin evidence says so (a note, same exit code)."""
+    import dataclasses
+    import json
+
+    from batchtune import workflow_ci
+
+    monkeypatch.chdir(ROOT)
+    real = workflow_ci.recommend_from_args
+
+    def weak(*args, **kwargs):
+        rec, *rest = real(*args, **kwargs)
+        return (
+            dataclasses.replace(rec, evidence=("P16xG8's R rests on one seed, so it has no interval",)),
+            *rest,
+        )
+
+    monkeypatch.setattr(workflow_ci, "recommend_from_args", weak)
+    res = CliRunner().invoke(
+        app, ["check", "examples/ci/verl/ppo_trainer.yaml", "--results", EVIDENCE, "--json"]
+    )
+    assert res.exit_code == EXAMPLES["verl/ppo_trainer.yaml"], res.output
+    notes = json.loads(res.output)["notes"]
+    assert "the evidence's own pick rests on thin evidence: P16xG8's R rests on one seed" in " ".join(notes)
