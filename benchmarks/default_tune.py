@@ -23,6 +23,11 @@ from importlib import metadata
 from pathlib import Path
 
 
+def _num(x: object, spec: str) -> str:
+    """A JSON number formatted; "inf" (how --json writes infinity) and None as they are."""
+    return format(x, spec) if isinstance(x, (int, float)) else str(x)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipe", nargs="?", default=None, help="recipe (default: the built-in tiny-grpo)")
@@ -55,11 +60,11 @@ def main() -> int:
     )
     print(f"wall time (whole process, probe + profile + recommend): {wall:.0f} s")
     lo, hi = crit["crossing_ci"] or (None, None)
-    upper = "inf" if crit["upper"] is None else format(crit["upper"], "g")
+    upper = "inf" if crit["upper"] is None else _num(crit["upper"], "g")
     print(
-        f"critical training batch: {crit['batch_responses']:g} responses "
-        f"(measured bracket {crit['lower']:g}-{upper}); "
-        f"1+tol crossing {crit['crossing']:.0f} [{lo:.0f}, {hi:.0f}]"
+        f"critical training batch: {_num(crit['batch_responses'], 'g')} responses "
+        f"(measured bracket {_num(crit['lower'], 'g')}-{upper}); "
+        f"1+tol crossing {_num(crit['crossing'], '.0f')} [{_num(lo, '.0f')}, {_num(hi, '.0f')}]"
     )
     if crit["fit"]:
         print(f"fit: {crit['fit']['summary']}")
