@@ -189,17 +189,20 @@ def adoption(
     confidence: float,
     min_seeds: int,
     max_seeds: int,
+    min_reject_seeds: int = 1,
 ) -> str:
     """The sequential test of a branched batch at one checkpoint, from its paired ratios so far
     (one per seed; inf where the branch never reached the level, NaN where the seed's control did
     not): ADOPT (the search may climb past it), REJECT, or MORE (branch it at another seed).
 
     REJECT when any seed is unpaired or never reached the level, or the mean log ratio is past
-    log(1+tol). ADOPT needs ``min_seeds`` seeds and the one-sided ``confidence`` upper bound of the
-    mean log ratio (Student t over the seeds) within log(1+tol): at the edge of stability one seed's
-    branch keeps up and the next never reaches the level, and two lucky seeds must not decide.
-    MORE while neither holds and fewer than ``max_seeds`` seeds were branched; at ``max_seeds`` an
-    undecided batch is REJECTED (adopting past the critical batch costs more than stopping below it).
+    log(1+tol), on ``min_reject_seeds`` seeds or more (fewer: MORE, unless the mean is past
+    2 log(1+tol), which one seed is enough to reject). ADOPT needs ``min_seeds`` seeds and the
+    one-sided ``confidence`` upper bound of the mean log ratio (Student t over the seeds) within
+    log(1+tol): at the edge of stability one seed's branch keeps up and the next never reaches the
+    level, and two lucky seeds must not decide. MORE while neither holds and fewer than ``max_seeds``
+    seeds were branched; at ``max_seeds`` an undecided batch is REJECTED (adopting past the critical
+    batch costs more than stopping below it).
     One seed (``min_seeds`` 1) is judged by its point.
     """
     r = np.asarray(ratios, dtype=float)
@@ -209,7 +212,9 @@ def adoption(
     bound = math.log1p(tol)
     mean = float(lr.mean())
     if mean > bound:
-        return REJECT
+        if r.size >= min_reject_seeds or mean > 2 * bound or r.size >= max_seeds:
+            return REJECT
+        return MORE
     if r.size >= max(min_seeds, 1):
         if r.size == 1:
             return ADOPT

@@ -233,6 +233,7 @@ class AtCheckpoint:
                 confidence=t.confidence,
                 min_seeds=br.confirm_seeds,
                 max_seeds=max(br.max_seeds, br.confirm_seeds, len(self.seeds)),
+                min_reject_seeds=br.confirm_seeds if br.confirm_rejections else 1,
             )
             ok = verdict == ADOPT
             todo = [extra_seed(self.recipe, len(mine) - len(self.seeds) + 1)] if verdict == MORE else []

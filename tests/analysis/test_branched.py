@@ -133,6 +133,19 @@ def test_adoption_needs_seeds_that_agree_not_two_lucky_ones() -> None:
     assert adoption([], **kw) == REJECT
 
 
+def test_confirmed_rejections_need_seeds_unless_the_batch_is_clearly_behind() -> None:
+    # branch.confirm_rejections: a mean past 1+tol is rejected on min_reject_seeds seeds, not one
+    kw = {"tol": 0.1, "confidence": 0.9, "min_seeds": 3, "max_seeds": 4, "min_reject_seeds": 3}
+    assert adoption([1.13], **kw) == MORE  # one seed just past 1+tol: branch another
+    assert adoption([1.13, 1.15], **kw) == MORE
+    assert adoption([1.13, 1.15, 1.12], **kw) == REJECT  # three seeds agree it is past
+    assert adoption([1.13, 0.95, 1.0], **kw) == MORE  # the mean came back within: the usual test
+    assert adoption([1.3], **kw) == REJECT  # past (1+tol)^2 = 1.21: one seed is enough
+    assert adoption([1.05, math.inf], **kw) == REJECT  # a seed never reached the level
+    assert adoption([1.13, 1.12, 1.11, 1.15], **{**kw, "min_reject_seeds": 9}) == REJECT  # max_seeds
+    assert adoption([1.13], **{**kw, "min_reject_seeds": 1}) == REJECT  # the default: the first seed
+
+
 def test_a_censored_branch_keeps_the_bound_it_reached_a_diverged_one_none() -> None:
     """A branch that stops short of the level is known to need more than it spent: its ratio is
     inf, and `bounds` holds samples spent / R_c(B0, s). A failed branch has no bound."""

@@ -148,6 +148,38 @@ def test_runs_of_other_branch_settings_in_the_results_dir_are_neither_read_nor_p
     assert any("other branch settings" in n for n in reused.efficiency.notes)
 
 
+def test_confirmed_rejections_branch_a_batch_just_past_tolerance_at_more_seeds(tmp_path: Path) -> None:
+    """branch.confirm_rejections: no batch is rejected on one seed whose ratio is only just past
+    1+tol. Without it, on this seed 512 is rejected after one branch at ~1.13 (benchmarks'
+    one-checkpoint sweep, trunk 1536, seed 3)."""
+    sets = [
+        "probe.mode=branched",
+        "branch.trunk_samples=1536",
+        "branch.window_samples=1024",
+        "branch.checkpoints=[1.0]",
+        "branch.max_window_factor=1.5",
+        "budget.seeds=[3]",
+    ]
+
+    def thin(extra: list[str], d: Path) -> list[float]:
+        """Batches left on fewer than confirm_seeds seeds, none censored, mean ratio in (1.1, 1.21]."""
+        res = run_branched_probe(load_recipe("recipes/nqm.toml", [*sets, *extra, f"run.results_dir={d}"]))
+        (lc,) = res.summary.locals
+        out = []
+        for b in lc.ratios:
+            seen = lc.observed(b)
+            rs = [r for r, cens in seen.values() if not cens and math.isfinite(r)]
+            if b == 8.0 or not seen or len(rs) < len(seen):
+                continue
+            mean = math.exp(float(np.mean(np.log(rs))))
+            if len(rs) < 3 and 1.1 < mean <= 1.1**2:
+                out.append(b)
+        return out
+
+    assert thin([], tmp_path / "default") == [512.0]
+    assert thin(["branch.confirm_rejections=true"], tmp_path / "confirmed") == []
+
+
 def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path) -> None:
     clean = _answer(run_branched_probe(_recipe(tmp_path / "clean")))
     killed = tmp_path / "killed"
