@@ -15,6 +15,7 @@ from batchtune.analysis.curves import TargetEstimate
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.analysis.profile import ProfileResult
 from batchtune.analysis.ranking import Ranking, rank_time_to_target
+from batchtune.analysis.ratio import INVARIANT, REFERENCE
 from batchtune.analysis.schedule import ScheduleComparison
 from batchtune.analysis.throughput import Knee, end_to_end_throughput, predict_end_to_end
 from batchtune.errors import AnalysisError
@@ -211,10 +212,10 @@ def weak_evidence(
     out: list[str] = []
     est = _estimate(winner)
     b = winner.batch_responses
-    above = sorted((lab for lab, nb in unmeasured if nb > b), key=lambda lab: dict(unmeasured)[lab])
+    above = [lab for nb, lab in sorted((nb, lab) for lab, nb in unmeasured) if nb > b]
     if above and not any(c.batch_responses > b for c in ranked):
         why = ""
-        if winner.verdict is not None and winner.verdict.status not in ("invariant", "reference"):
+        if winner.verdict is not None and winner.verdict.status not in (INVARIANT, REFERENCE):
             why = f"; its own verdict: {winner.verdict.status}, on {_seeds(est.n_seeds)}"
         out.append(
             f"{winner.label} is the largest batch the probe measured: {', '.join(above)} "
