@@ -23,6 +23,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from branched_cost import true_times, tune_json  # noqa: E402
 
 
+def one_checkpoint(trunk: int, window: int, seeds: list[int]) -> list[str]:
+    """The `--set`s of one sweep setting: one checkpoint at the trunk's end, max window 1.5x."""
+    return [
+        "probe.mode=branched",
+        f"branch.trunk_samples={trunk}",
+        f"branch.window_samples={window}",
+        "branch.checkpoints=[1.0]",
+        "branch.max_window_factor=1.5",
+        f"budget.seeds={seeds}",
+    ]
+
+
 def main() -> None:
     trunks, windows, n_seeds = (list(map(int, a.split(","))) for a in sys.argv[1:4])
     n_sets = int(sys.argv[4]) if len(sys.argv) > 4 else 8
@@ -39,17 +51,7 @@ def main() -> None:
                 rows: list[tuple[float, float, str]] = []
                 for k in range(n_sets):
                     seeds = list(range(k * ns, k * ns + ns))
-                    d = tune_json(
-                        [
-                            "probe.mode=branched",
-                            f"branch.trunk_samples={trunk}",
-                            f"branch.window_samples={window}",
-                            "branch.checkpoints=[1.0]",
-                            "branch.max_window_factor=1.5",
-                            f"budget.seeds={seeds}",
-                            *more,
-                        ]
-                    )
+                    d = tune_json([*one_checkpoint(trunk, window, seeds), *more])
                     if d is None:
                         rows.append((math.nan, math.nan, "fail"))
                         continue

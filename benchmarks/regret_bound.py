@@ -29,29 +29,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from branched_cost import true_times, tune_json  # noqa: E402
+from branched_sweep import one_checkpoint  # noqa: E402
 
 THRESHOLDS = (1.05, 1.1, 1.25, 1.5)
 MISS = 1.05
 
 
 def sweep_settings() -> list[list[str]]:
-    out = []
-    for trunk in (1024, 1536, 2048):
-        for window in (1024, 2048):
-            for ns in (1, 2):
-                for k in range(8):
-                    seeds = list(range(k * ns, k * ns + ns))
-                    out.append(
-                        [
-                            "probe.mode=branched",
-                            f"branch.trunk_samples={trunk}",
-                            f"branch.window_samples={window}",
-                            "branch.checkpoints=[1.0]",
-                            "branch.max_window_factor=1.5",
-                            f"budget.seeds={seeds}",
-                        ]
-                    )
-    return out
+    """benchmarks/branched_sweep.py's 96 settings, in its order."""
+    return [
+        one_checkpoint(trunk, window, list(range(k * ns, k * ns + ns)))
+        for trunk in (1024, 1536, 2048)
+        for window in (1024, 2048)
+        for ns in (1, 2)
+        for k in range(8)
+    ]
 
 
 GROUPS = {
