@@ -102,7 +102,6 @@ def main() -> None:
         "probes whose recommendation says 'Weak evidence' (recommended.evidence not empty)"
     )
     print(f"grid throughput from one grid probe; best true time {best:.1f} s (simulated); inf counts as > x")
-    assert all(math.isfinite(v) for v in t.values())
 
 
 if __name__ == "__main__":
