@@ -1,6 +1,8 @@
 """How a branched probe's cost scales with the length of the run it tunes, on the NQM.
 
     python benchmarks/branched_run_length.py > benchmarks/out/branched_run_length.txt
+    python benchmarks/branched_run_length.py branch.confirm_rejections=true \
+        > benchmarks/out/branched_run_length_confirm_rejections.txt
 
 recipes/nqm.toml's run is short: its target (loss 1.0) takes ~48 steps at the best batch, so a
 trunk and windows of a few of the largest batch's steps are a large share of it. Here the same
@@ -46,6 +48,7 @@ SETTING = [
     "branch.max_window_factor=1.5",
 ]
 SEEDS = range(8)
+MORE = sys.argv[1:]  # further `--set`s for every row, e.g. branch.confirm_rejections=true
 VARIANT_TARGET = 0.5
 VARIANTS = {
     "shipped (confirm_seeds 3, max_seeds 4, min_steps 4)": [],
@@ -71,7 +74,7 @@ def grid_throughput() -> dict[str, tuple[int, float]]:
 def main() -> None:
     t0 = time.perf_counter()
     thr = grid_throughput()
-    print(f"# setting: {' '.join(SETTING)}; seeds {list(SEEDS)} one at a time")
+    print(f"# setting: {' '.join([*SETTING, *MORE])}; seeds {list(SEEDS)} one at a time")
     print(
         "target | R(8) true | best | true full run (steps) | cost tool: median [max] | "
         "cost truth: median [max] | regret: median [max] | n regret<=1.05 | recommendations"
@@ -82,7 +85,7 @@ def main() -> None:
         best = min(t, key=lambda k: t[k])
         tool, truth, regret, recs = [], [], [], []
         for seed in SEEDS:
-            d = tune_json([*SETTING, f"target.value={target}", f"budget.seeds=[{seed}]"])
+            d = tune_json([*SETTING, *MORE, f"target.value={target}", f"budget.seeds=[{seed}]"])
             if d is None:
                 tool.append(math.inf)
                 truth.append(math.inf)
@@ -117,7 +120,8 @@ def main() -> None:
     for label, extra in VARIANTS.items():
         recs, truth, regret = [], [], []
         for seed in SEEDS:
-            d = tune_json([*SETTING, *extra, f"target.value={VARIANT_TARGET}", f"budget.seeds=[{seed}]"])
+            sets = [*SETTING, *MORE, *extra, f"target.value={VARIANT_TARGET}", f"budget.seeds=[{seed}]"]
+            d = tune_json(sets)
             rec = d["recommended"]["name"] if d else "fail"
             recs.append(rec)
             truth.append(d["probe_cost"]["samples"] / r[rec] if d else math.inf)
