@@ -11,6 +11,12 @@ from batchtune.analysis.efficiency import SampleEfficiency
 from batchtune.analysis.recommend import Recommendation, how_sure
 
 
+def _interval(low: float, high: float) -> list[float | str | None] | None:
+    """[low, high] for JSON; None when it has no width (one seed on both sides, or the reference
+    against itself): a zero-width pair would read as certainty the data do not have."""
+    return None if low == high else [num(low), num(high)]
+
+
 def num(x: float | None) -> float | str | None:
     """A JSON number under the one convention (batchtune.codec): NaN -> null, inf -> "inf"."""
     return None if x is None else codec.to_jsonable(float(x))
@@ -92,7 +98,8 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
                 "samples_statistic": est.statistic if est else None,  # over seeds
                 "samples_ci": [num(v) for v in eff.absolute_ci(est)] if est else None,
                 "sample_ratio": num(ratio.ratio) if ratio else (1.0 if c.label == eff.reference else None),
-                "sample_ratio_ci": [num(ratio.ci_low), num(ratio.ci_high)] if ratio else None,
+                # null where there is no interval: the reference, or no seed spread on either side
+                "sample_ratio_ci": _interval(ratio.ci_low, ratio.ci_high) if ratio else None,
                 "n_seeds": est.n_seeds if est else 0,
                 "extra_seeds": eff.extra_seeds.get(c.label, 0),  # sequential seeding
                 "n_censored": est.n_censored if est else 0,
@@ -166,7 +173,7 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
                 "rank": r.rank if r else None,
                 "time_to_target_s": num(r.time_to_target_s) if r and thr.absolute else None,
                 "time_ratio": num(r.time_ratio) if r else None,
-                "time_ratio_ci": [num(r.time_ratio_ci[0]), num(r.time_ratio_ci[1])] if r else None,
+                "time_ratio_ci": _interval(*r.time_ratio_ci) if r else None,
                 # what the rank orders by: the time moved by the skew of its interval (ranking.py)
                 "expected_time_ratio": num(r.expected_time_s / ref_time_s) if r else None,
                 "throughput_ratio": num(r.throughput_ratio) if r else None,
@@ -186,7 +193,7 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
                 "time_to_target_s": num(wr.time_to_target_s) if thr.absolute else None,
                 "time_to_target_h": num(wr.time_to_target_s / 3600) if thr.absolute else None,
                 "time_ratio": num(wr.time_ratio),
-                "time_ratio_ci": [num(wr.time_ratio_ci[0]), num(wr.time_ratio_ci[1])],
+                "time_ratio_ci": _interval(*wr.time_ratio_ci),
                 "samples_to_target": num(w.estimate.samples_to_target) if w.estimate else None,
                 "responses_per_s": num(wt.responses_per_s),
                 "reason": rec.ranking.reason,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from batchtune.analysis.curves import TargetCrossing, estimate_over_seeds
 from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency
-from batchtune.analysis.ratio import Verdict
+from batchtune.analysis.ratio import RatioEstimate, Verdict
 from batchtune.analysis.recommend import Recommendation, Throughput, ThroughputModel, how_sure, recommend
 
 
@@ -97,3 +98,32 @@ def test_a_well_measured_pick_says_how_sure_it_is():
         assert "no other measured batch is faster" in sure
     else:
         assert f"{rec.ranking.regret_high:.2f}x faster" in sure
+
+
+def test_the_json_gives_no_interval_where_there_is_none():
+    from batchtune.report.json import recommendation_to_dict
+
+    rec = _recommend([_cand(1, SEEDS, "reference"), _cand(2, [1010.0, 990.0, 1060.0]), _cand(4, [1010.0])])
+    assert rec.winner.label == "P4xG8"
+    d = recommendation_to_dict(rec)
+    r = d["recommended"]
+    assert r["regret_high"] is None  # the pick's own R has no interval to bound the regret with
+    assert r["evidence"] == ["P4xG8's R rests on one seed, so it has no interval"]
+    by_name = {c["name"]: c for c in d["candidates"]}
+    assert by_name["P1xG8"]["time_ratio_ci"] is None  # the reference against itself
+    lo, hi = by_name["P4xG8"]["time_ratio_ci"]
+    assert lo < hi  # one seed against a reference of three: the reference's spread is real
+    # one seed on both sides: no interval at all, not a pair of equal numbers
+    one = _cand(4, [1010.0])
+    one = dataclasses.replace(
+        one, verdict=Verdict(32.0, "invariant", RatioEstimate(1.01, 1.01, 1.01), "point")
+    )
+    bare = recommendation_to_dict(_recommend([_cand(1, [1000.0], "reference"), one]))
+    assert bare["recommended"]["time_ratio_ci"] is None
+    assert {c["name"]: c["sample_ratio_ci"] for c in bare["candidates"]} == {"P1xG8": None, "P4xG8": None}
+    spread = dataclasses.replace(
+        one, verdict=Verdict(32.0, "invariant", RatioEstimate(1.01, 0.95, 1.07), "t")
+    )
+    assert recommendation_to_dict(_recommend([_cand(1, [1000.0], "reference"), spread]))["candidates"][1][
+        "sample_ratio_ci"
+    ] == [0.95, 1.07]
