@@ -271,6 +271,12 @@ class TargetEstimate:
         """True when two or more seeds were measured, so the interval reflects seed-to-seed spread."""
         return self.n_seeds >= 2
 
+    @property
+    def no_interval(self) -> bool:
+        """True for one seed and no interval given with it (estimate_from_value without a ci): the
+        point is all there is, and reports say so instead of printing a zero-width interval."""
+        return self.n_seeds == 1 and self.ci_low == self.ci_high
+
     def seed_values(self) -> np.ndarray:
         """Per-seed R with censored seeds as +inf (the convention the median and bootstrap use)."""
         return np.array([math.inf if v is None else v for v in self.per_seed], dtype=float)

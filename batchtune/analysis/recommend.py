@@ -222,7 +222,7 @@ def weak_evidence(
             f"{'was' if len(above) == 1 else 'were'} not measured, so nothing shows a larger batch is "
             f"slower{why}"
         )
-    if est.n_seeds == 1 and est.ci_low == est.ci_high:
+    if est.no_interval:
         out.append(f"{winner.label}'s R rests on one seed, so it has no interval")
     if math.isinf(est.ci_high) and math.isfinite(est.samples_to_target):
         out.append(
@@ -247,7 +247,7 @@ def how_sure(rec: Recommendation) -> str | None:
     None when the pick's R has no interval (one seed: weak_evidence says so)."""
     r = rec.ranking
     est = rec.winner.estimate
-    if est is None or (est.n_seeds == 1 and est.ci_low == est.ci_high):
+    if est is None or est.no_interval:
         return None
     conf = f"{est.confidence:.0%}"
     if r.regret_against is None:

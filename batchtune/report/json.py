@@ -8,7 +8,7 @@ from typing import Any
 from batchtune import codec
 from batchtune.analysis.curves import TargetEstimate
 from batchtune.analysis.efficiency import SampleEfficiency
-from batchtune.analysis.recommend import Recommendation, how_sure
+from batchtune.analysis.recommend import Recommendation
 
 
 def _interval(low: float, high: float) -> list[float | str | None] | None:
@@ -197,8 +197,11 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
                 "samples_to_target": num(w.estimate.samples_to_target) if w.estimate else None,
                 "responses_per_s": num(wt.responses_per_s),
                 "reason": rec.ranking.reason,
-                # how much faster than this pick another candidate could be (90% interval's end)
-                "regret_high": num(rec.ranking.regret_high) if how_sure(rec) else None,  # None: no interval
+                # how much faster than this pick another candidate could be (90% interval's end);
+                # null when the pick's own R has no interval (one seed)
+                "regret_high": None
+                if w.estimate is None or w.estimate.no_interval
+                else num(rec.ranking.regret_high),
                 "regret_against": rec.ranking.regret_against,
                 "evidence": list(rec.evidence),  # why the pick rests on thin evidence; [] when it does not
                 "confirm": rec.confirm,
