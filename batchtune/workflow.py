@@ -293,15 +293,13 @@ def recommend_for_recipe(
             "(--map gen_s=KEY --map train_s=KEY), or --throughput probe after a probe that timed its steps",
             eff,
         ) from None
-    if branched is not None:
+    if branched is None:
+        rec = recommend(eff, thr)
+    else:  # what the search left unmeasured, and a batch schedule from the critical batch's progress
+        from batchtune.analysis.branched_summary import with_schedule
         from batchtune.measure.branched import thin_evidence, unmeasured
 
         rec = recommend(eff, thr, unmeasured=unmeasured(branched), caveats=thin_evidence(branched))
-    else:
-        rec = recommend(eff, thr)
-    if branched is not None:  # the critical batch against progress gives a batch schedule
-        from batchtune.analysis.branched_summary import with_schedule
-
         rec = with_schedule(rec, branched.summary, cfg.target.tolerance)
     if plot:
         try:  # best effort, as the probe's plot

@@ -239,6 +239,16 @@ def rank_time_to_target(
     )
 
 
+def _vs_winner(
+    cand: RankedCandidate, winner: RankedCandidate, halfwidths: list[tuple[float, float]], names: list[str]
+) -> tuple[float, float, float]:
+    """``T(cand) / T(winner)`` and its interval (both reached the target): what "within
+    uncertainty" and the regret bound read."""
+    vs = cand.time_to_target_s / winner.time_to_target_s
+    low, high = _ratio_ci(vs, halfwidths[names.index(cand.name)], halfwidths[names.index(winner.name)])
+    return vs, low, high
+
+
 def regret_bound(
     ranked: Sequence[RankedCandidate],
     winner: RankedCandidate,
@@ -259,8 +269,7 @@ def regret_bound(
         if cand.censored:
             low = cand.time_ci_s[0] / winner.time_to_target_s * math.exp(-hw_w[1])
         else:
-            vs = cand.time_to_target_s / winner.time_to_target_s
-            low = _ratio_ci(vs, halfwidths[names.index(cand.name)], hw_w)[0]
+            low = _vs_winner(cand, winner, halfwidths, names)[1]
         could = 1.0 / low if low > 0 else math.inf
         if could > high:
             high, against = could, cand.name
@@ -293,13 +302,11 @@ def _reason(
     elif not winner.is_reference:
         parts.append("No larger batch reached the target in this sweep; a larger one may be faster still.")
 
-    hw_w = halfwidths[names.index(winner.name)]
     ties = []
     for cand in ranked[1:]:
         if cand.censored:
             continue
-        vs_winner = cand.time_to_target_s / winner.time_to_target_s
-        low, high = _ratio_ci(vs_winner, halfwidths[names.index(cand.name)], hw_w)
+        vs_winner, low, high = _vs_winner(cand, winner, halfwidths, names)
         if low <= 1.0:
             ties.append(f"{cand.name} ({vs_winner:.2f}x, CI {low:.2f}-{high:.2f})")
     if ties:
