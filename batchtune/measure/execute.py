@@ -47,17 +47,41 @@ def _run_many(
         (recipe, str(store.root), cand, seed, recipe.optimizer.lr, reference_batch, policy)
         for cand, seed in jobs
     ]
-    if not args:
-        return 0
-    workers = min(recipe.run.workers, len(args))
-    if recipe.run.executor == "ray":
-        return ray_executor.run_on_ray(run_fn, args, progress)  # tasks, or Ray Jobs for commands
-    if workers == 1:
-        done = 0
-        for a in args:
-            done += run_fn(*a, events=progress, parallel_runs=1) is not None
-        return done
-    return _run_pool(run_fn, args, workers, progress)
+    with Runner(recipe, progress) as runner:
+        return runner.run(run_fn, args)
+
+
+class Runner:
+    """Runs batches of runs where the recipe says (``run.executor``, at most ``run.workers`` at once):
+    in this process, in a pool of worker processes kept for the runner's life (a branched probe runs
+    many small batches: one pool, not one per batch), or on Ray. A context manager: the pool stops
+    at its exit, and at once on an exception (SIGTERM, Ctrl-C or a worker's error)."""
+
+    def __init__(self, recipe: Recipe, progress: ProbeEvents | None) -> None:
+        self.recipe, self.progress = recipe, progress
+        self._pool: _Pool | None = None
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if self._pool is not None:
+            self._pool.close(failed=kind is not None)
+            self._pool = None
+
+    def run(self, run_fn: RunFn, args: list[tuple]) -> int:
+        """Run each of ``args`` (``run_fn``'s positional arguments) once; returns the number run here
+        (a run another process holds, or one finished meanwhile, is not run)."""
+        if not args:
+            return 0
+        if self.recipe.run.executor == "ray":
+            return ray_executor.run_on_ray(run_fn, args, self.progress)  # tasks, or Ray Jobs for commands
+        workers = min(self.recipe.run.workers, len(args))
+        if workers == 1:
+            return sum(run_fn(*a, events=self.progress, parallel_runs=1) is not None for a in args)
+        if self._pool is None:
+            self._pool = _Pool(self.recipe.run.workers)
+        return self._pool.run(run_fn, args, workers, self.progress)
 
 
 _WORKER_EVENTS: Any = None  # the progress queue, inherited by each pool worker at its start
@@ -82,32 +106,39 @@ def _execute_in_worker(run_fn: RunFn, parallel_runs: int, *args: Any) -> RunReco
     return run_fn(*args, events=_WORKER_EVENTS, parallel_runs=parallel_runs)
 
 
-def _run_pool(run_fn: RunFn, args: list[tuple], workers: int, progress: ProbeEvents | None) -> int:
-    import multiprocessing as mp
+class _Pool:
+    """A pool of spawned worker processes (fork after torch threads exist is unsafe) and the queue
+    their progress events come back on."""
 
-    ctx = mp.get_context("spawn")  # fork after torch threads exist is unsafe
-    events = ctx.Queue()  # handed to workers at their start: no manager process to outlive us
-    pool = ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(events,)
-    )
-    done = 0
-    try:
-        pending: set[Future] = {pool.submit(_execute_in_worker, run_fn, workers, *a) for a in args}
+    def __init__(self, workers: int) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.events = ctx.Queue()  # handed to workers at their start: no manager process to outlive us
+        self.pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(self.events,)
+        )
+
+    def run(self, run_fn: RunFn, args: list[tuple], parallel: int, progress: ProbeEvents | None) -> int:
+        """``parallel``: how many of these runs share the machine at once (stored with each record)."""
+        done = 0
+        pending: set[Future] = {self.pool.submit(_execute_in_worker, run_fn, parallel, *a) for a in args}
         while pending:
             finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            _drain(events, progress)
+            _drain(self.events, progress)
             for fut in finished:
                 done += fut.result() is not None
-        _drain(events, progress)
-    except BaseException:
-        # SIGTERM, Ctrl-C or a worker's error: stop the workers now rather than wait for their runs
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            proc.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    events.close()
-    return done
+        _drain(self.events, progress)
+        return done
+
+    def close(self, *, failed: bool) -> None:
+        if failed:  # stop the workers now rather than wait for their runs
+            for proc in list(getattr(self.pool, "_processes", {}).values()):
+                proc.terminate()
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            return
+        self.pool.shutdown(wait=True)
+        self.events.close()
 
 
 def _drain(events: Any, progress: ProbeEvents | None) -> None:

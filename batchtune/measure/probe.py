@@ -263,6 +263,44 @@ def execute_run(
         return record
 
 
+def execute_branch(
+    recipe: Recipe,
+    results_dir: str,
+    candidate: Candidate,
+    seed: int,
+    base_lr: float,
+    reference_batch: int,
+    policy: StopPolicy,
+    rid: str,
+    spec_extra: dict[str, Any],
+    events: Any = None,
+    *,
+    parallel_runs: int = 1,
+) -> RunRecord | None:
+    """``execute_run`` for a branched probe's trunk, branch or control: its run id and its checkpoint
+    settings (resume_from, save_at_samples, checkpoint_dir) passed by position, so that a worker
+    process, a Ray task or a Ray Job (whose arguments travel as JSON) can run it."""
+    extra = dict(spec_extra)
+    for key in ("resume_from", "checkpoint_dir"):
+        if extra.get(key) is not None:
+            extra[key] = Path(extra[key])
+    if "save_at_samples" in extra:
+        extra["save_at_samples"] = tuple(int(v) for v in extra["save_at_samples"])
+    return execute_run(
+        recipe,
+        results_dir,
+        candidate,
+        seed,
+        base_lr,
+        reference_batch,
+        policy,
+        events,
+        rid=rid,
+        spec_extra=extra,
+        parallel_runs=parallel_runs,
+    )
+
+
 def load_run_data(store: ResultsStore) -> list[RunData]:
     return [RunData(rec, tuple(store.steps(rec.run_id))) for rec in store.runs()]
 

@@ -53,9 +53,15 @@ JOB_LOG = "ray-job.log"  # the job's output as Ray kept it
 JOB_ERROR = "ray-job.error.json"  # written by a job whose run function raised outside the run
 
 # The run function's positional arguments, as the local executor passes them:
-# (recipe, results_dir, candidate, seed, base_lr, reference_batch, policy)
+# (recipe, results_dir, candidate, seed, base_lr, reference_batch, policy), and for a branched probe's
+# run (measure.probe.execute_branch) its run id and its checkpoint settings after them
 RunArgs = tuple[Any, ...]
 RunFn = Callable[..., "RunRecord | None"]
+
+
+def args_run_id(a: RunArgs) -> str:
+    """The id of the run ``a`` makes: a branched run's own, else candidate and seed's."""
+    return str(a[7]) if len(a) > 7 else run_id(a[2], a[3])
 
 
 def placement(training_backend: str) -> str:
@@ -107,7 +113,7 @@ def run_on_ray(run_fn: RunFn, args: list[RunArgs], progress: ProbeEvents | None)
 
 def _start(progress: ProbeEvents | None, a: RunArgs) -> None:
     if progress is not None:
-        progress("start", {"run_id": run_id(a[2], a[3]), "label": a[2].label, "seed": a[3]})
+        progress("start", {"run_id": args_run_id(a), "label": a[2].label, "seed": a[3]})
 
 
 def _end(progress: ProbeEvents | None, rec: RunRecord) -> None:
@@ -121,7 +127,7 @@ def seal_lost(a: RunArgs, status: str, reason: str) -> RunRecord | None:
     None if the run was finished meanwhile or is held by a live process."""
     recipe, results_dir, cand, seed, base_lr, reference_batch = a[:6]
     store = ResultsStore(results_dir)
-    rid = run_id(cand, seed)
+    rid = args_run_id(a)
     with store.claim(rid) as writer:
         if writer is None:
             return None
@@ -169,7 +175,7 @@ def _task_result(ray: Any, ref: Any, a: RunArgs, retries: int) -> RunRecord | No
         cause = exc.cause if isinstance(exc.cause, BaseException) else None
         if isinstance(cause, BatchtuneError):
             raise cause from None
-        raise BackendError(f"run {run_id(a[2], a[3])} raised on Ray: {cause or exc}") from None
+        raise BackendError(f"run {args_run_id(a)} raised on Ray: {cause or exc}") from None
     except ray.exceptions.OutOfMemoryError as exc:  # Ray's memory monitor killed the worker
         return seal_lost(a, "oom", f"killed by Ray's memory monitor: {_first_line(exc)}")
     except ray.exceptions.RayError as exc:  # worker or node lost, after Ray's own retries
@@ -204,7 +210,9 @@ def _resolve(ref: str) -> Any:
 def _decode_payload(text: str, where: str) -> tuple[RunFn, list[Any]]:
     data = codec.loads(text, where)
     args = [
-        codec.from_dict(_resolve(v["__type__"]), v["value"], where) if isinstance(v, dict) else v
+        codec.from_dict(_resolve(v["__type__"]), v["value"], where)
+        if isinstance(v, dict) and "__type__" in v
+        else v  # plain values, and plain dicts (a branched run's checkpoint settings)
         for v in data["args"]
     ]
     return _resolve(data["run"]), args
@@ -236,7 +244,7 @@ def _run_jobs(
         while queue or inflight:
             while queue and len(inflight) < cfg.workers:
                 a = queue.pop(0)
-                rid = run_id(a[2], a[3])
+                rid = args_run_id(a)
                 if rid in live:
                     inflight[live.pop(rid)] = a
                     continue
@@ -249,7 +257,7 @@ def _run_jobs(
                 if not status.is_terminal():
                     continue
                 del inflight[sid]
-                rid = run_id(a[2], a[3])
+                rid = args_run_id(a)
                 store = ResultsStore(a[1])
                 info = client.get_job_info(sid)
                 atomic_write_text(store.run_dir(rid) / JOB_LOG, client.get_job_logs(sid))
@@ -277,7 +285,7 @@ def _run_jobs(
 
 
 def _submit(client: Any, python: str, run_fn: RunFn, a: RunArgs, cfg: RunConfig, gpus: float) -> str:
-    rid = run_id(a[2], a[3])
+    rid = args_run_id(a)
     store = ResultsStore(a[1])
     payload = store.run_dir(rid) / JOB_PAYLOAD
     atomic_write_text(payload, _job_payload(run_fn, a) + "\n")
