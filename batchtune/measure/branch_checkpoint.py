@@ -6,14 +6,20 @@ checkpoint the previous segment saved at its end (a chain: nothing is rerun), an
 not reached the level by then runs on, up to a branch's longest. Branches: the candidates the search
 asks for, each at every planned seed, plus confirmation seeds (`branch.confirm_seeds`) for a batch
 the search would climb past. Run ids: c<checkpoint>-<label>-s<seed>, and a control's extension adds
--from<samples> (where it starts).
+-from<samples> (where it starts). The runs of one round go to ``run`` together (run at once where
+run.workers allows): every seed's control segment; a round's branches beside the control segments
+of seeds it starts (a branch does not depend on its control, only the ratio does); then the
+extensions of controls too slow to reach the level. A round's branches stop at a level the controls
+already there set, so the controls covering a batch's window run before its first round.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +44,20 @@ from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord
 
 CONTROL_WINDOWS = 1.25  # the control runs past its window so the fit at the window's end is interior
 
-RunFn = Callable[[Candidate, int, str, int, StopPolicy, dict], None]
+
+@dataclass(frozen=True)
+class Job:
+    """One run a branched probe asks for: the trunk, a branch, or a segment of a control."""
+
+    cand: Candidate
+    seed: int
+    rid: str
+    budget: int  # the cumulative samples it may run to
+    policy: StopPolicy
+    extra: dict[str, Any]  # RunSpec's resume_from / save_at_samples / checkpoint_dir
+
+
+RunFn = Callable[[list[Job]], None]  # runs each job once: at once, where the recipe allows (run.workers)
 PolicyFn = Callable[[float, int, int, bool], StopPolicy]  # (target, max samples, origin, stop at target)
 
 
@@ -156,12 +175,12 @@ class AtCheckpoint:
         """Cumulative samples ``window`` past the checkpoint, rounded up to whole control steps."""
         return self.c + math.ceil(window / self.b0) * self.b0
 
-    def _extend(self, s: int, end: int) -> None:
-        """Extend seed ``s``'s control to ``end`` by one segment from where it ends (the checkpoint,
-        or the end of its previous segment, resumed from the checkpoint saved there)."""
+    def _extension(self, s: int, end: int) -> Job | None:
+        """The segment that extends seed ``s``'s control to ``end`` from where it ends (the
+        checkpoint, or the end of its previous segment, resumed from the checkpoint saved there)."""
         c, ref, start_at = self.c, self.ref, self.ends.get(s, self.c)
         if end <= start_at:
-            return
+            return None
         cdir = self.ckpt_dir / f"c{c}-control-s{s}"
         resume = self.resume if start_at == c else checkpoint_path(cdir, start_at)
         rid = control_id(c, ref, s, start_at)
@@ -175,9 +194,18 @@ class AtCheckpoint:
                 "end to extend (results of an older batchtune?); probe into a fresh results_dir"
             )
         seg = {"resume_from": resume, "save_at_samples": (end,), "checkpoint_dir": cdir}
-        self.run(ref, s, rid, end, self.policy(self.recipe.target.value, end, c, False), seg)
-        self.ends[s] = end
-        self.controls[s] = control_curve(self.store, c, ref, s, self.recipe.target.metric, end)
+        return Job(ref, s, rid, end, self.policy(self.recipe.target.value, end, c, False), seg)
+
+    def _extend(self, ends: dict[int, int], also: list[Job] | None = None) -> None:
+        """Extend each seed's control to its end in ``ends``: one segment per seed, run together
+        (and with the runs ``also``, which do not depend on them)."""
+        jobs = {s: job for s, end in ends.items() if (job := self._extension(s, end)) is not None}
+        self.run([*jobs.values(), *(also or [])])
+        for s in jobs:
+            self.ends[s] = ends[s]
+            self.controls[s] = control_curve(
+                self.store, self.c, self.ref, s, self.recipe.target.metric, ends[s]
+            )
 
     def cover(self, need: int) -> None:
         """Every planned seed's control covering a window of ``need`` samples (and a confirmation
@@ -185,21 +213,24 @@ class AtCheckpoint:
         if need <= self.control_len:
             return
         end = self._end(CONTROL_WINDOWS * need)
-        for s in dict.fromkeys([*self.seeds, *self.ends]):
-            self._extend(s, end)
+        self._extend({s: end for s in dict.fromkeys([*self.seeds, *self.ends])})
         self.control_len = need
 
-    def control_for(self, s: int, level: float, longest: float) -> None:
-        """Seed ``s``'s control (a confirmation seed's is started here) as far as the others run,
-        and further, up to ``longest`` samples past the checkpoint (as far as a branch may run),
-        while it has not reached ``level``: a seed whose control is slow to reach the median level
-        would otherwise have no R_c(B0, s) and drop out of the ratios."""
-        self._extend(s, self._end(CONTROL_WINDOWS * self.control_len))
-        ctrl = self.controls[s]
-        if not ctrl.failed and not reaches(
-            ctrl, self.start, level, higher_is_better=self.recipe.target.higher_is_better
-        ):
-            self._extend(s, self._end(longest))
+    def controls_for(self, seeds: list[int], level: float, longest: float, branches: list[Job]) -> None:
+        """These seeds' controls (a confirmation seed's is started here) as far as the others run,
+        run together with ``branches`` (a branch does not depend on its control: only the ratios
+        do), and further, up to ``longest`` samples past the checkpoint (as far as a branch may
+        run), while one has not reached ``level``: a seed whose control is slow to reach the median
+        level would otherwise have no R_c(B0, s) and drop out of the ratios."""
+        self._extend({s: self._end(CONTROL_WINDOWS * self.control_len) for s in seeds}, branches)
+        hib = self.recipe.target.higher_is_better
+        slow = [
+            s
+            for s in seeds
+            if not self.controls[s].failed
+            and not reaches(self.controls[s], self.start, level, higher_is_better=hib)
+        ]
+        self._extend({s: self._end(longest) for s in slow})
 
     def within(self, main: list[Candidate], i: int) -> bool:
         """Branch candidate main[i] over its window at every planned seed, then at one more seed at
@@ -217,12 +248,17 @@ class AtCheckpoint:
         mine: list[int] = []
         todo = list(self.seeds)
         ok = False
-        while todo:
+        while todo:  # a round's seeds run together: their branches, and their controls beside them
+            extra = {"resume_from": self.resume}
+            jobs = [
+                Job(cand, s, branch_id(c, cand, s), budget, self.policy(lv, budget, c, True), extra)
+                for s in todo
+            ]
+            self.controls_for(todo, lv, self.recipe.branch.max_window_factor * wb, jobs)
             for s in todo:
-                self.control_for(s, lv, self.recipe.branch.max_window_factor * wb)
-                rid = branch_id(c, cand, s)
-                self.run(cand, s, rid, budget, self.policy(lv, budget, c, True), {"resume_from": self.resume})
-                self.branches.append(stored_curve(self.store, rid, t.metric, c, cand.batch_responses))
+                self.branches.append(
+                    stored_curve(self.store, branch_id(c, cand, s), t.metric, c, cand.batch_responses)
+                )
                 mine.append(s)
             got = local_ratios(self.start, self.curves, self.b0, lv, t.higher_is_better, cand.batch_responses)
             # a seed whose control never reached the level has no ratio: NaN (unpaired) rejects

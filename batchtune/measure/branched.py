@@ -23,6 +23,9 @@ its controls' samples are counted, and the other checkpoints answer (NoProgress 
 Every trunk and branch is an ordinary run of the results store under `<results>/branched/`: sealed
 by its run.json, never redone; a run killed at any point (even kill -9) is redone from its start on
 rerun, and a trunk redone rewrites the same checkpoints (the backends are deterministic per seed).
+They run where the recipe says (`run.workers`, `run.executor`: measure/execute.Runner), a round at a
+time: the search is sequential, but a round's runs (every seed's control segment, or a batch's
+branches, one per seed, beside the controls of seeds the round starts) do not depend on each other.
 """
 
 from __future__ import annotations
@@ -43,9 +46,10 @@ from batchtune.analysis.efficiency import CandidateEfficiency, RunData, SampleEf
 from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, InputError, NoProgress
 from batchtune.events import ProbeEvents
-from batchtune.measure.branch_checkpoint import AtCheckpoint, checkpoint_of, control_curve, origin
+from batchtune.measure.branch_checkpoint import AtCheckpoint, Job, checkpoint_of, control_curve, origin
+from batchtune.measure.execute import Runner
 from batchtune.measure.plan import Plan, plan_candidates
-from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
+from batchtune.measure.probe import StopPolicy, check_manifest, execute_branch
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
 
@@ -116,27 +120,23 @@ def run_branched(
     done = skipped_runs = 0
     asked: dict[str, None] = {}  # the runs this probe's settings call for, in order
 
-    def run(cand: Candidate, seed: int, rid: str, budget: int, policy: StopPolicy, extra: dict) -> None:
+    def run(jobs: list[Job]) -> None:
         nonlocal done, skipped_runs
-        asked[rid] = None
-        if store.is_finished(rid):
-            skipped_runs += 1
-            return
-        if read_only:
-            raise InputError(f"{store.root} lacks the run {rid}: run `batchtune probe` to finish it")
-        rec = execute_run(
-            _with_budget(recipe, budget),
-            str(store.root),
-            cand,
-            seed,
-            recipe.optimizer.lr,
-            plan.reference_batch,
-            policy,
-            events=progress,
-            rid=rid,
-            spec_extra=extra,
-        )
-        done += rec is not None
+        todo = []
+        for job in jobs:
+            asked[job.rid] = None
+            if store.is_finished(job.rid):
+                skipped_runs += 1
+            elif read_only:
+                raise InputError(f"{store.root} lacks the run {job.rid}: run `batchtune probe` to finish it")
+            else:
+                todo.append(job)
+        args = [
+            (_with_budget(recipe, j.budget), str(store.root), j.cand, j.seed, recipe.optimizer.lr)
+            + (plan.reference_batch, j.policy, j.rid, j.extra)
+            for j in todo
+        ]
+        done += runner.run(execute_branch, args)
 
     def policy(target: float, max_samples: int, origin: int, stop: bool) -> StopPolicy:
         return StopPolicy(
@@ -146,49 +146,44 @@ def run_branched(
     trunk_id = _trunk_id(ref, seeds[0])
     if progress is not None:
         progress("plan", {"total": 0, "todo": 0, "max_samples": ckpts[-1]})
-    run(
-        ref,
-        seeds[0],
-        trunk_id,
-        ckpts[-1],
-        policy(t.value, ckpts[-1], 0, False),
-        {"save_at_samples": ckpts, "checkpoint_dir": ckpt_dir},  # a backend saves only past its start
-    )
-    trunk_rec = store.run(trunk_id)
-    if trunk_rec is None or trunk_rec.status in FAILED_STATUSES or trunk_rec.samples < ckpts[-1]:
-        why = trunk_rec.reason if trunk_rec else "it did not finish"
-        raise AnalysisError(f"the trunk {trunk_id} did not reach its last checkpoint: {why}")
-    trunk = RunData(trunk_rec, tuple(store.steps(trunk_id)))
-    ts, tv = trunk.curve(t.metric)
+    save = {"save_at_samples": ckpts, "checkpoint_dir": ckpt_dir}  # a backend saves only past its start
+    with Runner(recipe, progress) as runner:
+        run([Job(ref, seeds[0], trunk_id, ckpts[-1], policy(t.value, ckpts[-1], 0, False), save)])
+        trunk_rec = store.run(trunk_id)
+        if trunk_rec is None or trunk_rec.status in FAILED_STATUSES or trunk_rec.samples < ckpts[-1]:
+            why = trunk_rec.reason if trunk_rec else "it did not finish"
+            raise AnalysisError(f"the trunk {trunk_id} did not reach its last checkpoint: {why}")
+        trunk = RunData(trunk_rec, tuple(store.steps(trunk_id)))
+        ts, tv = trunk.curve(t.metric)
 
-    locals_: list[LocalCritical] = []
-    skipped: dict[int, tuple[str, ...]] = {}
-    unread: dict[int, str] = {}
-    prev_lo = 0  # index in main of the last batch within tolerance at the previous checkpoint
-    for c in ckpts:
-        try:
-            at = AtCheckpoint(recipe, store, run, policy, ref, c, float(np.interp(c, ts, tv)), ckpt_dir)
-        except NoProgress as exc:  # a plateau or noise at this checkpoint: read the others
-            unread[c] = str(exc)
-            continue
-        within = partial(at.within, main)
-        tested: list[int] = []
-        if recipe.branch.search == "all":
-            for i in range(1, len(main)):
-                tested.append(i)
-                within(i)
-        else:  # main[lo] is within tolerance (the reference is), main[hi] is not (hi = len: unknown)
-            lo, hi = 0, len(main)
-            guess = prev_lo if prev_lo else len(main) // 2
-            while hi - lo > 1:  # from the previous answer, one step up if it holds, else one down
-                mid = guess if lo < guess < hi else (lo + hi) // 2
-                tested.append(mid)
-                ok = within(mid)
-                guess = (mid + 1 if ok else mid - 1) if mid == prev_lo else 0
-                lo, hi = (mid, hi) if ok else (lo, mid)
-            prev_lo = lo
-        skipped[c] = tuple(main[i].label for i in range(1, len(main)) if i not in tested)
-        locals_.append(at.local_critical())
+        locals_: list[LocalCritical] = []
+        skipped: dict[int, tuple[str, ...]] = {}
+        unread: dict[int, str] = {}
+        prev_lo = 0  # index in main of the last batch within tolerance at the previous checkpoint
+        for c in ckpts:
+            try:
+                at = AtCheckpoint(recipe, store, run, policy, ref, c, float(np.interp(c, ts, tv)), ckpt_dir)
+            except NoProgress as exc:  # a plateau or noise at this checkpoint: read the others
+                unread[c] = str(exc)
+                continue
+            within = partial(at.within, main)
+            tested: list[int] = []
+            if recipe.branch.search == "all":
+                for i in range(1, len(main)):
+                    tested.append(i)
+                    within(i)
+            else:  # main[lo] is within tolerance (the reference is), main[hi] is not (hi = len: unknown)
+                lo, hi = 0, len(main)
+                guess = prev_lo if prev_lo else len(main) // 2
+                while hi - lo > 1:  # from the previous answer, one step up if it holds, else one down
+                    mid = guess if lo < guess < hi else (lo + hi) // 2
+                    tested.append(mid)
+                    ok = within(mid)
+                    guess = (mid + 1 if ok else mid - 1) if mid == prev_lo else 0
+                    lo, hi = (mid, hi) if ok else (lo, mid)
+                prev_lo = lo
+            skipped[c] = tuple(main[i].label for i in range(1, len(main)) if i not in tested)
+            locals_.append(at.local_critical())
     if not locals_:
         raise NoProgress("; ".join(unread.values()))
     # only the runs these settings asked for: a results_dir may also hold the runs of other branch

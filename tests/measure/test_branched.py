@@ -59,6 +59,41 @@ def test_branched_probe_runs_resumes_and_never_redoes_a_sealed_branch(tmp_path: 
     assert _answer(again) == _answer(first)
 
 
+def _stored(results: Path) -> dict[str, tuple]:
+    store = branched_store(results)
+    return {
+        r.run_id: (r.status, r.samples, [(s.samples, s.metrics) for s in store.steps(r.run_id)])
+        for r in store.runs()
+    }
+
+
+def test_run_workers_run_a_rounds_controls_and_branches_at_once_to_the_same_answer(tmp_path: Path) -> None:
+    """run.workers = 2: each round's seeds (their controls, then their branches) run in a pool of
+    worker processes; every run and curve is the one the sequential probe makes."""
+    one = run_branched_probe(_recipe(tmp_path / "one"))
+    two = run_branched_probe(
+        load_recipe("recipes/nqm.toml", [*SETS, f"run.results_dir={tmp_path / 'two'}", "run.workers=2"])
+    )
+    assert _answer(two) == _answer(one) and two.runs_done == one.runs_done
+    assert _stored(tmp_path / "two") == _stored(tmp_path / "one")
+    shared = {r.run_id: r.parallel_runs for r in branched_store(tmp_path / "two").runs()}
+    assert shared.pop("trunk-P1xG8-s0") == 1  # the trunk runs alone, in this process
+    # each checkpoint's controls start together, one per planned seed; a confirmation seed's branch
+    # (seed 2) runs beside its own control
+    assert all(shared[f"c{c}-P1xG8-s{s}"] == 2 for c in (512, 1024) for s in (0, 1))
+    assert shared["c512-P32xG8-s2"] == shared["c512-P1xG8-s2"] == 2
+    assert set(shared.values()) <= {1, 2}
+    # the probe's own step times were measured on shared cores, and the ranking from them says so
+    from batchtune.workflow import recommend_for_recipe
+
+    two_cfg = load_recipe("recipes/nqm.toml", [*SETS, f"run.results_dir={tmp_path / 'two'}"])
+    rec = recommend_for_recipe(two_cfg, "probe", None, 1, plot=False)[0]
+    assert rec.throughput.source == "probe timings, contended"
+    assert "timed sharing the machine (2 runs at a time)" in rec.throughput.notes[0]
+    rec_one = recommend_for_recipe(_recipe(tmp_path / "one"), "probe", None, 1, plot=False)[0]
+    assert rec_one.throughput.source == "probe timings, each run alone"
+
+
 def test_a_large_branch_gets_its_own_window_of_min_steps_and_the_longer_control_is_paid_for(
     tmp_path: Path,
 ) -> None:

@@ -219,3 +219,67 @@ def test_kill_9_of_the_driver_on_ray_then_resume_gives_the_local_answer(tmp_path
         rid: local_runs[rid] for rid in local_runs if rid in ray_runs
     }
     assert len(set(ray_runs) & set(local_runs)) >= 24  # every planned run, run for run the same
+
+
+# a branched NQM probe small enough for the default suite: 2 checkpoints, 4 batches, 2 seeds
+BRANCHED = ["--set", "probe.mode=branched", "--set", "branch.trunk_samples=1024"]
+BRANCHED += ["--set", "branch.window_samples=512", "--set", "branch.checkpoints=[0.5, 1.0]"]
+BRANCHED += ["--set", "candidates.prompts=[1, 8, 32, 64, 128]", "--set", "budget.seeds=[0, 1]"]
+
+
+def _branched_answer(data: dict) -> dict:
+    """The probe's JSON without its wall-clock seconds (the one thing that differs run to run)."""
+
+    def drop_wall(v):
+        if isinstance(v, dict):
+            return {k: drop_wall(x) for k, x in v.items() if "wall" not in k}
+        return [drop_wall(x) for x in v] if isinstance(v, list) else v
+
+    return drop_wall(
+        {k: data[k] for k in ("critical_training_batch", "probe_cost", "candidates", "branched")}
+    )
+
+
+def test_a_branched_probe_on_ray_tasks_matches_local(tmp_path, local_ray):
+    """Trunk, controls and branches run as Ray tasks (a round's seeds at once): the same runs and
+    curves, run for run, and the same answer as on the local executor."""
+    local = _probe(tmp_path / "local", NQM, *BRANCHED)
+    on_ray = _probe(tmp_path / "ray", NQM, *BRANCHED, "--set", "run.executor=ray", "--set", "run.workers=2")
+    assert _branched_answer(on_ray) == _branched_answer(local)
+    runs = _runs(tmp_path / "ray" / "branched")
+    assert runs == _runs(tmp_path / "local" / "branched") and len(runs) > 10
+    from ray.util.state import list_tasks
+
+    deadline = time.monotonic() + 20  # task events reach Ray's state API a little after the fact
+    while True:
+        ran = [
+            t
+            for t in list_tasks(filters=[("name", "=", "execute_branch")], limit=1000)
+            if t.state == "FINISHED"
+        ]
+        if len(ran) >= len(runs) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(ran) >= len(runs)  # every run of the probe ran as a Ray task, not in this process
+
+
+@pytest.mark.slow
+def test_a_branched_probe_of_the_users_trainer_runs_as_ray_jobs_like_local(tmp_path, local_ray):
+    """The command backend's trunk, controls and branches as Ray Jobs: their checkpoint settings
+    travel as JSON and resume the same checkpoints; the same runs and answer as locally."""
+    from tests.backends.test_command_checkpoints import _backend_sets
+
+    sets = [*_backend_sets(tmp_path), "probe.mode=branched", "candidates.prompts=[1, 2, 4, 8]"]
+    sets += ["candidates.group_size=4", "optimizer.lr=0.05", "target.metric=reward", "target.value=0.5"]
+    sets += ["budget.max_samples=4096", "budget.seeds=[0, 1]", "branch.trunk_samples=64"]
+    sets += ["branch.checkpoints=[0.5, 1.0]", "branch.window_samples=64"]
+    args = [a for s in sets for a in ("--set", s)]
+    local = _probe(tmp_path / "local", "tiny-grpo", *args)
+    on_ray = _probe(
+        tmp_path / "ray", "tiny-grpo", *args, "--set", "run.executor=ray", "--set", "run.workers=2"
+    )
+    assert _branched_answer(on_ray) == _branched_answer(local)
+    ray_runs, local_runs = _runs(tmp_path / "ray" / "branched"), _runs(tmp_path / "local" / "branched")
+    assert ray_runs == local_runs and any(rid.startswith("c") for rid in ray_runs)
+    jobs = list((tmp_path / "ray" / "branched" / "runs").glob("c*/ray-job.log"))
+    assert jobs and all("batchtune: c" in p.read_text() for p in jobs)  # branches ran inside Ray Jobs
