@@ -24,7 +24,7 @@ from batchtune.events import ProbeEvents, SweepProgress
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
 from batchtune.recipe.schema import Recipe
-from batchtune.records import FAILED_STATUSES, ResultsStore
+from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord
 
 
 def recipe_for(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
@@ -231,7 +231,12 @@ def _recipe_for_results(recipe: str | None, overrides: list[str], results: str |
     return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
 
 
-def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> ThroughputModel:
+def throughput_for(
+    cfg: Recipe, store: ResultsStore, eff: Any, source: str, runs: list[RunRecord] | None = None
+) -> ThroughputModel:
+    """The throughput model ``source`` names; from the probe's own step times, flagged where runs
+    shared the machine (``runs``: the probe's runs, default the store's; a branched probe's live
+    under its own store)."""
     if source not in ("auto", "profile", "probe"):
         raise InputError(f"--throughput {source!r}: choose auto, profile or probe")
     other = cfg.generation.other_s_per_step
@@ -251,7 +256,9 @@ def throughput_for(cfg: Recipe, store: ResultsStore, eff: Any, source: str) -> T
                 f"{store.root} has no generation and training profile; run `batchtune profile-gen` first"
             )
     parallel: dict[str, int] = {}
-    for run in store.runs():  # the most runs that shared the machine with any run of a candidate
+    for run in (
+        store.runs() if runs is None else runs
+    ):  # the most runs that shared the machine with any run of a candidate
         parallel[run.candidate] = max(parallel.get(run.candidate, 0), run.parallel_runs)
     return throughput_from_probe(eff.candidates, other, parallel)
 
@@ -285,7 +292,10 @@ def recommend_for_recipe(
         use_plan = labels <= set(plan.by_label()) and plan.reference in labels
         eff = analyse_store(store, cfg, plan if use_plan else None)
     try:
-        thr = throughput_for(cfg, store, eff, throughput)
+        probe_runs = (
+            None if branched is None else [r.record for r in (branched.runs.trunk, *branched.runs.branches)]
+        )
+        thr = throughput_for(cfg, store, eff, throughput, probe_runs)
     except AnalysisError as exc:  # the critical batch needs no throughput: keep it, say what would rank
         raise ThroughputMissing(
             f"no time-to-target ranking: {exc}. The ranking needs a throughput source: "
