@@ -87,3 +87,14 @@ def test_target_outside_declared_range_refused_before_running(tmp_path: Path):
     assert out.exit_code == 2
     assert "outside eval_reward's range [0, 1]" in out.output
     assert not (tmp_path / "r").exists()
+
+
+def test_plan_of_the_shipped_nqm_recipe_notes_the_batch_that_diverges_while_timed(tmp_path: Path):
+    """N = 1024 at lr 3.84 diverges at its second step: timing it is data, not an internal error."""
+    out = _invoke("plan", NQM, "-r", str(tmp_path / "r"), "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["runs"] == 24
+    failed = [n for n in data["notes"] if "failed while timed" in n]
+    assert len(failed) == 1 and failed[0].startswith("P128xG8 failed while timed (simulated NQM loss")
+    assert all(c["step_s"] > 0 for c in data["candidates"])  # its one step before diverging is timed

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchtune import backends
-from batchtune.backends.spec import Candidate, RunSpec
+from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.measure.plan import plan_candidates, run_id
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore
@@ -75,12 +75,16 @@ def _evals(max_samples: int, batch: int, every: int) -> int:
     return 1 + (steps if every <= 0 else max_samples // every)
 
 
-def time_candidate(recipe: Recipe, cand: Candidate, steps: int, scratch: Path) -> tuple[float, float, float]:
-    """Time ``steps`` training steps of ``cand`` alone: (step_s, eval_s, setup_s).
+def time_candidate(
+    recipe: Recipe, cand: Candidate, steps: int, scratch: Path
+) -> tuple[float, float, float, str | None]:
+    """Time ``steps`` training steps of ``cand`` alone: (step_s, eval_s, setup_s, failed).
 
     step_s is the median wall time between consecutive training steps, less the evaluation the
     backend reports inside a step (``other_s`` of a step that logged an eval metric); the first
-    training step (allocator and kernel warm-up) is dropped when there are at least two."""
+    training step (allocator and kernel warm-up) is dropped when there are at least two. A run
+    that fails while timed (diverged, out of memory) is data, as in a probe: ``failed`` says why,
+    and the steps it took before are timed (nan if none)."""
     spec = RunSpec(
         run_id=run_id(cand, 0),
         candidate=cand,
@@ -97,6 +101,7 @@ def time_candidate(recipe: Recipe, cand: Candidate, steps: int, scratch: Path) -
     setup_s = math.nan
     eval_s = 0.0
     walls: list[float] = []
+    failed = None
     try:
         last = t0
         for rec in stream:
@@ -112,10 +117,12 @@ def time_candidate(recipe: Recipe, cand: Candidate, steps: int, scratch: Path) -
             last = now
             if len(walls) >= steps:
                 break
+    except RunFailed as exc:
+        failed = str(exc)
     finally:
         stream.close()
     use = walls[1:] if len(walls) >= 2 else walls
-    return (statistics.median(use) if use else math.nan), eval_s, setup_s
+    return (statistics.median(use) if use else math.nan), eval_s, setup_s, failed
 
 
 def _with_setup(c: CandidateCost, setup_s: float) -> CandidateCost:
@@ -145,7 +152,12 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
             evals = _evals(max_samples, n, every)
             step_s = eval_s = setup_s = math.nan
             if time_steps > 0:
-                step_s, eval_s, setup_s = time_candidate(recipe, cand, time_steps, scratch)
+                step_s, eval_s, setup_s, failed = time_candidate(recipe, cand, time_steps, scratch)
+                if failed:
+                    notes.append(
+                        f"{cand.label} failed while timed ({failed}): its probe runs will likely fail "
+                        "the same way, which the probe records as data and goes on"
+                    )
             run_s = setup_s + steps * step_s + (evals - 1) * eval_s
             costs.append(
                 CandidateCost(
