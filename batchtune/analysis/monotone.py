@@ -82,7 +82,15 @@ def monotone_crossing(samples: np.ndarray, metric: np.ndarray, target: float) ->
         x0, x1, v0, v1 = centres[0], centres[1], values[0], values[1]
         return float(x0 + (target - v0) / (v1 - v0) * (x1 - x0))
     curve = PchipInterpolator(centres, values, extrapolate=False)
-    root = brentq(lambda x: float(curve(x)) - target, centres[k - 1], centres[k], xtol=1e-12 * centres[k])
+
+    def gap(x: float) -> float:
+        return float(curve(x)) - target
+
+    # the interpolant at a knot can miss the knot's value by a rounding error (PCHIP evaluates the
+    # last knot from the interval before it): a knot that meets the target then reads as just short
+    if gap(centres[k]) <= 0:
+        return float(centres[k])
+    root = brentq(gap, centres[k - 1], centres[k], xtol=1e-12 * centres[k])
     if not math.isfinite(root):
         raise AnalysisError(
             f"the monotone fit gave a non-finite crossing between {centres[k - 1]} and {centres[k]}"

@@ -255,3 +255,15 @@ def test_stopping_at_the_first_confirmation_reads_early_and_the_shipped_margin_l
     assert np.mean(shipped - low) > 0
     assert np.median(shipped) > np.median(low)
     assert abs(np.median(shipped) - 1) < 0.06
+
+
+def test_a_crossing_at_the_last_knot_is_found_despite_the_interpolants_rounding():
+    """A tiny-ppo control (branched probe, seeds 0-2): the isotonic fit's last block meets the level,
+    but PCHIP evaluates that knot 1e-16 short of it; brentq then saw no sign change and the probe
+    stopped with an internal error."""
+    from batchtune.analysis.monotone import monotone_crossing
+
+    samples = np.array([0.0, 256.0, 512.0, 768.0, 1024.0, 1280.0])
+    reward = np.array([0.865234375, 0.857421875, 0.880859375, 0.880859375, 0.88671875, 0.8828125])
+    assert monotone_crossing(samples, reward, 0.884765625) == pytest.approx(1152.0)
+    assert monotone_crossing(samples, reward, 0.8848) is None  # just past the fit: never reached
