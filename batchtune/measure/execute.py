@@ -85,25 +85,35 @@ class Runner:
 
 
 _WORKER_EVENTS: Any = None  # the progress queue, inherited by each pool worker at its start
+_IN_RUN = False  # whether this pool worker is running a run (SIGTERM unwinds it) or idle
 
 
 def _init_worker(events: Any) -> None:
-    """Pool worker start: die with the main process; SIGTERM unwinds (stopping a command's group)."""
+    """Pool worker start: die with the main process; SIGTERM unwinds a run (stopping a command's
+    group), and ends an idle worker quietly (no traceback of its wait on the pool's queue)."""
     global _WORKER_EVENTS
     lifeguard.kill_on_parent_death()
     _WORKER_EVENTS = events
+    import os
     import signal
 
     from batchtune.errors import Terminated
 
     def on_term(signum: int, frame: Any) -> None:
+        if not _IN_RUN:
+            os._exit(128 + signum)
         raise Terminated(signum)
 
     signal.signal(signal.SIGTERM, on_term)
 
 
 def _execute_in_worker(run_fn: RunFn, parallel_runs: int, *args: Any) -> RunRecord | None:
-    return run_fn(*args, events=_WORKER_EVENTS, parallel_runs=parallel_runs)
+    global _IN_RUN
+    _IN_RUN = True
+    try:
+        return run_fn(*args, events=_WORKER_EVENTS, parallel_runs=parallel_runs)
+    finally:
+        _IN_RUN = False
 
 
 class _Pool:
