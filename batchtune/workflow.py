@@ -48,7 +48,12 @@ def validate_recipe(recipe: str) -> Recipe:
 
 
 def plan_preview(cfg: Recipe, time_steps: int | None = None) -> Any:
-    """What the probe of ``cfg`` will cost, before running it; returns measure.preview.PlanPreview."""
+    """What the probe of ``cfg`` will cost, before running it: measure.preview.PlanPreview, or for
+    probe.mode = "branched" measure.preview_branched.BranchedPlanPreview (upper bounds)."""
+    if cfg.probe.mode == "branched":
+        from batchtune.measure.preview_branched import branched_plan_preview
+
+        return branched_plan_preview(cfg, time_steps)
     from batchtune.measure.preview import plan_preview as preview
 
     return preview(cfg, time_steps)

@@ -98,3 +98,35 @@ def test_plan_of_the_shipped_nqm_recipe_notes_the_batch_that_diverges_while_time
     failed = [n for n in data["notes"] if "failed while timed" in n]
     assert len(failed) == 1 and failed[0].startswith("P128xG8 failed while timed (simulated NQM loss")
     assert all(c["step_s"] > 0 for c in data["candidates"])  # its one step before diverging is timed
+
+
+def test_bisect_worst_is_the_most_batches_the_search_can_test():
+    from batchtune.measure.preview_branched import bisect_worst
+
+    # n main candidates (the reference first): every previous answer, every outcome of each test
+    assert [bisect_worst(n) for n in range(2, 10)] == [1, 2, 3, 4, 4, 5, 5, 5]
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        [],
+        ["branch.search=all", "budget.seeds=[0, 1]"],
+        ["branch.checkpoints=[0.0, 0.5, 1.0]", "branch.trunk_samples=1024", "budget.seeds=[3]"],
+    ],
+)
+def test_a_branched_plan_bounds_what_the_branched_probe_spends(tmp_path: Path, sets: list[str]):
+    """`plan` of a branched recipe previews the branched probe (not the grid it does not run), and
+    its bound holds: the probe, run, spends no more samples than the plan's most."""
+    args = [a for s in ["probe.mode=branched", *sets] for a in ("--set", s)]
+    out = _invoke("plan", NQM, "-r", str(tmp_path / "r"), *args, "--json")
+    assert out.exit_code == 0, out.output
+    plan = json.loads(out.stdout)
+    assert plan["mode"] == "branched" and plan["total_samples_max"] < plan["grid_samples_max"]
+    assert {c["label"] for c in plan["candidates"]} == {f"P{p}xG8" for p in (2, 4, 8, 16, 32, 64, 128)}
+    probe = _invoke("probe", NQM, "-r", str(tmp_path / "r"), *args, "--json")
+    assert probe.exit_code == 0, probe.output
+    spent = json.loads(probe.stdout)["probe_cost"]["samples"]
+    assert 0 < spent <= plan["total_samples_max"]
+    text = _invoke("probe", NQM, "-r", str(tmp_path / "r2"), *args, "--dry-run")
+    assert text.exit_code == 0 and "Branched probe plan" in text.stdout and "Trunk: " in text.stdout

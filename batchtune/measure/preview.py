@@ -67,9 +67,10 @@ class PlanPreview:
     gpu_hours_max: float  # wall_s_max * gpus / 3600 (0 on CPU)
     one_off_s: float = 0.0  # paid once per results directory (the tiny model's cached warm start)
     notes: tuple[str, ...] = ()
+    mode: str = "grid"  # probe.mode (measure/preview_branched.py previews "branched")
 
 
-def _evals(max_samples: int, batch: int, every: int) -> int:
+def evals_per_run(max_samples: int, batch: int, every: int) -> int:
     """Held-out evaluations of one run: one at the start, then every ``every`` responses."""
     steps = math.ceil(max_samples / batch)
     return 1 + (steps if every <= 0 else max_samples // every)
@@ -149,7 +150,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
         for cand in plan.candidates:
             n = cand.batch_responses
             steps = math.ceil(max_samples / n)
-            evals = _evals(max_samples, n, every)
+            evals = evals_per_run(max_samples, n, every)
             step_s = eval_s = setup_s = math.nan
             if time_steps > 0:
                 step_s, eval_s, setup_s, failed = time_candidate(recipe, cand, time_steps, scratch)

@@ -70,7 +70,66 @@ def plan_summary(preview: Any) -> list[str]:
     return lines
 
 
+def branched_plan_table(preview: Any) -> Table:
+    p = preview
+    title = f"Branched probe plan ({p.backend} backend): branches from the trunk at {p.reference}"
+    table = Table(title=title + ", upper bounds")
+    cols = ("batch", "P x G", "N", "LR", "window", "steps", "longest branch", "branches")
+    timed = ("s/step", "s/branch")
+    for col in cols + (timed if p.timed_steps else ()):
+        table.add_column(col, justify="left" if col == "batch" else "right")
+    for c in p.candidates:
+        row = [
+            c.label,
+            f"{c.prompts} x {c.group_size}",
+            str(c.batch_responses),
+            f"{c.lr:.3g}",
+            f"{c.window_samples:,}",
+            f"{c.window_steps:,}",
+            f"{c.longest_samples:,}",
+            f"<= {c.branches_max}",
+        ]
+        if p.timed_steps:
+            row += [fmt_n(c.step_s), fmt_time(c.branch_s_max) if math.isfinite(c.branch_s_max) else "-"]
+        table.add_row(*row)
+    return table
+
+
+def branched_plan_summary(preview: Any) -> list[str]:
+    p = preview
+    at = ", ".join(f"{c:,}" for c in p.checkpoints)
+    n, k = len(p.candidates), p.batches_per_checkpoint_max
+    reach = f"every one of the {n} larger batches" if k == n else f"at most {k} of the {n} larger batches"
+    if k != n:
+        reach += f" (search: {p.search})"
+    grid_x = p.grid_samples_max / p.reference_run_samples
+    lines = [
+        f"Trunk: {p.trunk_samples:,} samples at {p.reference} ({p.reference_batch} per step), "
+        f"checkpoints at {at}",
+        f"At each checkpoint: a control at {p.reference} per seed (at most "
+        f"{p.control_samples_max:,} samples each) and branches of {reach}, each at {p.seeds} seed(s), "
+        f"up to {p.seeds_max} while its verdict is open",
+        f"Probe budget: {p.total_samples_max:,} samples at most = {p.cost_vs_reference_run:.1f}x one "
+        f"full run at the reference {p.reference} ({p.reference_run_samples:,} samples); the grid of "
+        f"this recipe: {p.grid_samples_max:,} at most ({grid_x:.1f}x)",
+    ]
+    if math.isfinite(p.wall_s_max):
+        lines.append(
+            f"Predicted wall time here: at most {fmt_time(p.wall_s_max)} (the trunk alone "
+            f"{fmt_time(p.trunk_s)}, then up to {p.workers} run(s) of a round at a time)"
+        )
+    if p.gpus:
+        lines.append(
+            f"GPU-hours at the recipe's scale ({p.gpus} GPU(s) per run): at most {p.gpu_hours_max:.2f}"
+        )
+    lines.append(f"Timing: {p.timing_source}")
+    lines.extend(f"[yellow]note:[/] {n}" for n in p.notes)
+    lines.append(f"Run it: batchtune probe {p.source or ''}".rstrip())
+    return lines
+
+
 def render_plan(console: Console, preview: Any) -> None:
-    console.print(plan_table(preview))
-    for line in plan_summary(preview):
+    branched = getattr(preview, "mode", "grid") == "branched"
+    console.print(branched_plan_table(preview) if branched else plan_table(preview))
+    for line in branched_plan_summary(preview) if branched else plan_summary(preview):
         console.print(line, highlight=False)

@@ -1,0 +1,223 @@
+"""`batchtune plan` for `probe.mode = "branched"`: what a branched probe can cost, before it runs.
+
+A branched probe's cost depends on what it finds (the search picks the next batch from the last
+answer, a batch is branched at more seeds while its verdict is open, a branch stops once it reaches
+its level), so the plan gives upper bounds from the recipe alone (measure/branched.py for the runs):
+
+- the trunk: the last checkpoint's samples at the reference batch;
+- at each checkpoint, a control per seed at the reference, and a branch per seed at each batch the
+  search can reach, every seed up to the most the sequential test allows (max of branch.max_seeds,
+  branch.confirm_seeds and the planned seeds), every branch to its longest (branch.max_window_factor
+  windows of W_B = max(W, min_steps x B), in whole steps), every control as long as the longest
+  branch of its checkpoint (a slow control runs on that far);
+- the batches the search can reach at one checkpoint: all of them for branch.search = "all"; for
+  "bisect" the most its binary search can test (``bisect_worst``), taken as the dearest.
+
+Wall time comes from a few steps of each batch timed alone, as for the grid (measure/preview.py);
+runs of one round share the machine ``run.workers`` at a time, the trunk runs alone.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from batchtune.measure.branch_checkpoint import CONTROL_WINDOWS
+from batchtune.measure.branched import checkpoint_positions
+from batchtune.measure.plan import plan_candidates
+from batchtune.measure.preview import IN_PROCESS_BACKENDS, TIMING_DIR, evals_per_run, time_candidate
+from batchtune.recipe.schema import Recipe
+
+
+@dataclass(frozen=True)
+class BranchCost:
+    label: str
+    prompts: int
+    group_size: int
+    batch_responses: int
+    lr: float
+    window_samples: int  # W_B: the window it is compared with the control over
+    window_steps: int
+    longest_samples: int  # a branch's most: max_window_factor windows, in whole steps
+    branches_max: int  # over all checkpoints, at the most seeds
+    step_s: float  # median wall seconds of one training step, timed alone; nan = not timed
+    eval_s: float
+    setup_s: float
+    branch_s_max: float  # one branch to its longest; nan = not timed
+
+
+@dataclass(frozen=True)
+class BranchedPlanPreview:
+    source: str
+    results_dir: str
+    backend: str
+    reference: str
+    reference_batch: int
+    trunk_samples: int  # the trunk runs to the last checkpoint
+    checkpoints: tuple[int, ...]  # cumulative samples
+    seeds: int  # planned (budget.seeds)
+    seeds_max: int  # the most seeds a batch (and its controls) can be branched at
+    search: str
+    batches_per_checkpoint_max: int  # of the len(candidates) larger batches
+    candidates: tuple[BranchCost, ...]  # the batches above the reference
+    control_samples_max: int  # one control at one checkpoint, at most
+    trunk_s: float
+    workers: int  # runs at once within a round
+    timing_source: str
+    timed_steps: int
+    total_samples_max: int
+    wall_s_max: float
+    reference_run_samples: int  # one full run at the reference: the recipe's budget per run
+    cost_vs_reference_run: float
+    grid_samples_max: int  # the same recipe's grid probe, at most
+    gpus: int
+    gpu_hours_max: float
+    notes: tuple[str, ...] = ()
+    mode: str = "branched"
+
+
+@cache
+def bisect_worst(n: int) -> int:
+    """The most batches measure/branched.py's bisect search can test at one checkpoint among n main
+    candidates (the reference first), over every previous answer and every outcome."""
+
+    def deepest(lo: int, hi: int, guess: int, prev: int) -> int:
+        if hi - lo <= 1:
+            return 0
+        mid = guess if lo < guess < hi else (lo + hi) // 2
+        return 1 + max(
+            deepest(
+                *((mid, hi) if ok else (lo, mid)), (mid + 1 if ok else mid - 1) if mid == prev else 0, prev
+            )
+            for ok in (True, False)
+        )
+
+    return max(deepest(0, n, prev if prev else n // 2, prev) for prev in range(n))
+
+
+def _steps(samples: float, batch: int) -> int:
+    return max(1, math.ceil(samples / batch))
+
+
+def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> BranchedPlanPreview:
+    plan = plan_candidates(recipe)
+    by_label = plan.by_label()
+    main = [by_label[lab] for lab in plan.main]
+    ref = by_label[plan.reference]
+    b0 = ref.batch_responses
+    br, every = recipe.branch, recipe.task.eval_every_samples
+    ckpts = checkpoint_positions(recipe, b0)
+    seeds_max = max(br.max_seeds, br.confirm_seeds, len(recipe.budget.seeds))
+    others = main[1:]
+    k = len(others) if br.search == "all" else min(len(others), bisect_worst(len(main)))
+    backend = recipe.backend.training
+    if time_steps is None:
+        time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
+    timed: dict[str, tuple[float, float, float]] = {}
+    notes: list[str] = []
+    scratch = Path(recipe.run.results_dir) / TIMING_DIR
+    try:
+        for cand in main if time_steps > 0 else []:
+            step_s, eval_s, setup_s, failed = time_candidate(recipe, cand, time_steps, scratch)
+            timed[cand.label] = (step_s, eval_s, setup_s)
+            if failed:
+                notes.append(
+                    f"{cand.label} failed while timed ({failed}): its branches will likely fail the same "
+                    "way, which the probe records as data (the batch is rejected) and goes on"
+                )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    def run_s(label: str, samples: int, batch: int) -> float:
+        step_s, eval_s, setup_s = timed.get(label, (math.nan,) * 3)
+        return setup_s + _steps(samples, batch) * step_s + (evals_per_run(samples, batch, every) - 1) * eval_s
+
+    rows = []
+    for cand in others:
+        n = cand.batch_responses
+        w = max(br.window_samples, br.min_steps * n)
+        longest = _steps(br.max_window_factor * w, n) * n
+        step_s, eval_s, setup_s = timed.get(cand.label, (math.nan,) * 3)
+        rows.append(
+            BranchCost(
+                cand.label,
+                cand.prompts,
+                cand.group_size,
+                n,
+                cand.lr,
+                w,
+                _steps(w, n),
+                longest,
+                len(ckpts) * seeds_max,
+                step_s,
+                eval_s,
+                setup_s,
+                run_s(cand.label, longest, n),
+            )  # fmt: skip
+        )
+    dearest = sorted(rows, key=lambda r: r.longest_samples, reverse=True)[:k]
+    w_max = max([br.window_samples, *(r.window_samples for r in dearest)])
+    longest_max = max([0, *(r.longest_samples for r in dearest)])
+    control = _steps(max(CONTROL_WINDOWS * w_max, longest_max), b0) * b0
+    per_ckpt = seeds_max * (control + sum(r.longest_samples for r in dearest))
+    total = ckpts[-1] + len(ckpts) * per_ckpt
+    trunk_s = run_s(ref.label, ckpts[-1], b0)
+    rest_s = len(ckpts) * seeds_max * (run_s(ref.label, control, b0) + sum(r.branch_s_max for r in dearest))
+    workers = max(1, min(recipe.run.workers, seeds_max))  # a round: a run per seed (docs/branched.md)
+    wall = trunk_s + rest_s / workers
+    one_run = _steps(recipe.budget.max_samples, b0) * b0
+    grid = sum(
+        _steps(recipe.budget.max_samples, c.batch_responses) * c.batch_responses for c in plan.candidates
+    )
+    grid *= len(recipe.budget.seeds)
+    if time_steps > 0:
+        timing = f"{time_steps} training steps of each batch timed alone on this machine"
+        if backend == "nqm":
+            timing += " (the simulation's own compute; its simulated step times are not wall time)"
+        if workers > 1:
+            notes.append(
+                f"up to {workers} runs of a round at a time share this machine's cores: the wall time "
+                "assumes they do not slow each other down, so it is a lower bound on that account"
+            )
+    else:
+        timing = (
+            "not timed: the command backend starts a trainer per run (pass --time-steps K)"
+            if backend == "command"
+            else "not timed (--time-steps 0)"
+        )
+    notes.append(
+        "upper bounds: every batch the search can reach at its most seeds, every branch and control to "
+        "its longest; a branch stops once it reaches its level, most batches are adopted or rejected on "
+        "the planned seeds, and the search usually tests fewer batches (docs/branched.md, measured costs)"
+    )
+    gpus = recipe.hardware.num_gpus if recipe.hardware.device == "cuda" else 0
+    return BranchedPlanPreview(
+        source=recipe.source,
+        results_dir=str(recipe.run.results_dir),
+        backend=backend,
+        reference=plan.reference,
+        reference_batch=b0,
+        trunk_samples=ckpts[-1],
+        checkpoints=ckpts,
+        seeds=len(recipe.budget.seeds),
+        seeds_max=seeds_max,
+        search=br.search,
+        batches_per_checkpoint_max=k,
+        candidates=tuple(rows),
+        control_samples_max=control,
+        trunk_s=trunk_s,
+        workers=workers,
+        timing_source=timing,
+        timed_steps=time_steps,
+        total_samples_max=total,
+        wall_s_max=wall,
+        reference_run_samples=one_run,
+        cost_vs_reference_run=total / one_run,
+        grid_samples_max=grid,
+        gpus=gpus,
+        gpu_hours_max=wall * gpus / 3600 if gpus else 0.0,
+        notes=tuple(notes),
+    )
