@@ -139,6 +139,9 @@ def plan(
 ) -> None:
     """What `probe` would run and cost, before spending it: candidates, seeds, samples and steps per run,
     wall time predicted from a few steps of each candidate timed here, and the cost against one run.
+
+    For probe.mode = branched: the trunk and its checkpoints, each batch's window and longest branch,
+    and upper bounds on samples and wall time (the search stops most runs well before them).
     """
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     _show_plan(_recipe(recipe, overrides, results), time_steps, json_out)
