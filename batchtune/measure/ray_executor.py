@@ -87,7 +87,7 @@ def run_on_ray(run_fn: RunFn, args: list[RunArgs], progress: ProbeEvents | None)
     if not args:
         return 0
     recipe: Recipe = args[0][0]
-    args = [(a[0], str(Path(a[1]).resolve()), *a[2:]) for a in args]  # paths every node can resolve
+    args = [tuple(_absolute(v) for v in (a[0], str(Path(a[1]).resolve()), *a[2:])) for a in args]
     where = placement(recipe.backend.training)
     try:
         import ray
@@ -109,6 +109,14 @@ def run_on_ray(run_fn: RunFn, args: list[RunArgs], progress: ProbeEvents | None)
     if where == "task":
         return _run_tasks(ray, run_fn, args, recipe.run, gpus_per_run(recipe, "task"), progress)
     return _run_jobs(address, run_fn, args, recipe.run, gpus_per_run(recipe, "job"), progress)
+
+
+def _absolute(value: Any) -> Any:
+    """Paths every node can resolve: a branched run's checkpoint settings (a dict of Paths) made
+    absolute, as the results directory is (a task or job may start in another directory)."""
+    if isinstance(value, dict):
+        return {k: v.resolve() if isinstance(v, Path) else v for k, v in value.items()}
+    return value
 
 
 def _start(progress: ProbeEvents | None, a: RunArgs) -> None:

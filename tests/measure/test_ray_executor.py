@@ -283,3 +283,23 @@ def test_a_branched_probe_of_the_users_trainer_runs_as_ray_jobs_like_local(tmp_p
     assert ray_runs == local_runs and any(rid.startswith("c") for rid in ray_runs)
     jobs = list((tmp_path / "ray" / "branched" / "runs").glob("c*/ray-job.log"))
     assert jobs and all("batchtune: c" in p.read_text() for p in jobs)  # branches ran inside Ray Jobs
+
+
+def test_a_branched_runs_checkpoint_paths_reach_ray_absolute(monkeypatch, local_ray):
+    """A task or job may start in another directory than the driver: the trunk's checkpoints and a
+    branch's resume path go to Ray absolute, as the results directory does."""
+    from batchtune.measure import ray_executor
+    from batchtune.measure.probe import execute_branch
+    from batchtune.recipe.load import load_recipe
+
+    seen: list = []
+    monkeypatch.setattr(ray_executor, "_run_tasks", lambda ray, fn, args, *rest: seen.extend(args) or 0)
+    recipe = load_recipe(NQM, [])
+    extra = {"resume_from": Path("bt-results/x/branched/checkpoints/ckpt-8"), "save_at_samples": (16,)}
+    extra["checkpoint_dir"] = Path("bt-results/x/branched/checkpoints/c8-control-s0")
+    args = (recipe, "bt-results/x/branched", None, 0, 0.03, 8, None, "c8-P1xG8-s0", extra)
+    ray_executor.run_on_ray(execute_branch, [args], None)
+    (a,) = seen
+    assert Path(a[1]).is_absolute() and a[7] == "c8-P1xG8-s0"
+    assert a[8]["resume_from"] == Path.cwd() / extra["resume_from"]
+    assert a[8]["checkpoint_dir"].is_absolute() and a[8]["save_at_samples"] == (16,)
