@@ -64,7 +64,7 @@ class PlanPreview:
     reference_run_s: float
     cost_vs_reference_run: float  # probe samples / one reference run's samples
     gpus: int  # hardware.num_gpus when the recipe runs on CUDA; 0 on CPU
-    gpu_hours_max: float  # wall_s_max * gpus / 3600 (0 on CPU)
+    gpu_hours_max: float  # every run's seconds x gpus / 3600 (0 on CPU): runs at once each hold theirs
     one_off_s: float = 0.0  # paid once per results directory (the tiny model's cached warm start)
     notes: tuple[str, ...] = ()
     mode: str = "grid"  # probe.mode (measure/preview_branched.py previews "branched")
@@ -229,7 +229,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
         reference_run_s=ref.run_s_max,
         cost_vs_reference_run=total_samples / ref.max_samples_per_run,
         gpus=gpus,
-        gpu_hours_max=wall * gpus / 3600 if gpus else 0.0,
+        gpu_hours_max=total_run_s * gpus / 3600 if gpus else 0.0,
         one_off_s=one_off_s,
         notes=tuple(notes),
     )

@@ -159,15 +159,22 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
             )  # fmt: skip
         )
     dearest = sorted(rows, key=lambda r: r.longest_samples, reverse=True)[:k]
-    w_max = max([br.window_samples, *(r.window_samples for r in dearest)])
+    # a control covers 1.25 windows of any batch tested (not only the dearest) and runs on as far as
+    # the longest branch where it is slow to reach the level
+    w_max = max([br.window_samples, *(r.window_samples for r in rows)])
     longest_max = max([0, *(r.longest_samples for r in dearest)])
     control = _steps(max(CONTROL_WINDOWS * w_max, longest_max), b0) * b0
     per_ckpt = seeds_max * (control + sum(r.longest_samples for r in dearest))
     total = ckpts[-1] + len(ckpts) * per_ckpt
     trunk_s = run_s(ref.label, ckpts[-1], b0)
-    rest_s = len(ckpts) * seeds_max * (run_s(ref.label, control, b0) + sum(r.branch_s_max for r in dearest))
+    # a control is a chain of segments (a longer window, a slow control run on), each with its start
+    segments = 1 + 2 * k
+    setup0 = timed.get(ref.label, (math.nan,) * 3)[2]
+    control_s = run_s(ref.label, control, b0) + (segments - 1) * setup0
+    total_s = trunk_s + len(ckpts) * seeds_max * (control_s + sum(r.branch_s_max for r in dearest))
     workers = max(1, min(recipe.run.workers, seeds_max))  # a round: a run per seed (docs/branched.md)
-    wall = trunk_s + rest_s / workers
+    # rounds are of varying size (a confirmation seed's is two runs, a slow control's extension
+    # often one), so only one run at a time is a bound on the wall time; runs at once shorten it
     one_run = _steps(recipe.budget.max_samples, b0) * b0
     grid = sum(
         _steps(recipe.budget.max_samples, c.batch_responses) * c.batch_responses for c in plan.candidates
@@ -179,8 +186,8 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
             timing += " (the simulation's own compute; its simulated step times are not wall time)"
         if workers > 1:
             notes.append(
-                f"up to {workers} runs of a round at a time share this machine's cores: the wall time "
-                "assumes they do not slow each other down, so it is a lower bound on that account"
+                f"the wall time is for one run at a time: with run.workers = {recipe.run.workers}, up to "
+                f"{workers} runs of a round go at once and shorten it where they do not share cores"
             )
     else:
         timing = (
@@ -213,11 +220,11 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         timing_source=timing,
         timed_steps=time_steps,
         total_samples_max=total,
-        wall_s_max=wall,
+        wall_s_max=total_s,
         reference_run_samples=one_run,
         cost_vs_reference_run=total / one_run,
         grid_samples_max=grid,
         gpus=gpus,
-        gpu_hours_max=wall * gpus / 3600 if gpus else 0.0,
+        gpu_hours_max=total_s * gpus / 3600 if gpus else 0.0,  # every run holds its GPUs
         notes=tuple(notes),
     )

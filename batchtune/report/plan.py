@@ -115,8 +115,8 @@ def branched_plan_summary(preview: Any) -> list[str]:
     ]
     if math.isfinite(p.wall_s_max):
         lines.append(
-            f"Predicted wall time here: at most {fmt_time(p.wall_s_max)} (the trunk alone "
-            f"{fmt_time(p.trunk_s)}, then up to {p.workers} run(s) of a round at a time)"
+            f"Predicted wall time here: at most {fmt_time(p.wall_s_max)}, one run at a time (the trunk "
+            f"{fmt_time(p.trunk_s)})"
         )
     if p.gpus:
         lines.append(
