@@ -126,6 +126,18 @@ def time_candidate(
     return (statistics.median(use) if use else math.nan), eval_s, setup_s, failed
 
 
+def timing_source(time_steps: int, backend: str, what: str) -> str:
+    """Where a plan's wall times come from, in words (``what``: candidate, batch)."""
+    if time_steps <= 0:
+        if backend == "command":
+            return "not timed: the command backend starts a trainer per run (pass --time-steps K)"
+        return "not timed (--time-steps 0)"
+    timing = f"{time_steps} training steps of each {what} timed alone on this machine"
+    if backend == "nqm":
+        timing += " (the simulation's own compute; its simulated step times are not wall time)"
+    return timing
+
+
 def _with_setup(c: CandidateCost, setup_s: float) -> CandidateCost:
     return dataclasses.replace(c, setup_s=setup_s, run_s_max=c.run_s_max - c.setup_s + setup_s)
 
@@ -188,20 +200,11 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     finished = sum(store.is_finished(run_id(c, s)) for c in plan.candidates for s in seeds)
     workers = max(1, min(recipe.run.workers, runs))
     total_run_s = one_off_s + sum(c.run_s_max * c.seeds for c in costs)
-    if time_steps > 0:
-        timing = f"{time_steps} training steps of each candidate timed alone on this machine"
-        if backend == "nqm":
-            timing += " (the simulation's own compute; its simulated step times are not wall time)"
-        if workers > 1:
-            notes.append(
-                f"{workers} runs at a time share this machine's cores: the wall time assumes they do "
-                "not slow each other down, so it is a lower bound on that account"
-            )
-    else:
-        timing = (
-            "not timed: the command backend starts a trainer per run (pass --time-steps K)"
-            if backend == "command"
-            else "not timed (--time-steps 0)"
+    timing = timing_source(time_steps, backend, "candidate")
+    if time_steps > 0 and workers > 1:
+        notes.append(
+            f"{workers} runs at a time share this machine's cores: the wall time assumes they do "
+            "not slow each other down, so it is a lower bound on that account"
         )
     ref = next(c for c in costs if c.label == plan.reference)
     total_samples = sum(c.max_samples_per_run * c.seeds for c in costs)

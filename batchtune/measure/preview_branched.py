@@ -28,7 +28,13 @@ from pathlib import Path
 from batchtune.measure.branch_checkpoint import CONTROL_WINDOWS
 from batchtune.measure.branched import checkpoint_positions
 from batchtune.measure.plan import plan_candidates
-from batchtune.measure.preview import IN_PROCESS_BACKENDS, TIMING_DIR, evals_per_run, time_candidate
+from batchtune.measure.preview import (
+    IN_PROCESS_BACKENDS,
+    TIMING_DIR,
+    evals_per_run,
+    time_candidate,
+    timing_source,
+)
 from batchtune.recipe.schema import Recipe
 
 
@@ -180,20 +186,11 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         _steps(recipe.budget.max_samples, c.batch_responses) * c.batch_responses for c in plan.candidates
     )
     grid *= len(recipe.budget.seeds)
-    if time_steps > 0:
-        timing = f"{time_steps} training steps of each batch timed alone on this machine"
-        if backend == "nqm":
-            timing += " (the simulation's own compute; its simulated step times are not wall time)"
-        if workers > 1:
-            notes.append(
-                f"the wall time is for one run at a time: with run.workers = {recipe.run.workers}, up to "
-                f"{workers} runs of a round go at once and shorten it where they do not share cores"
-            )
-    else:
-        timing = (
-            "not timed: the command backend starts a trainer per run (pass --time-steps K)"
-            if backend == "command"
-            else "not timed (--time-steps 0)"
+    timing = timing_source(time_steps, backend, "batch")
+    if time_steps > 0 and workers > 1:
+        notes.append(
+            f"the wall time is for one run at a time: with run.workers = {recipe.run.workers}, up to "
+            f"{workers} runs of a round go at once and shorten it where they do not share cores"
         )
     notes.append(
         "upper bounds: every batch the search can reach at its most seeds, every branch and control to "
