@@ -47,7 +47,7 @@ from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, InputError, NoProgress
 from batchtune.events import ProbeEvents
 from batchtune.measure.branch_checkpoint import AtCheckpoint, Job, checkpoint_of, control_curve, origin
-from batchtune.measure.execute import Runner
+from batchtune.measure.execute import Runner, run_until_finished
 from batchtune.measure.plan import Plan, plan_candidates
 from batchtune.measure.probe import StopPolicy, check_manifest, execute_branch
 from batchtune.recipe.schema import Recipe
@@ -136,7 +136,11 @@ def run_branched(
             + (plan.reference_batch, j.policy, j.rid, j.extra)
             for j in todo
         ]
-        done += runner.run(execute_branch, args)
+        # a run another live process holds (a second probe of this results_dir, or a worker of a
+        # killed one still dying) is waited for, as a grid probe's is
+        done += run_until_finished(
+            store, args, [j.rid for j in todo], partial(runner.run, execute_branch), progress
+        )
 
     def policy(target: float, max_samples: int, origin: int, stop: bool) -> StopPolicy:
         return StopPolicy(

@@ -172,19 +172,35 @@ def run_jobs(
 ) -> int:
     """Run ``jobs`` until each is finished, here or by another live process (waited for, with a
     ``wait`` progress event naming the runs). Returns the number run by this process."""
-    done = _run_many(run_fn, recipe, store, reference_batch, jobs, policy, progress)
+
+    def run(left: list[tuple[Candidate, int]]) -> int:
+        return _run_many(run_fn, recipe, store, reference_batch, left, policy, progress)
+
+    return run_until_finished(store, jobs, [run_id(c, s) for c, s in jobs], run, progress)
+
+
+def run_until_finished(
+    store: ResultsStore,
+    items: list[Any],
+    ids: list[str],
+    run: Callable[[list[Any]], int],
+    progress: ProbeEvents | None,
+) -> int:
+    """``run(items)``, then wait for those another live process holds (``ids``: each item's run id)
+    until each is finished there, or its holder has died and it is run here (its lock is free
+    again). Returns the number run by this process."""
+    done = run(items)
     announced: tuple[str, ...] = ()
     while True:
-        left = [(c, s) for c, s in jobs if not store.is_finished(run_id(c, s))]
+        left = [(item, rid) for item, rid in zip(items, ids, strict=True) if not store.is_finished(rid)]
         if not left:
             return done
-        ids = tuple(run_id(c, s) for c, s in left)
-        if ids != announced and progress is not None:
-            progress("wait", {"run_ids": list(ids), "message": held_elsewhere_message(ids)})
-        announced = ids
+        left_ids = tuple(rid for _, rid in left)
+        if left_ids != announced and progress is not None:
+            progress("wait", {"run_ids": list(left_ids), "message": held_elsewhere_message(left_ids)})
+        announced = left_ids
         time.sleep(WAIT_POLL_S)
-        # a run whose holder died is free again: claim and run it here
-        done += _run_many(run_fn, recipe, store, reference_batch, left, policy, progress)
+        done += run([item for item, _ in left])  # a run whose holder died is free again: run it here
 
 
 def held_elsewhere_message(ids: tuple[str, ...] | list[str]) -> str:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -215,13 +216,17 @@ def test_confirmed_rejections_branch_a_batch_just_past_tolerance_at_more_seeds(t
     assert thin(["branch.confirm_rejections=true"], tmp_path / "confirmed") == []
 
 
-def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path, workers: int) -> None:
+    """kill -9 of the driver mid-probe; with a pool (workers 2) its workers die with it
+    (PR_SET_PDEATHSIG) and leave the runs they held unsealed, to be redone."""
     clean = _answer(run_branched_probe(_recipe(tmp_path / "clean")))
     killed = tmp_path / "killed"
+    sets = [*SETS, f"run.results_dir={killed}", f"run.workers={workers}"]
     code = (
         "import sys; from batchtune.recipe.load import load_recipe; "
         "from batchtune.measure.branched import run_branched_probe; "
-        f"run_branched_probe(load_recipe('recipes/nqm.toml', {SETS!r} + ['run.results_dir={killed}']))"
+        f"run_branched_probe(load_recipe('recipes/nqm.toml', {sets!r}))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parents[2])
     runs = branched_store(killed).runs_dir
@@ -237,6 +242,37 @@ def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path) -> No
     assert {p: p.read_text() for p in sealed_before} == sealed_before  # sealed runs untouched
     assert _answer(resumed) == clean
     assert json.loads(next(iter(sealed_before.values())))["status"]
+
+
+def test_a_run_another_process_holds_is_waited_for_then_run_here(tmp_path: Path) -> None:
+    """A second `probe` of the same branched results_dir (or a resume while a killed probe's workers
+    still die) waits for the runs the other holds, as a grid probe does, and runs one itself once
+    its holder lets go unfinished; it used to stop at once ("the trunk ... did not reach its last
+    checkpoint")."""
+    clean = _answer(run_branched_probe(_recipe(tmp_path / "clean")))
+    shared = tmp_path / "shared"
+    store = branched_store(shared)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another holder of the trunk's lock (flock: per open file, so per thread here)
+        with store.claim("trunk-P1xG8-s0") as writer:
+            assert writer is not None
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    timer = threading.Timer(1.0, release.set)
+    timer.start()
+    events: list[str] = []
+    try:
+        result = run_branched_probe(_recipe(shared), lambda kind, info: events.append(kind))
+    finally:
+        release.set()
+        holder.join()
+        timer.cancel()
+    assert "wait" in events and _answer(result) == clean
 
 
 def test_branched_mode_refuses_a_backend_without_checkpoints(tmp_path: Path) -> None:
