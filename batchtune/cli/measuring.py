@@ -32,6 +32,12 @@ SmokeOpt = Annotated[
 ]
 
 
+DryRunOpt = Annotated[
+    bool,
+    typer.Option("--dry-run", help="Print the probe's plan and its predicted cost (as `plan`); run nothing."),
+]
+
+
 @app.command()
 @handle_errors
 def probe(
@@ -39,10 +45,7 @@ def probe(
     set_: SetOpt = None,
     results: ResultsOpt = None,
     workers: Annotated[int | None, typer.Option(help="Parallel local processes (run.workers).")] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option("--dry-run", help="Print the plan and its predicted cost (as `plan`); run nothing."),
-    ] = False,
+    dry_run: DryRunOpt = False,
     smoke_: SmokeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -147,7 +150,7 @@ def plan(
     _show_plan(_recipe(recipe, overrides, results), time_steps, json_out)
 
 
-def _show_plan(cfg: Any, time_steps: int | None, json_out: bool) -> None:
+def _show_plan(cfg: Any, time_steps: int | None, json_out: bool, command: str = "probe") -> None:
     from batchtune import workflow
     from batchtune.report.plan import plan_to_dict, render_plan
 
@@ -155,7 +158,7 @@ def _show_plan(cfg: Any, time_steps: int | None, json_out: bool) -> None:
     if json_out:
         _print_json(plan_to_dict(preview))
     else:
-        render_plan(console, preview)
+        render_plan(console, preview, command)
 
 
 @app.command("profile-gen")
@@ -212,6 +215,7 @@ def tune(
     gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
     out: OutOpt = None,
     workers: Annotated[int | None, typer.Option(help="Parallel local processes (run.workers).")] = None,
+    dry_run: DryRunOpt = False,
     smoke_: SmokeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -220,10 +224,21 @@ def tune(
     With no recipe it runs the built-in default: a tiny Llama on a built-in task, on CPU, in minutes.
     """
     if smoke_:
+        if dry_run:
+            raise InputError("--smoke and --dry-run: choose one")
         _smoke(recipe, set_, results, json_out)
     _check_out(emit, out)
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
+    if dry_run:  # the probe is the cost; profile-gen and recommend follow it
+        _show_plan(cfg, None, json_out, "tune")
+        if not json_out:
+            console.print(
+                "Then profile-gen (generation and training throughput on this machine) and recommend "
+                "(reads both; seconds).",
+                highlight=False,
+            )
+        return
     from batchtune import workflow
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency

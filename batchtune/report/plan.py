@@ -42,7 +42,7 @@ def plan_table(preview: Any) -> Table:
     return table
 
 
-def plan_summary(preview: Any) -> list[str]:
+def plan_summary(preview: Any, command: str = "probe") -> list[str]:
     p = preview
     lines = [
         f"Probe budget: {p.total_samples_max:,} samples in {p.total_steps_max:,} steps at most = "
@@ -66,7 +66,7 @@ def plan_summary(preview: Any) -> list[str]:
             f"{p.runs_finished} of {p.runs} runs already finished in {p.results_dir}: a probe reuses them"
         )
     lines.extend(f"[yellow]note:[/] {n}" for n in p.notes)
-    lines.append(f"Run it: batchtune probe {p.source or ''}".rstrip())
+    lines.append(f"Run it: batchtune {command} {p.source or ''}".rstrip())
     return lines
 
 
@@ -95,7 +95,7 @@ def branched_plan_table(preview: Any) -> Table:
     return table
 
 
-def branched_plan_summary(preview: Any) -> list[str]:
+def branched_plan_summary(preview: Any, command: str = "probe") -> list[str]:
     p = preview
     at = ", ".join(f"{c:,}" for c in p.checkpoints)
     n, k = len(p.candidates), p.batches_per_checkpoint_max
@@ -124,12 +124,14 @@ def branched_plan_summary(preview: Any) -> list[str]:
         )
     lines.append(f"Timing: {p.timing_source}")
     lines.extend(f"[yellow]note:[/] {n}" for n in p.notes)
-    lines.append(f"Run it: batchtune probe {p.source or ''}".rstrip())
+    lines.append(f"Run it: batchtune {command} {p.source or ''}".rstrip())
     return lines
 
 
-def render_plan(console: Console, preview: Any) -> None:
+def render_plan(console: Console, preview: Any, command: str = "probe") -> None:
+    """``command``: the one that runs what the plan shows (`probe`, or `tune` for tune --dry-run)."""
     branched = getattr(preview, "mode", "grid") == "branched"
     console.print(branched_plan_table(preview) if branched else plan_table(preview))
-    for line in branched_plan_summary(preview) if branched else plan_summary(preview):
+    summary = branched_plan_summary if branched else plan_summary
+    for line in summary(preview, command):
         console.print(line, highlight=False)
