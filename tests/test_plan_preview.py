@@ -136,7 +136,7 @@ def test_tune_dry_run_is_the_probes_plan_and_runs_nothing(tmp_path: Path):
     out = _invoke("tune", NQM, "-r", str(tmp_path / "r"), *SMALL, "--dry-run")
     assert out.exit_code == 0, out.output
     assert "Probe budget: " in out.stdout and "Run it: batchtune tune" in out.stdout
-    assert "Then profile-gen" in out.stdout and not (tmp_path / "r").exists()
+    assert "Then profile-gen" in out.stdout and not (tmp_path / "r" / "runs").exists()
     data = json.loads(_invoke("tune", NQM, "-r", str(tmp_path / "r"), *SMALL, "--dry-run", "--json").stdout)
     assert data["mode"] == "grid" and data["runs"] == 6
     assert _invoke("tune", NQM, "--dry-run", "--smoke").exit_code == 2
