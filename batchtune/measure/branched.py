@@ -149,7 +149,8 @@ def run_branched(
 
     trunk_id = _trunk_id(ref, seeds[0])
     if progress is not None:
-        progress("plan", {"total": 0, "todo": 0, "max_samples": ckpts[-1]})
+        # how many runs the search makes is not known ahead (`batchtune plan` bounds it)
+        progress("plan", {"total": None, "todo": None, "max_samples": ckpts[-1]})
     save = {"save_at_samples": ckpts, "checkpoint_dir": ckpt_dir}  # a backend saves only past its start
     with Runner(recipe, progress) as runner:
         run([Job(ref, seeds[0], trunk_id, ckpts[-1], policy(t.value, ckpts[-1], 0, False), save)])

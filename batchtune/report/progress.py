@@ -39,7 +39,9 @@ def probe_progress(console: Console, enabled: bool = True) -> Iterator[ProgressF
 
         def on_event(kind: str, info: dict[str, Any]) -> None:
             rid = info.get("run_id", "")
-            if kind == "plan":
+            if kind == "plan" and info["total"] is None:  # a branched search: as many as it needs
+                progress.update(overall, description="runs (as many as the branched search needs)")
+            elif kind == "plan":
                 progress.update(overall, total=info["total"], completed=info["total"] - info["todo"])
                 progress.update(overall, description=f"runs ({info['total'] - info['todo']} reused)")
             elif kind == "start":

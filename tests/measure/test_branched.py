@@ -366,3 +366,19 @@ def test_a_checkpoint_whose_controls_make_no_progress_is_noted_and_the_others_ar
     monkeypatch.setattr(branch_checkpoint, "control_level", plateau_at({512, 1024}))
     with pytest.raises(NoProgress):
         run_branched_probe(_recipe(tmp_path / "all"))
+
+
+def test_the_progress_bar_of_a_branched_probe_has_no_made_up_total(tmp_path: Path) -> None:
+    """The search decides how many runs it makes: the bar counts them against '?', not against 0."""
+    import io
+
+    from rich.console import Console
+
+    from batchtune.report.progress import probe_progress
+
+    out = io.StringIO()
+    with probe_progress(Console(file=out, width=120, force_terminal=False), enabled=True) as progress:
+        result = run_branched_probe(_recipe(tmp_path), progress)
+    text = out.getvalue()
+    assert "runs (as many as the branched search needs)" in text
+    assert f"{result.runs_done}/?" in text and f"{result.runs_done}/0" not in text
