@@ -128,6 +128,9 @@ def test_a_branched_plan_bounds_what_the_branched_probe_spends(tmp_path: Path, s
     assert probe.exit_code == 0, probe.output
     spent = json.loads(probe.stdout)["probe_cost"]["samples"]
     assert 0 < spent <= plan["total_samples_max"]
+    assert plan["runs_finished"] == 0
+    again = json.loads(_invoke("plan", NQM, "-r", str(tmp_path / "r"), *args, "--json").stdout)
+    assert again["runs_finished"] == json.loads(probe.stdout)["runs_done"] > 0  # a rerun reuses them
     text = _invoke("probe", NQM, "-r", str(tmp_path / "r2"), *args, "--dry-run")
     assert text.exit_code == 0 and "Branched probe plan" in text.stdout and "Trunk: " in text.stdout
 

@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 
 from batchtune.measure.branch_checkpoint import CONTROL_WINDOWS
-from batchtune.measure.branched import checkpoint_positions
+from batchtune.measure.branched import branched_store, checkpoint_positions
 from batchtune.measure.plan import plan_candidates
 from batchtune.measure.preview import (
     IN_PROCESS_BACKENDS,
@@ -79,6 +79,7 @@ class BranchedPlanPreview:
     reference_run_samples: int  # one full run at the reference: the recipe's budget per run
     cost_vs_reference_run: float
     grid_samples_max: int  # the same recipe's grid probe, at most
+    runs_finished: int  # already in <results>/branched: the probe reuses those its search asks for
     gpus: int
     gpu_hours_max: float
     notes: tuple[str, ...] = ()
@@ -221,6 +222,7 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         reference_run_samples=one_run,
         cost_vs_reference_run=total / one_run,
         grid_samples_max=grid,
+        runs_finished=len(branched_store(recipe.run.results_dir).runs()),
         gpus=gpus,
         gpu_hours_max=total_s * gpus / 3600 if gpus else 0.0,  # every run holds its GPUs
         notes=tuple(notes),

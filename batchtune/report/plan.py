@@ -123,6 +123,11 @@ def branched_plan_summary(preview: Any, command: str = "probe") -> list[str]:
             f"GPU-hours at the recipe's scale ({p.gpus} GPU(s) per run): at most {p.gpu_hours_max:.2f}"
         )
     lines.append(f"Timing: {p.timing_source}")
+    if p.runs_finished:
+        lines.append(
+            f"{p.runs_finished} runs already finished in {p.results_dir}/branched: a probe reuses those "
+            "its search asks for"
+        )
     lines.extend(f"[yellow]note:[/] {n}" for n in p.notes)
     lines.append(f"Run it: batchtune {command} {p.source or ''}".rstrip())
     return lines
