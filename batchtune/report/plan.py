@@ -56,15 +56,21 @@ def plan_summary(preview: Any, command: str = "probe") -> list[str]:
         if p.one_off_s > 0:
             text += f"; includes {fmt_time(p.one_off_s)} paid once (cached warm start)"
         lines.append(text)
+    reused = f"{p.runs_finished} of {p.runs} runs already finished in {p.results_dir}: a probe reuses them"
+    return lines + _closing(p, reused, command)
+
+
+def _closing(p: Any, reused: str, command: str) -> list[str]:
+    """The lines both plans end with: GPU-hours, where the times come from, what is already there
+    (``reused``, said when any run is), the notes, and the command that runs it."""
+    lines = []
     if p.gpus:
         lines.append(
             f"GPU-hours at the recipe's scale ({p.gpus} GPU(s) per run): at most {p.gpu_hours_max:.2f}"
         )
     lines.append(f"Timing: {p.timing_source}")
     if p.runs_finished:
-        lines.append(
-            f"{p.runs_finished} of {p.runs} runs already finished in {p.results_dir}: a probe reuses them"
-        )
+        lines.append(reused)
     lines.extend(f"[yellow]note:[/] {n}" for n in p.notes)
     lines.append(f"Run it: batchtune {command} {p.source or ''}".rstrip())
     return lines
@@ -118,19 +124,11 @@ def branched_plan_summary(preview: Any, command: str = "probe") -> list[str]:
             f"Predicted wall time here: at most {fmt_time(p.wall_s_max)}, one run at a time (the trunk "
             f"{fmt_time(p.trunk_s)})"
         )
-    if p.gpus:
-        lines.append(
-            f"GPU-hours at the recipe's scale ({p.gpus} GPU(s) per run): at most {p.gpu_hours_max:.2f}"
-        )
-    lines.append(f"Timing: {p.timing_source}")
-    if p.runs_finished:
-        lines.append(
-            f"{p.runs_finished} runs already finished in {p.results_dir}/branched: a probe reuses those "
-            "its search asks for"
-        )
-    lines.extend(f"[yellow]note:[/] {n}" for n in p.notes)
-    lines.append(f"Run it: batchtune {command} {p.source or ''}".rstrip())
-    return lines
+    reused = (
+        f"{p.runs_finished} runs already finished in {p.results_dir}/branched: a probe reuses those its "
+        "search asks for"
+    )
+    return lines + _closing(p, reused, command)
 
 
 def render_plan(console: Console, preview: Any, command: str = "probe") -> None:
