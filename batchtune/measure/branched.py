@@ -49,7 +49,7 @@ from batchtune.events import ProbeEvents
 from batchtune.measure.branch_checkpoint import AtCheckpoint, Job, checkpoint_of, control_curve, origin
 from batchtune.measure.execute import Runner, run_until_finished
 from batchtune.measure.plan import Plan, plan_candidates
-from batchtune.measure.probe import StopPolicy, check_manifest, execute_branch
+from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
 
@@ -139,7 +139,7 @@ def run_branched(
         # a run another live process holds (a second probe of this results_dir, or a worker of a
         # killed one still dying) is waited for, as a grid probe's is
         done += run_until_finished(
-            store, args, [j.rid for j in todo], partial(runner.run, execute_branch), progress
+            store, args, [j.rid for j in todo], partial(runner.run, execute_run), progress
         )
 
     def policy(target: float, max_samples: int, origin: int, stop: bool) -> StopPolicy:

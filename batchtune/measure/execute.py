@@ -26,7 +26,8 @@ from batchtune.measure.plan import run_id
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore, RunRecord
 
-# execute_run(recipe, results_dir, candidate, seed, base_lr, reference_batch, policy, events, parallel_runs)
+# execute_run(recipe, results_dir, candidate, seed, base_lr, reference_batch, policy[, rid, spec_extra],
+# events=, parallel_runs=)
 # measure.probe's, passed in (a module-level function, so a spawned worker can unpickle it)
 RunFn = Callable[..., RunRecord | None]
 

@@ -78,7 +78,9 @@ def run_pretrain_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> P
     done = 0
     for cand, seed in todo:  # one process: torch already uses the cores
         done += (
-            execute_run(recipe, str(store.root), cand, seed, recipe.optimizer.lr, ref, policy, progress)
+            execute_run(
+                recipe, str(store.root), cand, seed, recipe.optimizer.lr, ref, policy, events=progress
+            )
             is not None
         )
     return PretrainProbeResult(

@@ -137,22 +137,29 @@ def execute_run(
     base_lr: float,
     reference_batch: int,
     policy: StopPolicy,
-    events: Any = None,
-    *,
     rid: str | None = None,
     spec_extra: dict[str, Any] | None = None,
+    events: Any = None,
+    *,
     parallel_runs: int = 1,
 ) -> RunRecord | None:
     """Run one candidate at one seed into the store. Returns None if it was finished or taken.
 
-    Runs in the caller's process or in a worker; ``events`` is a queue-like object with ``put`` (or
-    a callable) that receives progress dicts. Branched probes (measure/branched.py) pass their own
-    ``rid`` and ``spec_extra`` (RunSpec's resume_from / save_at_samples / checkpoint_dir).
-    ``parallel_runs`` (runs sharing this machine with it, itself included) is stored with the
-    record, so its step times can be read as contended or not.
+    Runs in the caller's process, in a worker, a Ray task or a Ray Job (its arguments by position,
+    as JSON for a job); ``events`` is a queue-like object with ``put`` (or a callable) that receives
+    progress dicts. Branched probes and schedule runs pass their own ``rid`` and ``spec_extra``
+    (RunSpec's resume_from / save_at_samples / checkpoint_dir; paths and tuples that travelled as
+    JSON strings and lists are read back). ``parallel_runs`` (runs sharing this machine with it,
+    itself included) is stored with the record, so its step times can be read as contended or not.
     """
     store = ResultsStore(results_dir)
     rid = rid or run_id(candidate, seed)
+    extra = dict(spec_extra or {})
+    for key in ("resume_from", "checkpoint_dir"):
+        if extra.get(key) is not None:
+            extra[key] = Path(extra[key])
+    if "save_at_samples" in extra:
+        extra["save_at_samples"] = tuple(int(v) for v in extra["save_at_samples"])
 
     def emit(kind: str, **info: Any) -> None:
         if events is None:
@@ -174,7 +181,7 @@ def execute_run(
             run_dir=store.run_dir(rid),
             base_lr=base_lr,
             reference_batch=reference_batch,
-            **(spec_extra or {}),
+            **extra,
         )
         backend = backends.load("training", recipe.backend.training)()
         emit("start", label=candidate.label, seed=seed)
@@ -261,44 +268,6 @@ def execute_run(
         writer.finish(record)
         emit("end", status=status, reason=reason)
         return record
-
-
-def execute_branch(
-    recipe: Recipe,
-    results_dir: str,
-    candidate: Candidate,
-    seed: int,
-    base_lr: float,
-    reference_batch: int,
-    policy: StopPolicy,
-    rid: str,
-    spec_extra: dict[str, Any],
-    events: Any = None,
-    *,
-    parallel_runs: int = 1,
-) -> RunRecord | None:
-    """``execute_run`` for a branched probe's trunk, branch or control: its run id and its checkpoint
-    settings (resume_from, save_at_samples, checkpoint_dir) passed by position, so that a worker
-    process, a Ray task or a Ray Job (whose arguments travel as JSON) can run it."""
-    extra = dict(spec_extra)
-    for key in ("resume_from", "checkpoint_dir"):
-        if extra.get(key) is not None:
-            extra[key] = Path(extra[key])
-    if "save_at_samples" in extra:
-        extra["save_at_samples"] = tuple(int(v) for v in extra["save_at_samples"])
-    return execute_run(
-        recipe,
-        results_dir,
-        candidate,
-        seed,
-        base_lr,
-        reference_batch,
-        policy,
-        events,
-        rid=rid,
-        spec_extra=extra,
-        parallel_runs=parallel_runs,
-    )
 
 
 def load_run_data(store: ResultsStore) -> list[RunData]:

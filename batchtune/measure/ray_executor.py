@@ -54,7 +54,7 @@ JOB_ERROR = "ray-job.error.json"  # written by a job whose run function raised o
 
 # The run function's positional arguments, as the local executor passes them:
 # (recipe, results_dir, candidate, seed, base_lr, reference_batch, policy), and for a branched probe's
-# run (measure.probe.execute_branch) its run id and its checkpoint settings after them
+# run its run id and its checkpoint settings after them (measure.probe.execute_run's rid, spec_extra)
 RunArgs = tuple[Any, ...]
 RunFn = Callable[..., "RunRecord | None"]
 
@@ -161,7 +161,7 @@ def _run_tasks(
         while queue or inflight:
             while queue and len(inflight) < cfg.workers:
                 a = queue.pop(0)
-                inflight[remote.remote(*a)] = a
+                inflight[remote.options(name=args_run_id(a)).remote(*a)] = a  # named by run in Ray's views
                 _start(progress, a)
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=POLL_S)
             for ref in ready:

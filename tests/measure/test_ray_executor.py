@@ -68,23 +68,26 @@ def _runs(results: Path) -> dict[str, tuple]:
     }
 
 
+def _finished_tasks(names: set[str]) -> set[str]:
+    """Which of ``names`` (run ids: ray_executor names each task by its run) Ray saw finish as tasks."""
+    from ray.util.state import list_tasks
+
+    deadline = time.monotonic() + 20  # task events reach Ray's state API a little after the fact
+    while True:
+        ran = {t.name for t in list_tasks(limit=10000) if t.state == "FINISHED" and t.name in names}
+        if len(ran) >= len(names) or time.monotonic() > deadline:
+            return ran
+        time.sleep(0.5)
+
+
 def test_nqm_probe_on_ray_tasks_matches_local(tmp_path, local_ray):
     local = _probe(tmp_path / "local", NQM, *SMALL)
     on_ray = _probe(tmp_path / "ray", NQM, *SMALL, "--set", "run.executor=ray", "--set", "run.workers=2")
     assert _summary(on_ray) == _summary(local)
     assert on_ray["critical_training_batch"] == local["critical_training_batch"]
     assert _runs(tmp_path / "ray") == _runs(tmp_path / "local") and len(_runs(tmp_path / "local")) == 4
-    from ray.util.state import list_tasks
-
-    deadline = time.monotonic() + 20  # task events reach Ray's state API a little after the fact
-    while True:
-        ran = [
-            t for t in list_tasks(filters=[("name", "=", "execute_run")], limit=1000) if t.state == "FINISHED"
-        ]
-        if len(ran) >= 4 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert len(ran) >= 4  # they ran as Ray tasks, not in this process
+    ran = _finished_tasks(set(_runs(tmp_path / "ray")))
+    assert len(ran) >= 4  # they ran as Ray tasks (named by their run ids), not in this process
     assert not list((tmp_path / "ray" / "runs").glob("*/ray-job.*"))  # tasks, not jobs
 
 
@@ -248,18 +251,7 @@ def test_a_branched_probe_on_ray_tasks_matches_local(tmp_path, local_ray):
     assert _branched_answer(on_ray) == _branched_answer(local)
     runs = _runs(tmp_path / "ray" / "branched")
     assert runs == _runs(tmp_path / "local" / "branched") and len(runs) > 10
-    from ray.util.state import list_tasks
-
-    deadline = time.monotonic() + 20  # task events reach Ray's state API a little after the fact
-    while True:
-        ran = [
-            t
-            for t in list_tasks(filters=[("name", "=", "execute_branch")], limit=1000)
-            if t.state == "FINISHED"
-        ]
-        if len(ran) >= len(runs) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    ran = _finished_tasks(set(runs))
     assert len(ran) >= len(runs)  # every run of the probe ran as a Ray task, not in this process
 
 
@@ -289,7 +281,7 @@ def test_a_branched_runs_checkpoint_paths_reach_ray_absolute(monkeypatch, local_
     """A task or job may start in another directory than the driver: the trunk's checkpoints and a
     branch's resume path go to Ray absolute, as the results directory does."""
     from batchtune.measure import ray_executor
-    from batchtune.measure.probe import execute_branch
+    from batchtune.measure.probe import execute_run
     from batchtune.recipe.load import load_recipe
 
     seen: list = []
@@ -298,7 +290,7 @@ def test_a_branched_runs_checkpoint_paths_reach_ray_absolute(monkeypatch, local_
     extra = {"resume_from": Path("bt-results/x/branched/checkpoints/ckpt-8"), "save_at_samples": (16,)}
     extra["checkpoint_dir"] = Path("bt-results/x/branched/checkpoints/c8-control-s0")
     args = (recipe, "bt-results/x/branched", None, 0, 0.03, 8, None, "c8-P1xG8-s0", extra)
-    ray_executor.run_on_ray(execute_branch, [args], None)
+    ray_executor.run_on_ray(execute_run, [args], None)
     (a,) = seen
     assert Path(a[1]).is_absolute() and a[7] == "c8-P1xG8-s0"
     assert a[8]["resume_from"] == Path.cwd() / extra["resume_from"]
