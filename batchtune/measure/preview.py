@@ -15,6 +15,7 @@ import math
 import shutil
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +127,41 @@ def time_candidate(
     return (statistics.median(use) if use else math.nan), eval_s, setup_s, failed
 
 
+def grid_samples_max(recipe: Recipe) -> int:
+    """A grid probe's samples at most: every candidate at every seed to its budget, in whole steps."""
+    m = recipe.budget.max_samples
+    per_seed = sum(
+        math.ceil(m / c.batch_responses) * c.batch_responses for c in plan_candidates(recipe).candidates
+    )
+    return per_seed * len(recipe.budget.seeds)
+
+
+UNTIMED = (math.nan, math.nan, math.nan)  # (step_s, eval_s, setup_s) of a candidate not timed
+
+
+def time_candidates(
+    recipe: Recipe, cands: Sequence[Candidate], time_steps: int
+) -> tuple[dict[str, tuple[float, float, float]], list[str]]:
+    """``time_candidate`` for each of ``cands`` (none when ``time_steps`` is 0), in a scratch folder
+    of the results directory removed after: label -> (step_s, eval_s, setup_s), and a note for each
+    that failed while timed."""
+    timed: dict[str, tuple[float, float, float]] = {}
+    notes: list[str] = []
+    scratch = Path(recipe.run.results_dir) / TIMING_DIR
+    try:
+        for cand in cands if time_steps > 0 else []:
+            step_s, eval_s, setup_s, failed = time_candidate(recipe, cand, time_steps, scratch)
+            timed[cand.label] = (step_s, eval_s, setup_s)
+            if failed:
+                notes.append(
+                    f"{cand.label} failed while timed ({failed}): its probe runs will likely fail the "
+                    "same way, which the probe records as data and goes on"
+                )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return timed, notes
+
+
 def timing_source(time_steps: int, backend: str, what: str) -> str:
     """Where a plan's wall times come from, in words (``what``: candidate, batch)."""
     if time_steps <= 0:
@@ -155,42 +191,31 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     backend = recipe.backend.training
     if time_steps is None:
         time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
-    notes: list[str] = []
-    scratch = Path(recipe.run.results_dir) / TIMING_DIR
+    timed, notes = time_candidates(recipe, plan.candidates, time_steps)
     costs: list[CandidateCost] = []
-    try:
-        for cand in plan.candidates:
-            n = cand.batch_responses
-            steps = math.ceil(max_samples / n)
-            evals = evals_per_run(max_samples, n, every)
-            step_s = eval_s = setup_s = math.nan
-            if time_steps > 0:
-                step_s, eval_s, setup_s, failed = time_candidate(recipe, cand, time_steps, scratch)
-                if failed:
-                    notes.append(
-                        f"{cand.label} failed while timed ({failed}): its probe runs will likely fail "
-                        "the same way, which the probe records as data and goes on"
-                    )
-            run_s = setup_s + steps * step_s + (evals - 1) * eval_s
-            costs.append(
-                CandidateCost(
-                    cand.label,
-                    cand.prompts,
-                    cand.group_size,
-                    n,
-                    cand.lr,
-                    len(seeds),
-                    steps * n,
-                    steps,
-                    evals,
-                    step_s,
-                    eval_s,
-                    setup_s,
-                    run_s,
-                )  # fmt: skip
-            )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    for cand in plan.candidates:
+        n = cand.batch_responses
+        steps = math.ceil(max_samples / n)
+        evals = evals_per_run(max_samples, n, every)
+        step_s, eval_s, setup_s = timed.get(cand.label, UNTIMED)
+        run_s = setup_s + steps * step_s + (evals - 1) * eval_s
+        costs.append(
+            CandidateCost(
+                cand.label,
+                cand.prompts,
+                cand.group_size,
+                n,
+                cand.lr,
+                len(seeds),
+                steps * n,
+                steps,
+                evals,
+                step_s,
+                eval_s,
+                setup_s,
+                run_s,
+            )  # fmt: skip
+        )
     # the first candidate timed pays one-off costs (the cached warm start): count them once
     setups = [c.setup_s for c in costs if math.isfinite(c.setup_s)]
     one_off_s = max(setups) - min(setups) if len(setups) >= 2 else 0.0
@@ -207,7 +232,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
             "not slow each other down, so it is a lower bound on that account"
         )
     ref = next(c for c in costs if c.label == plan.reference)
-    total_samples = sum(c.max_samples_per_run * c.seeds for c in costs)
+    total_samples = grid_samples_max(recipe)
     wall = total_run_s / workers
     gpus = recipe.hardware.num_gpus if recipe.hardware.device == "cuda" else 0
     notes.append(

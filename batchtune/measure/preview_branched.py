@@ -20,19 +20,18 @@ runs of one round share the machine ``run.workers`` at a time, the trunk runs al
 from __future__ import annotations
 
 import math
-import shutil
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 from batchtune.measure.branch_checkpoint import CONTROL_WINDOWS
 from batchtune.measure.branched import branched_store, checkpoint_positions
 from batchtune.measure.plan import plan_candidates
 from batchtune.measure.preview import (
     IN_PROCESS_BACKENDS,
-    TIMING_DIR,
+    UNTIMED,
     evals_per_run,
-    time_candidate,
+    grid_samples_max,
+    time_candidates,
     timing_source,
 )
 from batchtune.recipe.schema import Recipe
@@ -123,23 +122,10 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
     backend = recipe.backend.training
     if time_steps is None:
         time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
-    timed: dict[str, tuple[float, float, float]] = {}
-    notes: list[str] = []
-    scratch = Path(recipe.run.results_dir) / TIMING_DIR
-    try:
-        for cand in main if time_steps > 0 else []:
-            step_s, eval_s, setup_s, failed = time_candidate(recipe, cand, time_steps, scratch)
-            timed[cand.label] = (step_s, eval_s, setup_s)
-            if failed:
-                notes.append(
-                    f"{cand.label} failed while timed ({failed}): its branches will likely fail the same "
-                    "way, which the probe records as data (the batch is rejected) and goes on"
-                )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    timed, notes = time_candidates(recipe, main, time_steps)
 
     def run_s(label: str, samples: int, batch: int) -> float:
-        step_s, eval_s, setup_s = timed.get(label, (math.nan,) * 3)
+        step_s, eval_s, setup_s = timed.get(label, UNTIMED)
         return setup_s + _steps(samples, batch) * step_s + (evals_per_run(samples, batch, every) - 1) * eval_s
 
     rows = []
@@ -147,7 +133,7 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         n = cand.batch_responses
         w = max(br.window_samples, br.min_steps * n)
         longest = _steps(br.max_window_factor * w, n) * n
-        step_s, eval_s, setup_s = timed.get(cand.label, (math.nan,) * 3)
+        step_s, eval_s, setup_s = timed.get(cand.label, UNTIMED)
         rows.append(
             BranchCost(
                 cand.label,
@@ -176,17 +162,13 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
     trunk_s = run_s(ref.label, ckpts[-1], b0)
     # a control is a chain of segments (a longer window, a slow control run on), each with its start
     segments = 1 + 2 * k
-    setup0 = timed.get(ref.label, (math.nan,) * 3)[2]
+    setup0 = timed.get(ref.label, UNTIMED)[2]
     control_s = run_s(ref.label, control, b0) + (segments - 1) * setup0
     total_s = trunk_s + len(ckpts) * seeds_max * (control_s + sum(r.branch_s_max for r in dearest))
     workers = max(1, min(recipe.run.workers, seeds_max))  # a round: a run per seed (docs/branched.md)
     # rounds are of varying size (a confirmation seed's is two runs, a slow control's extension
     # often one), so only one run at a time is a bound on the wall time; runs at once shorten it
     one_run = _steps(recipe.budget.max_samples, b0) * b0
-    grid = sum(
-        _steps(recipe.budget.max_samples, c.batch_responses) * c.batch_responses for c in plan.candidates
-    )
-    grid *= len(recipe.budget.seeds)
     timing = timing_source(time_steps, backend, "batch")
     if time_steps > 0 and workers > 1:
         notes.append(
@@ -221,7 +203,7 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         wall_s_max=total_s,
         reference_run_samples=one_run,
         cost_vs_reference_run=total / one_run,
-        grid_samples_max=grid,
+        grid_samples_max=grid_samples_max(recipe),
         runs_finished=len(branched_store(recipe.run.results_dir).runs()),
         gpus=gpus,
         gpu_hours_max=total_s * gpus / 3600 if gpus else 0.0,  # every run holds its GPUs
