@@ -133,7 +133,7 @@ def branched_plan_summary(preview: Any, command: str = "probe") -> list[str]:
 
 def render_plan(console: Console, preview: Any, command: str = "probe") -> None:
     """``command``: the one that runs what the plan shows (`probe`, or `tune` for tune --dry-run)."""
-    branched = getattr(preview, "mode", "grid") == "branched"
+    branched = preview.mode == "branched"
     console.print(branched_plan_table(preview) if branched else plan_table(preview))
     summary = branched_plan_summary if branched else plan_summary
     for line in summary(preview, command):
