@@ -16,6 +16,7 @@ import queue as queue_mod
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from functools import partial
 from typing import Any
 
 from batchtune.backends import lifeguard
@@ -32,24 +33,6 @@ from batchtune.records import ResultsStore, RunRecord
 RunFn = Callable[..., RunRecord | None]
 
 WAIT_POLL_S = 1.0  # how often a run held by another process is checked
-
-
-def _run_many(
-    run_fn: RunFn,
-    recipe: Recipe,
-    store: ResultsStore,
-    reference_batch: int,
-    jobs: list[tuple[Candidate, int]],
-    policy: Any,
-    progress: ProbeEvents | None,
-) -> int:
-    """Run ``jobs`` once each; a job another process holds is skipped (returns the number run here)."""
-    args = [
-        (recipe, str(store.root), cand, seed, recipe.optimizer.lr, reference_batch, policy)
-        for cand, seed in jobs
-    ]
-    with Runner(recipe, progress) as runner:
-        return runner.run(run_fn, args)
 
 
 class Runner:
@@ -173,11 +156,11 @@ def run_jobs(
 ) -> int:
     """Run ``jobs`` until each is finished, here or by another live process (waited for, with a
     ``wait`` progress event naming the runs). Returns the number run by this process."""
-
-    def run(left: list[tuple[Candidate, int]]) -> int:
-        return _run_many(run_fn, recipe, store, reference_batch, left, policy, progress)
-
-    return run_until_finished(store, jobs, [run_id(c, s) for c, s in jobs], run, progress)
+    args = [(recipe, str(store.root), c, s, recipe.optimizer.lr, reference_batch, policy) for c, s in jobs]
+    with Runner(recipe, progress) as runner:
+        return run_until_finished(
+            store, args, [run_id(c, s) for c, s in jobs], partial(runner.run, run_fn), progress
+        )
 
 
 def run_until_finished(
