@@ -143,3 +143,25 @@ def test_tune_dry_run_is_the_probes_plan_and_runs_nothing(tmp_path: Path):
     data = json.loads(_invoke("tune", NQM, "-r", str(tmp_path / "r"), *SMALL, "--dry-run", "--json").stdout)
     assert data["mode"] == "grid" and data["runs"] == 6
     assert _invoke("tune", NQM, "--dry-run", "--smoke").exit_code == 2
+
+
+def test_run_it_carries_the_users_options_so_it_runs_the_plan_shown(tmp_path: Path):
+    """`Run it:` is the command with the recipe, --set (brackets and spaces quoted), --results and
+    --workers the plan was made with: without them it ran another probe (the grid for a branched
+    plan). Its argv, run through the CLI, gives the same plan."""
+    import shlex
+
+    r = str(tmp_path / "r")
+    args = ["--set", "probe.mode=branched", "--set", "budget.seeds=[0, 1]", "-r", r, "--workers", "1"]
+    out = _invoke("plan", NQM, *args, "--time-steps", "1")
+    assert out.exit_code == 0, out.output
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("Run it: "))
+    argv = shlex.split(line.removeprefix("Run it: "))
+    assert argv[:3] == ["batchtune", "probe", NQM] and "budget.seeds=[0, 1]" in argv
+    assert argv[argv.index("--results") + 1] == r and "--time-steps" not in argv
+    again = json.loads(_invoke("plan", *argv[2:], "--time-steps", "1", "--json").stdout)
+    first = json.loads(_invoke("plan", NQM, *args, "--time-steps", "1", "--json").stdout)
+    assert again["mode"] == first["mode"] == "branched" and again["run_it"] == first["run_it"]
+    assert again["total_samples_max"] == first["total_samples_max"]
+    tune = _invoke("tune", NQM, *args, "--emit", "verl", "--dry-run")
+    assert "Run it: batchtune tune" in tune.stdout and "--emit verl --gpus 8" in tune.stdout

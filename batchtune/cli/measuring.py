@@ -62,7 +62,7 @@ def probe(
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
     if dry_run:
-        _show_plan(cfg, None, json_out)
+        _show_plan(cfg, None, json_out, _command_line("probe", recipe, set_, results, workers))
         return
     from batchtune import workflow
     from batchtune.report.progress import probe_progress
@@ -147,18 +147,37 @@ def plan(
     and upper bounds on samples and wall time (the search stops most runs well before them).
     """
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
-    _show_plan(_recipe(recipe, overrides, results), time_steps, json_out)
+    cfg = _recipe(recipe, overrides, results)
+    _show_plan(cfg, time_steps, json_out, _command_line("probe", recipe, set_, results, workers))
 
 
-def _show_plan(cfg: Any, time_steps: int | None, json_out: bool, command: str = "probe") -> None:
+def _command_line(
+    command: str,
+    recipe: str | None,
+    set_: list[str] | None,
+    results: str | None,
+    workers: int | None,
+    *extra: str,
+) -> str:
+    """The command that runs what a plan shows, with the user's recipe and options, quoted for a shell."""
+    import shlex
+
+    args = ["batchtune", command] + ([recipe] if recipe else [])
+    for s in set_ or []:
+        args += ["--set", s]
+    args += (["--results", results] if results else []) + (["--workers", str(workers)] if workers else [])
+    return shlex.join([*args, *extra])
+
+
+def _show_plan(cfg: Any, time_steps: int | None, json_out: bool, run_it: str) -> None:
     from batchtune import workflow
     from batchtune.report.plan import plan_to_dict, render_plan
 
     preview = workflow.plan_preview(cfg, time_steps)
     if json_out:
-        _print_json(plan_to_dict(preview))
+        _print_json({**plan_to_dict(preview), "run_it": run_it})
     else:
-        render_plan(console, preview, command)
+        render_plan(console, preview, run_it)
 
 
 @app.command("profile-gen")
@@ -231,7 +250,11 @@ def tune(
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
     if dry_run:  # the probe is the cost; profile-gen and recommend follow it
-        _show_plan(cfg, None, json_out, "tune")
+        extra: list[str] = ["--emit", emit, "--gpus", str(gpus)] if emit else []
+        extra += ["--out", str(out)] if out else []
+        if emit and gpus_per_node != DEFAULT_GPUS_PER_NODE:
+            extra += ["--gpus-per-node", str(gpus_per_node)]
+        _show_plan(cfg, None, json_out, _command_line("tune", recipe, set_, results, workers, *extra))
         if not json_out:
             console.print(
                 "Then profile-gen (generation and training throughput on this machine) and recommend "

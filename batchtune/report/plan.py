@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from batchtune.report.terminal import fmt_n, fmt_time
@@ -42,7 +43,7 @@ def plan_table(preview: Any) -> Table:
     return table
 
 
-def plan_summary(preview: Any, command: str = "probe") -> list[str]:
+def plan_summary(preview: Any, run_it: str) -> list[str]:
     p = preview
     lines = [
         f"Probe budget: {p.total_samples_max:,} samples in {p.total_steps_max:,} steps at most = "
@@ -57,12 +58,12 @@ def plan_summary(preview: Any, command: str = "probe") -> list[str]:
             text += f"; includes {fmt_time(p.one_off_s)} paid once (cached warm start)"
         lines.append(text)
     reused = f"{p.runs_finished} of {p.runs} runs already finished in {p.results_dir}: a probe reuses them"
-    return lines + _closing(p, reused, command)
+    return lines + _closing(p, reused, run_it)
 
 
-def _closing(p: Any, reused: str, command: str) -> list[str]:
+def _closing(p: Any, reused: str, run_it: str) -> list[str]:
     """The lines both plans end with: GPU-hours, where the times come from, what is already there
-    (``reused``, said when any run is), the notes, and the command that runs it."""
+    (``reused``, said when any run is), the notes, and the command that runs it (``run_it``)."""
     lines = []
     if p.gpus:
         lines.append(
@@ -72,7 +73,7 @@ def _closing(p: Any, reused: str, command: str) -> list[str]:
     if p.runs_finished:
         lines.append(reused)
     lines.extend(f"[yellow]note:[/] {n}" for n in p.notes)
-    lines.append(f"Run it: batchtune {command} {p.source or ''}".rstrip())
+    lines.append(f"Run it: {escape(run_it)}")
     return lines
 
 
@@ -101,7 +102,7 @@ def branched_plan_table(preview: Any) -> Table:
     return table
 
 
-def branched_plan_summary(preview: Any, command: str = "probe") -> list[str]:
+def branched_plan_summary(preview: Any, run_it: str) -> list[str]:
     p = preview
     at = ", ".join(f"{c:,}" for c in p.checkpoints)
     n, k = len(p.candidates), p.batches_per_checkpoint_max
@@ -128,13 +129,13 @@ def branched_plan_summary(preview: Any, command: str = "probe") -> list[str]:
         f"{p.runs_finished} runs already finished in {p.results_dir}/branched: a probe reuses those its "
         "search asks for"
     )
-    return lines + _closing(p, reused, command)
+    return lines + _closing(p, reused, run_it)
 
 
-def render_plan(console: Console, preview: Any, command: str = "probe") -> None:
-    """``command``: the one that runs what the plan shows (`probe`, or `tune` for tune --dry-run)."""
+def render_plan(console: Console, preview: Any, run_it: str) -> None:
+    """``run_it``: the command line that runs what the plan shows, with the user's options."""
     branched = preview.mode == "branched"
     console.print(branched_plan_table(preview) if branched else plan_table(preview))
     summary = branched_plan_summary if branched else plan_summary
-    for line in summary(preview, command):
-        console.print(line, highlight=False)
+    for line in summary(preview, run_it):  # the command on one line, to paste as it is
+        console.print(line, highlight=False, soft_wrap=line.startswith("Run it: "))
