@@ -330,3 +330,23 @@ def test_every_numeric_field_has_a_range():
     missing = sorted(set(numeric_fields(Recipe)) - set(RANGES))
     assert not missing, f"give these fields a range in recipe/ranges.py: {missing}"
     assert dataclasses.is_dataclass(Recipe)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["tune", NQM, "--emit", "bogus"], "unknown trainer 'bogus' for --emit"),
+        (["recommend", NQM, "--emit", "bogus"], "unknown trainer 'bogus' for --emit"),
+        (["probe", NQM, "--workers", "0"], "--workers"),
+        (["plan", NQM, "--time-steps", "-1"], "--time-steps"),
+        (["tune", NQM, "--emit", "verl", "--gpus-per-node", "0"], "--gpus-per-node"),
+    ],
+)
+def test_options_are_checked_before_anything_runs(tmp_path, args, fragment):
+    """A typo in --emit used to surface after tune's probe and profile (hours on a real recipe);
+    --workers 0 and --time-steps -1 were taken silently as the defaults."""
+    results = tmp_path / "r"
+    out = CliRunner().invoke(app, [*args, "-r", str(results)])
+    assert out.exit_code == 2, out.output
+    assert fragment in out.output and "Traceback" not in out.output
+    assert not (results / "runs").exists()

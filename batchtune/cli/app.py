@@ -105,8 +105,9 @@ ResultsOpt = Annotated[
     typer.Option("--results", "-r", help="Results directory (default: the recipe's run.results_dir)."),
 ]
 GpusPerNodeOpt = Annotated[
-    int, typer.Option(help="GPUs per node, for the node layout of --emit verl|openrlhf.")
+    int, typer.Option(min=1, help="GPUs per node, for the node layout of --emit verl|openrlhf.")
 ]
+WorkersOpt = Annotated[int | None, typer.Option(min=1, help="Parallel local processes (run.workers).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead.")]
 OutOpt = Annotated[
     Path | None,
@@ -195,10 +196,14 @@ def _main(
 
 
 def _check_out(emit: str | None, out: Path | None) -> None:
-    if out is not None and emit is None:
-        from batchtune.errors import InputError
+    """--emit and --out, checked before anything runs (tune would find a typo after its probe)."""
+    from batchtune.errors import InputError
+    from batchtune.integrations.emit_base import TRAINERS
 
+    if out is not None and emit is None:
         raise InputError("--out writes the --emit config: add --emit verl|trl|openrlhf")
+    if emit is not None and emit not in TRAINERS:
+        raise InputError(f"unknown trainer {emit!r} for --emit; choose one of {', '.join(TRAINERS)}")
 
 
 def _show_efficiency_only(missing: Any, json_out: bool) -> None:

@@ -45,7 +45,9 @@ def recommend(
     emit: Annotated[
         str | None, typer.Option(help="Print the winner as trainer config: verl | trl | openrlhf.")
     ] = None,
-    gpus: Annotated[int, typer.Option(help="GPUs the trainer runs on (for --emit divisibility checks).")] = 8,
+    gpus: Annotated[
+        int, typer.Option(min=1, help="GPUs the trainer runs on (for --emit divisibility checks).")
+    ] = 8,
     gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
     out: OutOpt = None,
     json_out: JsonOpt = False,
@@ -260,7 +262,7 @@ def pretrain(
     ] = None,
     seq_len: Annotated[int, typer.Option(help="--emit: tokens per sequence.")] = 2048,
     total_tokens: Annotated[int, typer.Option(help="--emit: tokens at which the last stage ends.")] = 0,
-    gpus: Annotated[int, typer.Option(help="--emit: data-parallel size (world size).")] = 1,
+    gpus: Annotated[int, typer.Option(min=1, help="--emit: data-parallel size (world size).")] = 1,
     micro_batch: Annotated[int, typer.Option(help="--emit: sequences per GPU per micro-batch.")] = 1,
     json_out: JsonOpt = False,
 ) -> None:
