@@ -4,10 +4,12 @@ reasons, not a missing metric), or a read-only results directory (the answer, wi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from typer.testing import CliRunner
 
 from batchtune.cli import app
+from batchtune.recipe.load import shipped_recipes
 
 SMALL = [
     "--set",
@@ -60,3 +62,15 @@ def test_with_json_the_wait_for_runs_held_elsewhere_goes_to_stderr(capsys):
         progress("wait", {"run_ids": ["P1xG8-s0"], "message": message})
     out = capsys.readouterr()
     assert out.out == "" and message in out.err
+
+
+def test_recommend_on_a_branched_probes_results_names_the_mode_it_needs(tmp_path: Path):
+    """A branched probe writes its runs under <results>/branched; `recommend` read in the recipe's
+    grid mode said "no finished runs; run batchtune probe first", though the probe had run."""
+    nqm, r = str(shipped_recipes()["nqm"]), str(tmp_path / "r")
+    probe = CliRunner().invoke(app, ["probe", nqm, "-r", r, "--set", "probe.mode=branched", "--json"])
+    assert probe.exit_code == 0, probe.output
+    out = CliRunner().invoke(app, ["recommend", nqm, "-r", r])
+    assert out.exit_code == 2 and "--set probe.mode=branched" in out.output, out.output
+    empty = CliRunner().invoke(app, ["recommend", str(shipped_recipes()["nqm"]), "-r", str(tmp_path / "e")])
+    assert empty.exit_code == 2 and "run `batchtune probe` first" in empty.output, empty.output
