@@ -165,3 +165,23 @@ def test_run_it_carries_the_users_options_so_it_runs_the_plan_shown(tmp_path: Pa
     assert again["total_samples_max"] == first["total_samples_max"]
     tune = _invoke("tune", NQM, *args, "--emit", "verl", "--dry-run")
     assert "Run it: batchtune tune" in tune.stdout and "--emit verl --gpus 8" in tune.stdout
+
+
+def test_plan_of_a_pretraining_recipe_is_its_grid_of_token_batches(tmp_path: Path):
+    """`plan tiny-pretrain` showed the RL candidates of the recipe's defaults (P4xG8 ..., 12 runs),
+    not the 27 runs at 9 token batches the probe makes; and probe.mode = "branched" on a
+    pre-training recipe was ignored (the grid ran): it is refused."""
+    pre = str(shipped_recipes()["tiny-pretrain"])
+    out = _invoke("plan", pre, "-r", str(tmp_path / "r"), "--time-steps", "0", "--json")
+    assert out.exit_code == 0, out.output
+    plan = json.loads(out.stdout)
+    assert plan["unit"] == "tokens" and plan["workers"] == 1
+    labels = [c["label"] for c in plan["candidates"]]
+    assert labels == ["B16", "B32", "B48", "B64", "B96", "B128", "B192", "B256", "B512"]
+    assert plan["runs"] == 27 and plan["reference"] == "B32"
+    assert all(48_000 <= c["max_samples_per_run"] < 48_000 + c["batch_responses"] for c in plan["candidates"])
+    text = _invoke("plan", pre, "-r", str(tmp_path / "r"), "--time-steps", "0")
+    assert "tokens/run" in text.stdout and "48,000 tokens" in text.stdout
+    branched = _invoke("probe", pre, "-r", str(tmp_path / "b"), "--set", "probe.mode=branched")
+    assert branched.exit_code == 2 and "not available for backend.training = 'pretrain'" in branched.output
+    assert not (tmp_path / "b").exists()

@@ -25,7 +25,8 @@ from batchtune.measure.plan import plan_candidates, run_id
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore
 
-IN_PROCESS_BACKENDS = ("torch", "nqm", "trl")  # timed by default; "command" starts a whole trainer
+# timed by default; "command" starts a whole trainer
+IN_PROCESS_BACKENDS = ("torch", "nqm", "trl", "pretrain")
 TIMING_DIR = "plan-timing"  # <results>/plan-timing/<run_id>: the cache beside it is the probe's
 
 
@@ -69,6 +70,7 @@ class PlanPreview:
     one_off_s: float = 0.0  # paid once per results directory (the tiny model's cached warm start)
     notes: tuple[str, ...] = ()
     mode: str = "grid"  # probe.mode (measure/preview_branched.py previews "branched")
+    unit: str = "samples"  # what the samples columns count: "tokens" for the pre-training grid
 
 
 def evals_per_run(max_samples: int, batch: int, every: int) -> int:
@@ -78,7 +80,7 @@ def evals_per_run(max_samples: int, batch: int, every: int) -> int:
 
 
 def time_candidate(
-    recipe: Recipe, cand: Candidate, steps: int, scratch: Path
+    recipe: Recipe, cand: Candidate, steps: int, scratch: Path, reference_batch: int | None = None
 ) -> tuple[float, float, float, str | None]:
     """Time ``steps`` training steps of ``cand`` alone: (step_s, eval_s, setup_s, failed).
 
@@ -94,7 +96,7 @@ def time_candidate(
         recipe=recipe,
         run_dir=scratch / run_id(cand, 0),
         base_lr=recipe.optimizer.lr,
-        reference_batch=plan_candidates(recipe).reference_batch,
+        reference_batch=reference_batch or plan_candidates(recipe).reference_batch,
     )
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     backend = backends.load("training", recipe.backend.training)()
@@ -140,7 +142,7 @@ UNTIMED = (math.nan, math.nan, math.nan)  # (step_s, eval_s, setup_s) of a candi
 
 
 def time_candidates(
-    recipe: Recipe, cands: Sequence[Candidate], time_steps: int
+    recipe: Recipe, cands: Sequence[Candidate], time_steps: int, reference_batch: int | None = None
 ) -> tuple[dict[str, tuple[float, float, float]], list[str]]:
     """``time_candidate`` for each of ``cands`` (none when ``time_steps`` is 0), in a scratch folder
     of the results directory removed after: label -> (step_s, eval_s, setup_s), and a note for each
@@ -150,7 +152,9 @@ def time_candidates(
     scratch = Path(recipe.run.results_dir) / TIMING_DIR
     try:
         for cand in cands if time_steps > 0 else []:
-            step_s, eval_s, setup_s, failed = time_candidate(recipe, cand, time_steps, scratch)
+            step_s, eval_s, setup_s, failed = time_candidate(
+                recipe, cand, time_steps, scratch, reference_batch
+            )
             timed[cand.label] = (step_s, eval_s, setup_s)
             if failed:
                 notes.append(
@@ -183,17 +187,33 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
 
     ``time_steps``: training steps to time per candidate (None: 3 for in-process backends, none for
     the command backend, which would start a trainer per candidate; 0: do not time)."""
-    plan = plan_candidates(recipe)
     store = ResultsStore(recipe.run.results_dir)
     seeds = recipe.budget.seeds
-    max_samples = recipe.budget.max_samples
-    every = recipe.task.eval_every_samples
     backend = recipe.backend.training
+    if backend == "pretrain":  # measure.pretrain_probe: a grid of token batches, one run at a time
+        from batchtune.measure.pretrain_probe import plan_pretrain
+
+        cands, ref_batch = plan_pretrain(recipe)
+        p = recipe.pretrain
+        max_samples, every, unit = p.max_tokens, p.eval_every_tokens, "tokens"
+        reference = next((c.label for c in cands if c.batch_responses == ref_batch), cands[0].label)
+        bound_note = (
+            "upper bounds: a run stops once the lowest target loss is confirmed reached, usually "
+            "before its budget (pretrain.max_tokens)"
+        )
+    else:
+        plan = plan_candidates(recipe)
+        cands, ref_batch, reference = list(plan.candidates), plan.reference_batch, plan.reference
+        max_samples, every, unit = recipe.budget.max_samples, recipe.task.eval_every_samples, "samples"
+        bound_note = (
+            "upper bounds: a run stops at its target (budget.stop_at_target) or once clearly slower "
+            "than the reference (budget.stop_outside_band), usually well before its budget"
+        )
     if time_steps is None:
         time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
-    timed, notes = time_candidates(recipe, plan.candidates, time_steps)
+    timed, notes = time_candidates(recipe, cands, time_steps, ref_batch)
     costs: list[CandidateCost] = []
-    for cand in plan.candidates:
+    for cand in cands:
         n = cand.batch_responses
         steps = math.ceil(max_samples / n)
         evals = evals_per_run(max_samples, n, every)
@@ -222,8 +242,8 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     if one_off_s > 0:
         costs = [_with_setup(c, min(setups)) for c in costs]
     runs = len(costs) * len(seeds)
-    finished = sum(store.is_finished(run_id(c, s)) for c in plan.candidates for s in seeds)
-    workers = max(1, min(recipe.run.workers, runs))
+    finished = sum(store.is_finished(run_id(c, s)) for c in cands for s in seeds)
+    workers = 1 if backend == "pretrain" else max(1, min(recipe.run.workers, runs))
     total_run_s = one_off_s + sum(c.run_s_max * c.seeds for c in costs)
     timing = timing_source(time_steps, backend, "candidate")
     if time_steps > 0 and workers > 1:
@@ -231,19 +251,16 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
             f"{workers} runs at a time share this machine's cores: the wall time assumes they do "
             "not slow each other down, so it is a lower bound on that account"
         )
-    ref = next(c for c in costs if c.label == plan.reference)
-    total_samples = grid_samples_max(recipe)
+    ref = next(c for c in costs if c.label == reference)
+    total_samples = sum(c.max_samples_per_run * c.seeds for c in costs)
     wall = total_run_s / workers
     gpus = recipe.hardware.num_gpus if recipe.hardware.device == "cuda" else 0
-    notes.append(
-        "upper bounds: a run stops at its target (budget.stop_at_target) or once clearly slower than "
-        "the reference (budget.stop_outside_band), usually well before its budget"
-    )
+    notes.append(bound_note)
     return PlanPreview(
         source=recipe.source,
         results_dir=str(recipe.run.results_dir),
         backend=backend,
-        reference=plan.reference,
+        reference=reference,
         candidates=tuple(costs),
         runs=runs,
         runs_finished=finished,
@@ -260,4 +277,5 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
         gpu_hours_max=total_run_s * gpus / 3600 if gpus else 0.0,
         one_off_s=one_off_s,
         notes=tuple(notes),
+        unit=unit,
     )

@@ -129,4 +129,10 @@ def _check_pretrain(recipe: Recipe) -> list[str]:
         2 <= p.markov_branching <= p.markov_vocab and 1 <= p.markov_order <= 3 and p.markov_concentration > 0
     ):
         errors.append("pretrain.markov_*: needs 2 <= branching <= vocab, order 1..3, concentration > 0")
+    if recipe.probe.mode == "branched":  # it used to be ignored: the probe ran the grid regardless
+        errors.append(
+            "probe.mode: 'branched' is not available for backend.training = 'pretrain'; the pre-training "
+            "probe runs its grid of token batches (pretrain.batches_tokens), and its trainer's checkpoints "
+            "serve schedule runs (docs/pretraining.md)"
+        )
     return errors

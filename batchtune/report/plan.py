@@ -22,7 +22,9 @@ def plan_to_dict(preview: Any) -> dict[str, Any]:
 
 def plan_table(preview: Any) -> Table:
     table = Table(title=f"Probe plan: {preview.runs} runs ({preview.backend} backend), upper bounds")
-    cols = ("candidate", "P x G", "N", "LR", "seeds", "samples/run", "steps/run", "evals/run")
+    tokens = preview.unit == "tokens"  # the pre-training grid: sequences x length, tokens per run
+    shape = "seqs x len" if tokens else "P x G"
+    cols = ("candidate", shape, "N", "LR", "seeds", f"{preview.unit}/run", "steps/run", "evals/run")
     timed = ("s/step", "s/run")
     for col in cols + (timed if preview.timed_steps else ()):
         table.add_column(col, justify="left" if col == "candidate" else "right")
@@ -35,7 +37,7 @@ def plan_table(preview: Any) -> Table:
             str(c.seeds),
             f"{c.max_samples_per_run:,}",
             f"{c.max_steps_per_run:,}",
-            str(c.evals_per_run),
+            f"{c.evals_per_run:,}",
         ]
         if preview.timed_steps:
             row += [fmt_n(c.step_s), fmt_time(c.run_s_max) if math.isfinite(c.run_s_max) else "-"]
@@ -46,9 +48,9 @@ def plan_table(preview: Any) -> Table:
 def plan_summary(preview: Any, run_it: str) -> list[str]:
     p = preview
     lines = [
-        f"Probe budget: {p.total_samples_max:,} samples in {p.total_steps_max:,} steps at most = "
+        f"Probe budget: {p.total_samples_max:,} {p.unit} in {p.total_steps_max:,} steps at most = "
         f"{p.cost_vs_reference_run:.1f}x one full run at the reference {p.reference} "
-        f"({p.reference_run_samples:,} samples)",
+        f"({p.reference_run_samples:,} {p.unit})",
     ]
     if math.isfinite(p.wall_s_max):
         text = f"Predicted wall time here: at most {fmt_time(p.wall_s_max)} with {p.workers} run(s) at a time"
