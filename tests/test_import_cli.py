@@ -134,3 +134,25 @@ def test_logs_without_timings_still_give_the_critical_batch(tmp_path):
     assert by["P64xG8"]["status"] == "deviates"  # 3x the samples: no estimator calls that invariant
     text = runner.invoke(app, ["recommend", "--results", str(results)])
     assert text.exit_code == 0 and "Critical training batch" in text.output
+
+
+def test_two_logs_of_one_candidate_at_one_seed_are_refused_before_anything_is_written(tmp_path):
+    """Two files imported at once each got --seed's value (0): the import stored both, and
+    recommend then stopped with "seed_ids must be ... one distinct id per seed, got (0, 0)"."""
+    runner = CliRunner()
+    logs = []
+    for s in (0, 1):
+        log = tmp_path / f"run_P4_s{s}.jsonl"
+        rows = [{"step": k, "score": min(1.0, 0.1 * k + 0.01 * s)} for k in range(12)]
+        log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        logs.append(str(log))
+    args = ["--prompts", "4", "--group-size", "8", "--lr", "1e-4", "--metric", "score", "--target", "0.6"]
+    both = runner.invoke(app, ["import-logs", *logs, "-r", str(tmp_path / "r"), *args])
+    assert both.exit_code == 2, both.output
+    assert "both P4xG8 at lr 0.0001 and seed 0" in both.output and "--seed N" in both.output
+    assert not (tmp_path / "r" / "runs").exists()
+    for s, log in enumerate(logs):  # one at a time, each with its seed: fine, and recommend reads them
+        one = runner.invoke(app, ["import-logs", log, "-r", str(tmp_path / "r"), *args, "--seed", str(s)])
+        assert one.exit_code == 0, one.output
+    again = runner.invoke(app, ["import-logs", logs[1], "-r", str(tmp_path / "r"), *args, "--seed", "0"])
+    assert again.exit_code == 2 and "--seed N" in again.output  # another file at a stored seed

@@ -59,13 +59,29 @@ def check_run_ids(runs: Sequence[Any], store: ResultsStore) -> None:
                 "one at a time with --run-id NAME each (or name their folders apart)"
             )
         seen[run.run_id] = run.source
-    existing = {r.run_id: r.source for r in store.runs()}
+    stored = store.runs()
+    existing = {r.run_id: r.source for r in stored}
     for run in runs:
         old = existing.get(run.run_id)
         if old is not None and old != run.source:
             raise InputError(
                 f"{store.root} already holds run {run.run_id!r} from {old}; {run.source} is another run: "
                 "give it its own id with --run-id NAME"
+            )
+    _check_seeds(runs, {(r.candidate, r.lr, r.seed): r.source for r in stored})
+
+
+def _check_seeds(runs: Sequence[Any], stored: dict[tuple[str, float, int], str]) -> None:
+    """Two runs of one candidate at one LR are two seeds: with the same seed (every file of one import
+    gets --seed's value) the analysis could not pair them, and recommend stopped on it."""
+    seen = dict(stored)
+    for run in runs:
+        key = (run.candidate, run.lr, run.seed)
+        other = seen.setdefault(key, run.source)
+        if other != run.source:
+            raise InputError(
+                f"{other} and {run.source} are both {run.candidate} at lr {run.lr:g} and seed {run.seed}: "
+                "import each with its own --seed N (or --map seed=KEY where the log says it)"
             )
 
 

@@ -34,9 +34,13 @@ def test_trl_runs_take_their_output_dir_and_a_glob_imports_several(tmp_path: Pat
     rng = np.random.default_rng(0)
     for name in ("run-a", "run-b"):
         _trl_run(tmp_path / "logs" / name, 500, rng, step_time=2.0)
-    out = _import(tmp_path / "r", str(tmp_path / "logs" / "run-*"))
-    assert out.exit_code == 0, out.output
-    assert sorted(json.loads(out.stdout)["added"]) == ["run-a", "run-b"]  # not checkpoint-500 twice
+    glob = str(tmp_path / "logs" / "run-*")
+    out = _import(tmp_path / "r", glob)  # one candidate, and TRL's logs carry no seed: both seed 0
+    assert out.exit_code == 2 and "run-a" in out.output and "run-b" in out.output, out.output
+    assert "--seed N" in out.output and not (tmp_path / "r" / "runs").exists()
+    for seed, name in enumerate(("run-a", "run-b")):
+        one = _import(tmp_path / "r", glob.replace("run-*", name), "--seed", str(seed))
+        assert json.loads(one.stdout)["added"] == [name]  # its output dir, not checkpoint-500
     runs = ResultsStore(tmp_path / "r").runs()
     assert all(r.train_s > 0 and r.other_s == 0 for r in runs)  # TRL step_time: the whole step
 
@@ -52,7 +56,7 @@ def test_a_different_run_under_a_taken_id_is_an_error_naming_run_id(tmp_path: Pa
     assert clash.exit_code == 2 and "--run-id" in clash.output and "'out'" in clash.output
     both = _import(tmp_path / "r2", str(a), str(b))
     assert both.exit_code == 2 and "--run-id" in both.output
-    assert _import(tmp_path / "r", str(b), "--run-id", "out-y").exit_code == 0
+    assert _import(tmp_path / "r", str(b), "--run-id", "out-y", "--seed", "1").exit_code == 0
 
 
 def test_a_glob_matching_nothing_is_an_error(tmp_path: Path):
