@@ -139,6 +139,10 @@ def test_probe_output_feeds_recommend(tmp_path, baseline):
     data = json.loads(out.stdout)
     assert data["recommended"]["prompts"] in (16, 32, 64)
     assert data["throughput_source"].startswith("probe timings")  # no profile run yet
+    ranked = [c for c in data["candidates"] if c["time_ratio"] is not None and c["rank_sample_ratio"]]
+    assert len(ranked) >= 2  # the time table's R/R0 is what its T/T0 is made of, in JSON too
+    for c in ranked:
+        assert c["time_ratio"] == pytest.approx(c["rank_sample_ratio"] / c["throughput_ratio"], rel=1e-9)
 
 
 def test_tune_runs_all_three(tmp_path):

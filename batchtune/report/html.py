@@ -40,7 +40,7 @@ class Section:
 
 
 def efficiency_rows(eff: Any) -> tuple[tuple[str, ...], ...]:
-    head = ("candidate", "N", "LR", "seeds", f"R ({r_statistic(eff)})", "CI", "R/R0", "status")
+    head = ("candidate", "N", "LR", "seeds", f"R ({r_statistic(eff)})", "CI", "R/R0 paired", "status")
     rows: list[tuple[str, ...]] = [head]
     for c in eff.candidates:
         est = c.estimate
@@ -63,7 +63,15 @@ def efficiency_rows(eff: Any) -> tuple[tuple[str, ...], ...]:
 def ranking_rows(rec: Any) -> tuple[tuple[str, ...], ...]:
     thr = rec.throughput
     rows: list[tuple[str, ...]] = [
-        ("rank", "candidate", "N", "R/R0", "Θ resp/s" if thr.absolute else "Θ/Θ0", "T/T0", "T/T0 interval")
+        (
+            "rank",
+            "candidate",
+            "N",
+            "R/R0 of R",
+            "Θ resp/s" if thr.absolute else "Θ/Θ0",
+            "T/T0",
+            "T/T0 interval",
+        )
     ]
     for r in rec.ranking.candidates:
         rows.append(

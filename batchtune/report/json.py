@@ -174,6 +174,8 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
                 "time_to_target_s": num(r.time_to_target_s) if r and thr.absolute else None,
                 "time_ratio": num(r.time_ratio) if r else None,
                 "time_ratio_ci": _interval(*r.time_ratio_ci) if r else None,
+                # R/R0 of the ranking's R (its statistic over seeds): time_ratio = this / throughput_ratio
+                "rank_sample_ratio": num(r.sample_ratio) if r else None,
                 # what the rank orders by: the time moved by the skew of its interval (ranking.py)
                 "expected_time_ratio": num(r.expected_time_s / ref_time_s) if r else None,
                 "throughput_ratio": num(r.throughput_ratio) if r else None,

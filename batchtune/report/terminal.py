@@ -73,7 +73,7 @@ def efficiency_table(eff: SampleEfficiency) -> Table:
     goal = f"{eff.metric} {cmp} {eff.target:g}" if math.isfinite(eff.target) else "the target"
     table = Table(title=f"Sample efficiency: responses until {goal}")
     r_col = f"R ({r_statistic(eff)})"
-    for col in ("candidate", "P x G", "N", "LR", "seeds", r_col, "CI", "R/R0", "status"):
+    for col in ("candidate", "P x G", "N", "LR", "seeds", r_col, "CI", "R/R0 paired", "status"):
         table.add_column(col, justify="right" if col not in ("candidate", "status") else "left")
     for c in eff.candidates:
         est = c.estimate
@@ -155,7 +155,7 @@ def recommendation_table(rec: Recommendation) -> Table:
     thr = rec.throughput
     unit = "resp/s" if thr.absolute else "x ref"
     table = Table(title=f"Predicted time-to-target (throughput from {thr.source})")
-    cols = ["rank", "candidate", "N", "R", "R/R0", f"Θ {unit}", "Θ/Θ0", "T/T0", "T/T0 CI"]
+    cols = ["rank", "candidate", "N", "R", "R/R0 of R", f"Θ {unit}", "Θ/Θ0", "T/T0", "T/T0 CI"]
     if thr.absolute:
         cols.insert(7, "T")
     cols.append("s/step gen+train+other")
