@@ -130,3 +130,35 @@ def test_malformed_values_are_reported_not_crashed(tmp_path, text):
     out = CliRunner().invoke(app, ["recommend", "--measurements", str(path)])
     assert out.exit_code == 2, out.output
     assert out.output.startswith("error:")
+
+
+def test_the_time_table_says_why_when_its_rank_does_not_follow_the_point_t_over_t0(tmp_path):
+    """The rank orders by expected time (the point moved by the skew of its interval), which can put
+    a larger T/T0 first; the table said nothing, and its order looked wrong."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from batchtune.report.terminal import recommendation_table
+
+    rng = np.random.default_rng(0)
+    text = '[study]\nmetric = "reward"\ntarget = 0.5\n'
+    for p, r, rps in [(8, 1000, 10.0), (32, 1050, 30.0), (128, 3000, 60.0)]:
+        text += f'[[candidate]]\nprompts = {p}\ngroup_size = 8\nlr_rule = "sqrt"\nresponses_per_s = {rps}\n'
+        for seed in range(3):
+            text += _curve_block(r * rng.uniform(0.95, 1.05), seed, rng)
+    (tmp_path / "m.toml").write_text(text)
+    m = load_measurements(tmp_path / "m.toml")
+    rec = recommend(assess_measurements(m), throughput_from_measurements(m))
+
+    def caption(r) -> str:
+        console = Console(record=True, width=200)
+        console.print(recommendation_table(r))
+        return console.export_text()
+
+    assert "rank: by expected time" not in caption(rec)  # points in rank order: nothing to explain
+    swapped = tuple(
+        dataclasses.replace(c, rank={1: 2, 2: 1}.get(c.rank, c.rank)) for c in rec.ranking.candidates
+    )
+    out = caption(dataclasses.replace(rec, ranking=dataclasses.replace(rec.ranking, candidates=swapped)))
+    assert "rank: by expected time" in out and "expected_time_ratio" in out

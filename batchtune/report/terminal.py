@@ -155,6 +155,13 @@ def recommendation_table(rec: Recommendation) -> Table:
     thr = rec.throughput
     unit = "resp/s" if thr.absolute else "x ref"
     table = Table(title=f"Predicted time-to-target (throughput from {thr.source})")
+    by_rank = sorted(rec.ranking.candidates, key=lambda r: r.rank)
+    points = [r.time_ratio for r in by_rank]
+    if points != sorted(points):  # the rank reads the interval too: say so where the column disagrees
+        table.caption = (
+            "rank: by expected time, T/T0 moved by the skew of its interval (expected_time_ratio in "
+            "--json; docs/analysis-system-efficiency.md)"
+        )
     cols = ["rank", "candidate", "N", "R", "R/R0 of R", f"Θ {unit}", "Θ/Θ0", "T/T0", "T/T0 CI"]
     if thr.absolute:
         cols.insert(7, "T")
