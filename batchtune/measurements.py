@@ -114,7 +114,12 @@ def load_measurements(path: str | Path) -> Measurements:
     """Parse and validate a measurements file; every problem is reported at once."""
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"measurements file {p} not found")
+        from batchtune.recipe.load import shipped_recipes
+
+        shipped = shipped_recipes().get(p.stem if p.suffix == ".toml" else str(p))
+        if shipped is None or p.parent not in (Path("."), Path("recipes")):
+            raise InputError(f"measurements file {p} not found")
+        p = shipped  # a shipped example by name, as recipes are (recipes/NAME.toml from anywhere)
     try:
         data = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as exc:

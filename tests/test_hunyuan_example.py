@@ -52,3 +52,21 @@ def test_cli_json():
     assert round(rec["time_ratio"], 2) == 0.71
     assert "lr" in rec
     assert {c["name"] for c in data["candidates"]} >= set(PUBLISHED)
+
+
+def test_the_shipped_measurements_file_is_listed_as_one_and_found_by_name(tmp_path, monkeypatch):
+    """`recipes list` showed it as a recipe, `plan` on it failed on unknown keys, and the README's
+    `recommend --measurements recipes/hunyuan-grpo-measurements.toml` failed outside the repository."""
+    monkeypatch.chdir(tmp_path)  # a user's directory: no recipes/ folder here
+    runner = CliRunner()
+    listed = {r["name"]: r for r in json.loads(runner.invoke(app, ["recipes", "list", "--json"]).stdout)}
+    assert listed["hunyuan-grpo-measurements"]["kind"] == "measurements"
+    assert listed["tiny-grpo"]["kind"] == "recipe"
+    plan = runner.invoke(app, ["plan", "hunyuan-grpo-measurements"])
+    assert plan.exit_code == 2 and "a measurements file" in plan.output
+    assert "recommend --measurements hunyuan-grpo-measurements" in plan.output
+    for name in ("hunyuan-grpo-measurements", "recipes/hunyuan-grpo-measurements.toml"):
+        rec = runner.invoke(app, ["recommend", "--measurements", name, "--json"])
+        assert rec.exit_code == 0, rec.output
+    missing = runner.invoke(app, ["recommend", "--measurements", "elsewhere/hunyuan-grpo-measurements.toml"])
+    assert missing.exit_code == 2 and "not found" in missing.output

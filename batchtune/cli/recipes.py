@@ -26,25 +26,36 @@ def recipes_list(json_out: JsonOpt = False) -> None:
     """The recipes that ship with batchtune, with the first line of each header."""
     from rich.table import Table
 
-    from batchtune.recipe.load import shipped_recipes
+    from batchtune.recipe.load import is_measurements, shipped_recipes
 
-    rows = [
-        (
-            name,
-            str(path),
-            next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), ""),
-        )
-        for name, path in sorted(shipped_recipes().items())
-    ]
+    rows = []
+    for name, path in sorted(shipped_recipes().items()):
+        text = path.read_text()
+        kind = "measurements" if is_measurements(text) else "recipe"
+        rows.append((name, str(path), _summary(text), kind))
     if json_out:
-        _print_json([{"name": n, "path": p, "summary": s} for n, p, s in rows])
+        _print_json([{"name": n, "path": p, "summary": s, "kind": k} for n, p, s, k in rows])
         return
     table = Table(title="Shipped recipes (use the name or a path)")
     table.add_column("name")
     table.add_column("what it is for")
-    for name, _, first in rows:
-        table.add_row(name, first)
+    for name, _, summary, kind in rows:
+        if kind == "measurements":
+            summary += f" [dim](a measurements file: batchtune recommend --measurements {name})[/]"
+        table.add_row(name, summary)
     console.print(table)
+
+
+def _summary(text: str) -> str:
+    """The header's first sentence: its first comment lines, up to the first full stop or blank line."""
+    words: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("#") or not line.lstrip("# ").strip():
+            break
+        words.append(line.lstrip("# ").strip())
+    head = " ".join(words)
+    cut = head.find(". ")
+    return head if cut < 0 else head[: cut + 1]
 
 
 @recipes_app.command("show")

@@ -152,6 +152,11 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
                 f"{p} sets nothing (an empty recipe); start from a shipped one: "
                 f"batchtune recipes cp tiny-grpo {p}"
             )
+        if is_measurements(data):
+            raise RecipeError(
+                f"{p} is a measurements file ([study], [[candidate]]), not a recipe: "
+                f"batchtune recommend --measurements {path}"
+            )
         source = str(p)
     data = apply_overrides(data, overrides or [])
     return recipe_from_dict(data, source)
@@ -194,6 +199,14 @@ def shipped_recipes() -> dict[str, Path]:
     return {
         Path(str(entry)).stem: Path(str(entry)) for entry in root.iterdir() if str(entry).endswith(".toml")
     }
+
+
+def is_measurements(data: dict[str, Any] | str) -> bool:
+    """A measurements file (`recommend --measurements`): only [study] and [[candidate]] tables.
+    ``data``: the parsed TOML, or its text."""
+    if isinstance(data, str):
+        data = tomllib.loads(data)
+    return bool(data) and set(data) <= {"study", "candidate"}
 
 
 def resolve_recipe_path(arg: str | None) -> Path:
