@@ -145,6 +145,23 @@ def test_probe_output_feeds_recommend(tmp_path, baseline):
         assert c["time_ratio"] == pytest.approx(c["rank_sample_ratio"] / c["throughput_ratio"], rel=1e-9)
 
 
+def test_recommend_says_why_it_cannot_rank_from_what_the_results_directory_holds(tmp_path, baseline):
+    """A target past the probe's own (its runs stopped there) was told to "run longer
+    (budget.max_samples)"; a probe stopped after its reference was told "fewer than two candidates
+    have both samples-to-target and throughput". Each now names what to do."""
+    results = _copy(baseline, tmp_path / "r")
+    past = CliRunner().invoke(app, ["recommend", NQM, "-r", str(results), "--set", "target.value=0.5"])
+    assert past.exit_code == 3, past.output
+    assert "stopped at its own target" in past.output and "--set target.value=0.5" in past.output
+    assert "run longer" not in past.output
+    for run in (results / "runs").iterdir():
+        if not run.name.startswith("P1xG8-"):  # the reference alone finished, as after an interrupt
+            (run / "run.json").unlink(missing_ok=True)
+    unfinished = CliRunner().invoke(app, ["recommend", NQM, "-r", str(results)])
+    assert unfinished.exit_code == 3, unfinished.output
+    assert "the probe is unfinished" in unfinished.output and "rerun the same" in unfinished.output
+
+
 def test_tune_runs_all_three(tmp_path):
     out = CliRunner().invoke(app, ["tune", NQM, "-r", str(tmp_path / "t"), "--json", *FIXED])
     assert out.exit_code == 0, out.output
