@@ -32,7 +32,17 @@ def recipe_for(recipe: str | None, overrides: list[str], results: str | None) ->
     """The recipe named (or the default), with --set overrides and the results directory applied."""
     from batchtune.measure.probe import replace_results_dir
 
-    return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
+    cfg = replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
+    return _results_is_a_folder(cfg)
+
+
+def _results_is_a_folder(cfg: Recipe) -> Recipe:
+    """A results directory that is a file stopped later with "afile: File exists" or "afile/...: Not
+    a directory"."""
+    path = Path(cfg.run.results_dir)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"results directory {path} is a file: give a folder with --results DIR")
+    return cfg
 
 
 def validate_recipe(recipe: str) -> Recipe:
@@ -234,7 +244,8 @@ def _recipe_for_results(recipe: str | None, overrides: list[str], results: str |
         if manifest:
             data = apply_overrides(manifest["recipe"], overrides)
             return replace_results_dir(recipe_from_dict(data, f"{results}/manifest.json"), results)
-    return replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
+    cfg = replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
+    return _results_is_a_folder(cfg)
 
 
 def throughput_for(

@@ -350,3 +350,13 @@ def test_options_are_checked_before_anything_runs(tmp_path, args, fragment):
     assert out.exit_code == 2, out.output
     assert fragment in out.output and "Traceback" not in out.output
     assert not (results / "runs").exists()
+
+
+@pytest.mark.parametrize("command", ["probe", "plan", "tune", "recommend", "profile-gen"])
+def test_a_results_directory_that_is_a_file_is_named_as_such(tmp_path, command):
+    """It stopped with "afile: File exists" (probe) or "afile/plan-timing/...: Not a directory" (plan)."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    out = CliRunner().invoke(app, [command, NQM, "-r", str(afile)])
+    assert out.exit_code == 2, out.output
+    assert f"results directory {afile} is a file" in out.output and afile.read_text() == "not a folder"
