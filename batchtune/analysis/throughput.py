@@ -167,6 +167,10 @@ def _gain_per_doubling(c1: float, thr1: float, c2: float, thr2: float) -> float:
     return float((thr2 / thr1) ** (1.0 / math.log2(c2 / c1)) - 1.0)
 
 
+def _fmt(value: float) -> str:
+    return f"{value:,.4g}"
+
+
 def find_knee(
     concurrency: object,
     throughput: object,
@@ -177,14 +181,19 @@ def find_knee(
     """The first measured concurrency after which one more doubling buys < ``threshold``.
 
     Decision rule (we choose, for noisy measurements): repeated concurrencies are merged by their
-    median; throughput is replaced by its running maximum (an engine allowed ``c`` sequences can
-    always run fewer, so a noisy dip is not a real loss); the knee is the smallest measured ``c_i``
-    from which *no* later measured point pays ``threshold`` per doubling, i.e.
-    ``max_{j>i} (thr_j/thr_i)^(1/log2(c_j/c_i)) - 1 < threshold``. Looking past the next point
-    stops one flat, noisy pair from ending the search while the curve keeps rising; on a smooth
-    saturating curve it equals the next-doubling rule. When no point qualifies the knee is the
-    largest measured concurrency and ``saturated`` is False. OOM/failed points must be left out by
-    the caller; pass the concurrency that failed as ``ceiling`` so the reason names the memory cap.
+    median; throughput is replaced by its running maximum ``env`` (an engine allowed ``c`` sequences
+    can always run fewer, so a noisy dip is not a real loss); the knee is the smallest measured
+    ``c_i`` beyond which *no* pair of measured points pays ``threshold`` per doubling, i.e.
+    ``max_{j>k>=i} (env_j/env_k)^(1/log2(c_j/c_k)) - 1 < threshold``. Every pair from the knee up
+    counts, not only pairs that start at the knee: a flat stretch followed by a late rise is not
+    saturation, and the reason's "at most" must hold for every doubling it covers. Looking past the
+    next point stops one flat, noisy pair from ending the search while the curve keeps rising; on a
+    smooth saturating curve (gain per doubling falling with ``c``) it equals the next-doubling rule.
+    A successive pair beyond the knee whose *raw* gain exceeds that "at most" can only be a recovery
+    from a dip below the running maximum; the reason names each one, so it never contradicts the
+    measured table. When no point qualifies the knee is the largest measured concurrency and
+    ``saturated`` is False. OOM/failed points must be left out by the caller; pass the concurrency
+    that failed as ``ceiling`` so the reason names the memory cap.
     """
     _check_threshold(threshold)
     c_raw, thr_raw = _paired("concurrency", concurrency, "throughput", throughput)
@@ -201,11 +210,15 @@ def find_knee(
         (float(c[i]), _gain_per_doubling(c[i], thr[i], c[i + 1], thr[i + 1])) for i in range(c.size - 1)
     )
     env = np.maximum.accumulate(thr)
+    # best_from[k]: the largest gain per doubling on the envelope from c_k to any later point
+    best_from = [
+        max((_gain_per_doubling(c[k], env[k], c[j], env[j]), j) for j in range(k + 1, c.size))
+        for k in range(c.size - 1)
+    ]
 
-    knee_idx, best_later = None, 0.0
+    knee_idx = None
     for i in range(c.size - 1):
-        best_later = max(_gain_per_doubling(c[i], env[i], c[j], env[j]) for j in range(i + 1, c.size))
-        if best_later < threshold:
+        if max(g for g, _ in best_from[i:]) < threshold:
             knee_idx = i
             break
 
@@ -218,10 +231,33 @@ def find_knee(
     cap = f"; concurrency {ceiling:g} ran out of memory" if ceiling is not None else ""
     if knee_idx is not None:
         knee_c = float(c[knee_idx])
+        best, k_best = max((best_from[k][0], k) for k in range(knee_idx, c.size - 1))
+        best = max(best, 0.0)
+        if round(best, 3) > 0:
+            j_best = best_from[k_best][1]
+            basis = (
+                f"the largest gain per doubling measured from {knee_c:g} up: {c[k_best]:g} -> "
+                f"{c[j_best]:g}, each point against the best throughput at or below the lower one"
+            )
+        else:
+            basis = f"no measured point above {knee_c:g} beats the {_fmt(env[knee_idx])} at or below it"
         reason = (
-            f"beyond concurrency {knee_c:g}, one more doubling buys at most {best_later:.1%} "
-            f"throughput (threshold {threshold:.0%}){cap}"
+            f"beyond concurrency {knee_c:g}, one more doubling buys at most {best:.1%} throughput "
+            f"(threshold {threshold:.0%}; {basis}){cap}"
         )
+        dips = []  # successive raw gains above that claim: each only recovers a dip (docstring)
+        for k in range(knee_idx, c.size - 1):
+            if round(gains[k][1], 3) > round(best, 3):  # as printed, to 0.1%
+                at = int(np.flatnonzero(thr[: k + 1] == env[k])[0])
+                dips.append(
+                    f"{c[k]:g} -> {c[k + 1]:g} {gains[k][1]:+.1%} ({c[k]:g}: {_fmt(thr[k])} < "
+                    f"{_fmt(env[k])} at {c[at]:g})"
+                )
+        if dips:
+            reason += (
+                "; raw gains above that only recover dips below the best measured at or below them: "
+                + ", ".join(dips)
+            )
     else:
         knee_c = float(c[-1])
         last_gain = gains[-1][1]
