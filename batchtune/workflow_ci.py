@@ -36,12 +36,14 @@ def check(
         CheckItem,
         CheckResult,
         CheckTolerances,
+        TimeRanking,
         check_batch,
         check_concurrency,
         check_lr,
         check_time,
         interp_loglog,
     )
+    from batchtune.analysis.ranking import within_uncertainty
     from batchtune.integrations.trainer_configs import read_trainer_config
 
     tol = tolerances or CheckTolerances()
@@ -86,10 +88,20 @@ def check(
         if batches and not batches[0] <= n <= batches[-1]
         else "a neighbouring batch never reached the target"
     )
+    pick = rec.ranking.by_name(rec.ranking.winner)
+    ranking = TimeRanking(  # the recommendation's own ranking: check and recommend cannot disagree
+        batches=tuple(batches),
+        times=tuple(times),
+        unit=unit,
+        pick_name=pick.name,
+        pick_batch=pick.batch_responses,
+        pick_time=pick.time_to_target_s if rec.throughput.absolute else pick.time_ratio,
+        tied=tuple(c.batch_responses for c, *_ in within_uncertainty(rec.ranking)),
+    )
     items = (
-        check_batch(n, eff.critical, batches, rps, tol.waste),
+        check_batch(n, eff.critical, batches, rps, tol.waste, ranking),
         check_lr(tc.lr, n, ref.lr, float(ref.batch_responses), rule, tol.lr),
-        check_concurrency(tc.generation_concurrency, rec.throughput.knee),
+        check_concurrency(tc.generation_concurrency, rec.throughput.knee, n),
         check_time(predicted, unit, base_value, base_unit, tol.time, why),
     )
     return tc, CheckResult(items, predicted, unit, tuple(notes))

@@ -2,16 +2,22 @@
 
 Pure: numbers and analysis results in, small frozen verdicts out. Four checks (docs/method.md §3-§5):
 
-- batch: N = P*G responses per step against the critical training batch and its interval. Above the
-  interval's upper end, each doubling needs clearly more samples (R(B)/R(B0) > 1 + tol): fail. Inside:
-  pass. Below the critical batch the samples needed are about the same (the curves overlay), so the
-  loss is throughput: warn when Θ(B_crit)/Θ(N) exceeds 1 + waste tolerance (same R, that much longer).
+- batch: N = P*G responses per step against the recommendation's own time-to-target ranking (the
+  same analysis `recommend` ranks by, so a config `recommend --emit` wrote passes): pass for the
+  pick, a batch within its uncertainty, or one whose predicted T(N) is within 1 + waste tolerance of
+  the pick's; slower than that, fail when N also needs clearly more samples than the critical
+  training batch (above the 1+tol crossing's interval, or at a measured batch that deviates), else
+  warn. A batch above the critical batch is not wrong by itself: it wins when its throughput pays
+  for its samples. Fail at or above a batch that diverged, ran out of memory or never reached the
+  target. Where no T(N) is predicted (N beyond the measured batches), the samples decide: fail above
+  the crossing's interval; below the critical batch the samples needed are about the same (the
+  curves overlay), so warn when Θ(B_crit)/Θ(N) exceeds 1 + waste tolerance.
 - lr: the configured LR against the probe's rule from its reference, lr_rule(N) = scaled_lr(lr0, N,
   N0, rule) (sqrt for Adam: Malladi et al. 2022; linear for SGD: Goyal et al. 2017); fail when the
   ratio leaves [1/(1+tol), 1+tol].
 - generation_concurrency: against the critical generation batch (the knee of the measured
-  throughput curve): warn below it (one more doubling still pays), fail above the out-of-memory
-  ceiling.
+  throughput curve), capped at N (a step cannot have more responses in flight than it has): warn
+  below that, fail at or above the out-of-memory ceiling.
 - time_to_target: predicted T(N) = R(N)/Θ(N), log-log interpolated between measured candidates,
   against a stored baseline: fail when T/T_base > 1 + tol.
 
@@ -41,7 +47,7 @@ class CheckTolerances:
     """How far a config may stray before a check warns or fails (dimensionless ratios)."""
 
     lr: float = 0.25  # fail when lr / lr_rule leaves [1/1.25, 1.25]
-    waste: float = 0.2  # warn when Θ(B_crit)/Θ(N) > 1.2 below the critical batch
+    waste: float = 0.2  # flag T(N)/T(pick) > 1.2 (Θ(B_crit)/Θ(N) below the critical batch, no T)
     time: float = 0.1  # fail when T(N)/T_baseline > 1.1
 
 
@@ -104,15 +110,79 @@ def interp_loglog(x: float, xs: Sequence[float], ys: Sequence[float]) -> float |
     return float(math.exp(math.log(y0) + t * math.log(y1 / y0)))
 
 
+def _num(x: float | None) -> str:
+    """A fitted number for a message: 3 significant digits, whole numbers from 100 up."""
+    if x is None or math.isnan(x):
+        return "-"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _critical_text(critical: CriticalBatch) -> str:
+    """The critical batch with the interval it comes with, each labelled as what it is: the batch is
+    a measured one, the interval belongs to the fitted 1+tol crossing (or is the measured bracket)."""
+    text = f"critical batch {_g(critical.batch)}"
+    if critical.crossing_ci:
+        c_lo, c_hi = critical.crossing_ci
+        conf = f"{critical.joint.confidence:.0%} CI " if critical.joint is not None else ""
+        where = f" {_num(critical.crossing)}" if critical.crossing is not None else ""
+        return f"{text} (the 1+tol crossing{where}, {conf}[{_num(c_lo)}, {_num(c_hi)}])"
+    lo, hi = critical.lower, critical.upper
+    if lo is None and hi is None:
+        return text
+    return f"{text} (measured bracket [{_g(lo)}, {_g(hi) if hi is not None else 'unbounded'}])"
+
+
+@dataclass(frozen=True)
+class TimeRanking:
+    """The recommendation's time-to-target ranking as ``check_batch`` reads it (one analysis for both).
+
+    ``batches``/``times``: the measured batches, ascending, and their predicted time-to-target in
+    ``unit`` ("s", or "x reference"; inf where the batch never reached the target). ``pick_*``: the
+    recommended candidate. ``tied``: the batches of the candidates the ranking calls within
+    uncertainty of the pick (``ranking.within_uncertainty``).
+    """
+
+    batches: tuple[float, ...]
+    times: tuple[float, ...]
+    unit: str
+    pick_name: str
+    pick_batch: float
+    pick_time: float
+    tied: tuple[float, ...] = ()
+
+    def show(self, t: float) -> str:
+        return f"{t:.3g} s" if self.unit == "s" else f"{t:.3g}x the reference's"
+
+    def is_tied(self, n: float) -> bool:
+        """N is the pick, a batch within its uncertainty, or between two such measured batches."""
+        ok = {self.pick_batch, *self.tied}
+        if n in ok:
+            return n != self.pick_batch
+        below = [b for b in self.batches if b < n]
+        above = [b for b in self.batches if b > n]
+        return bool(below and above and max(below) in ok and min(above) in ok)
+
+
 def check_batch(
     n: float,
     critical: CriticalBatch | None,
     batches: Sequence[float],
     responses_per_s: Sequence[float],
     waste_tol: float,
+    ranking: TimeRanking | None = None,
 ) -> CheckItem:
-    """N against the critical training batch: fail above its interval, warn below it when the
-    throughput given up is more than ``waste_tol`` (see the module docstring)."""
+    """N against the recommendation's time-to-target ranking and the critical training batch.
+
+    With a ``ranking`` and N inside the measured batches, time-to-target decides, as it decides the
+    recommendation: pass for the pick, a batch within its uncertainty, or one predicted within
+    ``1 + waste_tol`` of its time; else fail when N also needs clearly more samples (above the
+    crossing's interval, or at a measured batch that deviates), warn otherwise. A batch above the
+    critical batch is not wrong by itself: the pick can be one, when its throughput pays for its
+    samples. At or above a batch that diverged, ran out of memory or never reached the target:
+    fail. Without a predicted time (N beyond the measured batches, a neighbour that never reached
+    the target, no ranking) the samples decide (module docstring)."""
 
     def item(status: str, expected: str, message: str) -> CheckItem:
         return CheckItem("batch", status, f"{n:g} responses", expected, message, "batch")
@@ -121,42 +191,98 @@ def check_batch(
         why = critical.reason if critical is not None else "the results have no critical-batch estimate"
         return item(INSUFFICIENT, "-", f"no critical training batch: {why}")
     crit = critical.batch
+    about = _critical_text(critical)
     lo = critical.crossing_ci[0] if critical.crossing_ci else critical.lower
     hi = critical.crossing_ci[1] if critical.crossing_ci else critical.upper
     hi = hi if hi is not None and math.isfinite(hi) else None
-    interval = f"[{_g(lo)}, {_g(hi) if hi is not None else 'unbounded'}]"
-    expected = f"<= {crit:g} (interval {interval})"
+    interval = f"[{_num(lo)}, {_num(hi) if hi is not None else 'unbounded'}]"
+    label = "the 1+tol crossing's interval" if critical.crossing_ci else "the measured bracket"
     # measured evidence bounds it too: the smallest batch that deviates, diverged or ran out of memory
-    deviating = [v.batch for v in critical.verdicts if v.status == DEVIATES]
-    stops = [x for x in (min(deviating, default=None), critical.failed_from) if x is not None]
-    stop = min(stops, default=None)
-    if (hi is not None and n > hi) or (stop is not None and n >= stop):
-        bound = (
-            f"its interval {interval}"
-            if hi is not None and n > hi
-            else f"the measured {stop:g}, which deviates"
-        )
-        return item(
-            FAIL,
-            expected,
-            f"N = {n:g} responses per step is above the critical training batch {crit:g} and {bound}: "
-            f"it needs clearly more samples to reach the target; use at most {crit:g}",
-        )
+    deviating = min((v.batch for v in critical.verdicts if v.status == DEVIATES), default=None)
+    failed = critical.failed_from
+    more_samples = ""
+    if hi is not None and n > hi:
+        more_samples = f"above {label} {interval}"
+    elif deviating is not None and n >= deviating:
+        more_samples = f"at or above the measured {deviating:g}, which deviates"
+    failed_here = failed is not None and n >= failed
+    failed_why = (
+        f"at or above the measured {failed:g}, where every seed diverged, ran out of memory or never "
+        "reached the target"
+        if failed is not None
+        else ""
+    )
+
+    t = interp_loglog(n, ranking.batches, ranking.times) if ranking is not None else None
+    if ranking is not None and t is not None and math.isfinite(t) and ranking.pick_time > 0:
+        pick = f"{ranking.pick_name} (N = {ranking.pick_batch:g}, {ranking.show(ranking.pick_time)})"
+        expected = f"time-to-target <= {1 + waste_tol:.3g}x the pick {pick}, or within its uncertainty"
+        ratio = t / ranking.pick_time
+        chosen, tied = n == ranking.pick_batch, ranking.is_tied(n)
+        if failed_here and not (chosen or tied):
+            return item(FAIL, expected, f"N = {n:g} is {failed_why}; use {ranking.pick_batch:g}")
+        if chosen or tied:
+            what = (
+                f"the recommendation's own pick, {ranking.pick_name}: the soonest expected time-to-target"
+                if chosen
+                else f"within uncertainty of the pick {pick}: {ratio:.2f}x its time-to-target"
+            )
+            msg = f"N = {n:g} is {what}"
+            if n > crit:
+                msg += f"; above the {about}, the extra samples it needs are paid for by its throughput"
+            if failed_here:
+                return item(WARN, expected, f"{msg}; but it is {failed_why}")
+            return item(PASS, expected, msg)
+        said = f"N = {n:g}: predicted time-to-target {ranking.show(t)}, {ratio:.2f}x the pick's"
+        if ratio <= 1.0 + waste_tol:
+            return item(PASS, expected, f"{said} (tolerance {1 + waste_tol:.2f}x)")
+        if more_samples:
+            return item(
+                FAIL,
+                expected,
+                f"{said}, and it is {more_samples}: it needs clearly more samples than the critical "
+                f"batch {crit:g}, more than its throughput pays for; use {ranking.pick_batch:g} "
+                f"({ranking.pick_name})",
+            )
+        return item(WARN, expected, f"{said}: consider {ranking.pick_batch:g} ({ranking.pick_name})")
+
+    # no predicted time: the samples decide
+    expected = f"<= {crit:g}; {about}"
+    if ranking is not None:
+        expected = f"{about}; the pick {ranking.pick_name} (N = {ranking.pick_batch:g})"
+    if more_samples or failed_here:
+        if failed_here:
+            bound = failed_why
+        else:
+            bound = f"{more_samples}: it needs clearly more samples than the critical batch {crit:g}"
+        if ranking is not None:
+            unpredicted = (
+                f"beyond the measured batches {ranking.batches[0]:g}-{ranking.batches[-1]:g}"
+                if ranking.batches and not ranking.batches[0] <= n <= ranking.batches[-1]
+                else "next to a measured batch that never reached the target"
+            )
+            advice = (
+                f"no time-to-target is predicted {unpredicted}; use {ranking.pick_batch:g} "
+                f"({ranking.pick_name}), the recommendation's pick"
+            )
+        else:
+            advice = f"use at most {crit:g}"
+        return item(FAIL, expected, f"N = {n:g} responses per step is {bound}; {advice}")
     walk = critical.walk_batch
     if n > crit and hi is None and not (walk is not None and n <= walk):
         return item(
             INSUFFICIENT,
             expected,
-            f"N = {n:g} is above the critical batch {crit:g} where no measurement decides (the interval is "
+            f"N = {n:g} is above the {about} where no measurement decides (the interval is "
             "unbounded above and no measured batch tested invariant this high): probe batches around N",
         )
     if n > crit:
         where = (
-            f"inside the interval {interval}"
+            f"inside {label} {interval}"
             if hi is not None
             else f"at or below {walk:g}, which tested invariant"
         )
-        return item(PASS, expected, f"N = {n:g} is above the point estimate {crit:g} but {where}")
+        return item(PASS, expected, f"N = {n:g} is above the critical batch {crit:g} but {where}")
     if n == crit:
         return item(PASS, expected, f"N = {n:g} is the critical training batch")
     thr_n = interp_loglog(n, batches, responses_per_s)
@@ -181,10 +307,10 @@ def check_batch(
         return item(
             WARN,
             expected,
-            f"N = {n:g} is below the critical batch's interval {interval} (throughput at N not measured): "
-            f"a larger batch likely reaches the target sooner",
+            f"N = {n:g} is below {label} {interval} (throughput at N not measured): a larger batch "
+            "likely reaches the target sooner",
         )
-    return item(PASS, expected, f"N = {n:g} is inside the critical batch's interval {interval}")
+    return item(PASS, expected, f"N = {n:g} is inside {label} {interval}")
 
 
 def check_lr(lr: float | None, n: float, ref_lr: float, ref_batch: float, rule: str, tol: float) -> CheckItem:
@@ -218,13 +344,20 @@ def check_lr(lr: float | None, n: float, ref_lr: float, ref_batch: float, rule: 
     return CheckItem("lr", PASS, shown, expected, f"lr is {ratio:.2f}x the {rule} rule's {want:.3g}", "lr")
 
 
-def check_concurrency(concurrency: int | None, knee: Knee | None) -> CheckItem:
-    """Generation concurrency against the knee (warn below) and the out-of-memory ceiling (fail)."""
+def check_concurrency(concurrency: int | None, knee: Knee | None, batch: float | None = None) -> CheckItem:
+    """Generation concurrency against the knee (warn below) and the out-of-memory ceiling (fail).
+
+    A step of ``batch`` responses cannot have more than ``batch`` in flight, so the knee is capped
+    there: every response of the step decoding at once is as far as the step can go (it is also what
+    ``recommend`` emits, ``min(N, largest measured concurrency)``)."""
     name, role = "generation_concurrency", "generation_concurrency"
     if knee is None:
         return CheckItem(name, SKIPPED, _g(concurrency), "-", "no generation profile in the results", role)
     k = knee.concurrency
-    expected = f">= {k:g}" + (f", < {knee.ceiling:g} (out of memory)" if knee.ceiling else "")
+    want = min(k, batch) if batch is not None and batch > 0 else k
+    capped = want < k
+    expected = f">= {want:g}" + (f" (the {batch:g} responses of a step; knee {k:g})" if capped else "")
+    expected += f", < {knee.ceiling:g} (out of memory)" if knee.ceiling else ""
     if concurrency is None:
         return CheckItem(name, SKIPPED, "-", expected, "the config sets no generation concurrency", role)
     c = float(concurrency)
@@ -235,23 +368,33 @@ def check_concurrency(concurrency: int | None, knee: Knee | None) -> CheckItem:
             f"{c:g}",
             expected,
             f"{c:g} responses in flight ran out of memory in the profile (ceiling {knee.ceiling:g}); "
-            f"use {k:g}, the critical generation batch",
+            f"use {want:g}" + (", every response of a step" if capped else ", the critical generation batch"),
             role,
         )
-    if c < k:
+    if c < want:
+        why = (
+            f"the critical generation batch {k:g}, the smallest measured concurrency beyond which no "
+            f"doubling bought {knee.threshold:.0%} more throughput"
+        )
+        if capped:
+            why = f"the {batch:g} responses of a step (below {why})"
         return CheckItem(
             name,
             WARN,
             f"{c:g}",
             expected,
-            f"{c:g} is below the critical generation batch {k:g}: one more doubling still buys more than "
-            f"{knee.threshold:.0%} throughput",
+            f"{c:g} responses in flight is below {why}",
             role,
         )
-    tail = "" if knee.saturated else " (throughput still rose at the largest measured point)"
-    return CheckItem(
-        name, PASS, f"{c:g}", expected, f"at or above the critical generation batch {k:g}{tail}", role
-    )
+    if capped:
+        msg = (
+            f"every response of a {batch:g}-response step can be in flight; the critical generation "
+            f"batch {k:g} is beyond one step"
+        )
+    else:
+        tail = "" if knee.saturated else " (throughput still rose at the largest measured point)"
+        msg = f"at or above the critical generation batch {k:g}{tail}"
+    return CheckItem(name, PASS, f"{c:g}", expected, msg, role)
 
 
 def check_time(

@@ -276,6 +276,33 @@ def regret_bound(
     return high, against
 
 
+def _ties(
+    ranked: Sequence[RankedCandidate],
+    winner: RankedCandidate,
+    halfwidths: list[tuple[float, float]],
+    names: list[str],
+) -> list[tuple[RankedCandidate, float, float, float]]:
+    """The candidates within uncertainty of the winner: ``(candidate, T/T_winner, low, high)`` for
+    each other one that reached the target and whose interval of ``T/T_winner`` reaches 1 or below."""
+    out = []
+    for cand in ranked:
+        if cand.name == winner.name or cand.censored:
+            continue
+        vs_winner, low, high = _vs_winner(cand, winner, halfwidths, names)
+        if low <= 1.0:
+            out.append((cand, vs_winner, low, high))
+    return out
+
+
+def within_uncertainty(ranking: Ranking) -> tuple[tuple[RankedCandidate, float, float, float], ...]:
+    """The candidates the ranking's reason calls "within uncertainty" of its winner, as
+    ``(candidate, T/T_winner, low, high)``, in rank order (``batchtune check`` reads the same set)."""
+    ranked = ranking.candidates
+    names = [c.name for c in ranked]
+    halfwidths = [_log_halfwidths(c.samples_to_target, *c.samples_ci) for c in ranked]
+    return tuple(_ties(ranked, ranking.by_name(ranking.winner), halfwidths, names))
+
+
 def _reason(
     ranked: tuple[RankedCandidate, ...],
     winner: RankedCandidate,
@@ -302,13 +329,10 @@ def _reason(
     elif not winner.is_reference:
         parts.append("No larger batch reached the target in this sweep; a larger one may be faster still.")
 
-    ties = []
-    for cand in ranked[1:]:
-        if cand.censored:
-            continue
-        vs_winner, low, high = _vs_winner(cand, winner, halfwidths, names)
-        if low <= 1.0:
-            ties.append(f"{cand.name} ({vs_winner:.2f}x, CI {low:.2f}-{high:.2f})")
+    ties = [
+        f"{cand.name} ({vs_winner:.2f}x, CI {low:.2f}-{high:.2f})"
+        for cand, vs_winner, low, high in _ties(ranked, winner, halfwidths, names)
+    ]
     if ties:
         parts.append(f"Within uncertainty of {', '.join(ties)}.")
     reached = [c for c in ranked if not c.censored]

@@ -15,6 +15,7 @@ from batchtune.analysis.check import (
     WARN,
     CheckItem,
     CheckResult,
+    TimeRanking,
     check_batch,
     check_concurrency,
     check_lr,
@@ -73,6 +74,78 @@ def test_batch_below_warns_only_when_throughput_is_given_up():
     assert check_batch(32, critical(), [], [], 0.2).status == WARN  # below the interval, no throughput
 
 
+def walkthrough():
+    """tiny-grpo as the new-user walkthrough measured it: critical batch 32 (a measured batch), the
+    1+tol crossing 38.68 with 90% CI [33.7542, 45.9976]; 64, 128 and 256 deviate (more samples), and
+    P16xG8 (128) reaches the target soonest, P8xG8 and P32xG8 within its uncertainty."""
+    verdicts = tuple(
+        Verdict(float(b), s, None, "")
+        for b, s in {16: REFERENCE, 32: INVARIANT, 64: DEVIATES, 128: DEVIATES, 256: DEVIATES}.items()
+    )
+    crit = CriticalBatch(
+        batch=32.0,
+        lower=32.0,
+        upper=64.0,
+        interpolated=38.68,
+        verdicts=verdicts,
+        tol=0.1,
+        reason="constructed",
+        reference_batch=16.0,
+        fit=None,
+        crossing=38.68,
+        crossing_ci=(33.7542, 45.9976),
+    )
+    ranking = TimeRanking(
+        batches=(16.0, 32.0, 64.0, 128.0, 256.0),
+        times=(11.7, 7.32, 5.72, 5.16, 6.26),
+        unit="s",
+        pick_name="P16xG8",
+        pick_batch=128.0,
+        pick_time=5.16,
+        tied=(64.0, 256.0),
+    )
+    return crit, ranking
+
+
+W_BATCHES = [16.0, 32.0, 64.0, 128.0, 256.0]
+W_RPS = [341.0, 567.0, 849.0, 1129.0, 1353.0]
+
+
+def test_batch_the_recommendation_picked_passes_though_above_the_critical_batch():
+    """`recommend --emit` wrote N = 128; check failed it ("above the critical batch 32 ... use at most
+    32") although the same analysis ranked 128 fastest: the two commands gave opposite advice."""
+    crit, ranking = walkthrough()
+    it = check_batch(128, crit, W_BATCHES, W_RPS, 0.2, ranking)
+    assert it.status == PASS
+    assert "pick" in it.message and "above the critical batch 32" in it.message
+    for n in (64, 256, 96, 192):  # within uncertainty of the pick, measured or between two such
+        assert check_batch(n, crit, W_BATCHES, W_RPS, 0.2, ranking).status == PASS, n
+
+
+def test_batch_slower_than_the_pick_warns_and_fails_only_with_more_samples():
+    crit, ranking = walkthrough()
+    below = check_batch(16, crit, W_BATCHES, W_RPS, 0.2, ranking)  # 11.7 / 5.16 = 2.27x, same samples
+    assert below.status == WARN and "2.27x" in below.message and "consider 128" in below.message
+    slow = TimeRanking(ranking.batches, (11.7, 7.32, 5.72, 5.16, 9.0), "s", "P16xG8", 128.0, 5.16, (64.0,))
+    it = check_batch(256, crit, W_BATCHES, W_RPS, 0.2, slow)  # 1.74x the pick and clearly more samples
+    assert it.status == FAIL and "use 128 (P16xG8)" in it.message
+    beyond = check_batch(1024, crit, W_BATCHES, W_RPS, 0.2, ranking)  # nothing measured this far
+    assert beyond.status == FAIL and "beyond the measured batches 16-256" in beyond.message
+    assert "use 128 (P16xG8)" in beyond.message
+
+
+def test_batch_messages_label_the_crossings_interval_and_round_it():
+    crit, ranking = walkthrough()
+    for it in (
+        check_batch(128, crit, W_BATCHES, W_RPS, 0.2, ranking),
+        check_batch(1024, crit, W_BATCHES, W_RPS, 0.2, ranking),
+        check_batch(1024, crit, W_BATCHES, W_RPS, 0.2),
+    ):
+        text = it.expected + " " + it.message
+        assert "1+tol crossing" in text and "[33.8, 46]" in text, text
+        assert "33.7542" not in text and "45.9976" not in text
+
+
 def test_interp_loglog_recovers_a_power_law_and_never_extrapolates():
     rng = np.random.default_rng(0)
     xs = np.sort(rng.uniform(10, 1000, size=6))
@@ -111,6 +184,16 @@ def test_concurrency_knee_and_ceiling():
     assert check_concurrency(512, knee).status == FAIL
     assert check_concurrency(128, None).status == SKIPPED
     assert check_concurrency(None, knee).status == SKIPPED
+
+
+def test_concurrency_never_asks_for_more_in_flight_than_a_step_has():
+    """The walkthrough: recommend set 128 in flight for 128-response steps, check warned ">= 512"."""
+    knee = Knee(512.0, 0.1, (), None, "", True)
+    it = check_concurrency(128, knee, 128)
+    assert it.status == PASS and ">= 128" in it.expected
+    low = check_concurrency(32, knee, 128)
+    assert low.status == WARN and ">= 128" in low.expected and "512" not in low.message.split("(")[0]
+    assert check_concurrency(256, knee, 1024).status == WARN  # a big step: the knee still applies
 
 
 def test_time_against_baseline():

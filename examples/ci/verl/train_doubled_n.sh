@@ -1,6 +1,6 @@
 #!/bin/bash
 # verl launch script after a review doubled rollout.n and left everything else alone.
-# Fails: 32 x 16 = 512 responses is past the critical batch, and the LR was not rescaled.
+# Fails: the LR was not rescaled for 32 x 16 = 512 responses (the batch passes: it ties the pick, 256).
 #   batchtune check examples/ci/verl/train_doubled_n.sh --results examples/ci/evidence/nqm
 python3 -m verl.trainer.main_ppo \
     data.train_batch_size=32 \
