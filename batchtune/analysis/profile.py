@@ -174,6 +174,8 @@ class RooflinePrediction:
 # ---- hardware and model shape -------------------------------------------------------------------
 
 
+SIMULATED_DEVICE = "no hardware (simulated times)"  # backends.nqm.SimulatedGeneration.device_name
+
 def known_hardware_for_device(device: str) -> str | None:
     """Map a CUDA device name (``torch.cuda.get_device_name``) to a KNOWN_HARDWARE key, or None.
 
@@ -277,6 +279,8 @@ def analyse_throughput(
     gen = [p for p in mine if p.kind == "generation"]
     device = mine[0].hardware
     hw, roof_note = resolve_hardware(recipe, device)
+    if device == SIMULATED_DEVICE:  # NQM's generation: times computed, not run
+        hw, roof_note = None, "no roofline: the simulated generation backend runs on no hardware"
     info = model_info
     if info is None and hw is not None:
         hw, roof_note = None, f"no roofline: no model shape stored with profile {pid!r}; rerun profile-gen"

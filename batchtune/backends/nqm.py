@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from batchtune.analysis.lr import adam_sde_hparams, warmup_factor
+from batchtune.analysis.profile import SIMULATED_DEVICE
 from batchtune.backends.nqm_theory import (  # noqa: F401  (re-exported)
     curvatures,
     expected_samples_to_target,
@@ -292,6 +293,7 @@ class SimulatedGeneration:
     """
 
     name = "simulated"
+    device_name = SIMULATED_DEVICE  # where a profile says it ran: not "auto"
 
     def __init__(self, recipe: Recipe):
         self.recipe = recipe
