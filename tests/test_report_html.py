@@ -18,11 +18,12 @@ SMALL = [
 ]
 
 
-def test_report_is_self_contained_with_plots_tables_and_recommendation(tmp_path: Path):
-    results = tmp_path / "r"
+def test_report_is_self_contained_with_plots_tables_and_recommendation(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths, as a user types them: report.md's links must still work
+    results = Path("r")
     runner = CliRunner()
     assert runner.invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"]).exit_code == 0
-    out = runner.invoke(app, ["report", str(results), "--out", str(tmp_path / "rep"), "--json"])
+    out = runner.invoke(app, ["report", str(results), "--out", "rep", "--json"])
     assert out.exit_code == 0, out.output
     paths = json.loads(out.stdout)
     page = Path(paths["html"]).read_text()
@@ -36,6 +37,8 @@ def test_report_is_self_contained_with_plots_tables_and_recommendation(tmp_path:
     md = Path(paths["markdown"]).read_text()
     assert "| rank | candidate | N |" in md and "## Probe cost" in md
     assert "![time_to_target](" in md
+    links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", md)  # relative to report.md's folder, not the cwd
+    assert links and all((Path(paths["markdown"]).parent / link).is_file() for link in links), links
 
 
 def test_report_without_results_is_an_input_error(tmp_path: Path):

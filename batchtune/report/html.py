@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,6 @@ def to_markdown(title: str, subtitle: str, sections: list[Section], image_root: 
                 out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
             out.append("")
         for p in s.images:
-            rel = p.relative_to(image_root) if p.is_relative_to(image_root) else p
+            rel = Path(os.path.relpath(p.resolve(), Path(image_root).resolve()))  # from report.md's folder
             out += [f"![{p.stem}]({rel.as_posix()})", ""]
     return "\n".join(out).rstrip() + "\n"
