@@ -7,6 +7,11 @@ analysed again, and the next round adds a seed to the batches still inconclusive
 or ``budget.max_extra_seeds`` rounds are spent. Round k uses seed ``max(budget.seeds) + k`` for
 every batch it touches, so the extra runs of a batch and of the reference share seed ids.
 
+No round is spent when no outcome of the rounds left could give a verdict: a reference that never
+reached the target in most of its seeds (R0 = inf, so no batch has a ratio to it) gets a finite
+median only if more than half of all its seeds reach it, and when even every remaining round
+reaching it would leave half or more censored, more seeds cannot help (`reference_can_settle`).
+
 Resumable like the rest of the probe: every round's decision is a function of the finished runs,
 so a rerun replays the same rounds and redoes only unfinished runs. What was spent is derived from
 the store (runs whose seed is not in ``budget.seeds``), so `probe` and `recommend` report it alike.
@@ -15,6 +20,7 @@ the store (runs whose seed is not in ``budget.seeds``), so `probe` and `recommen
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +42,21 @@ def extra_seed(recipe: Recipe, round_: int) -> int:
 def undecided(eff: SampleEfficiency) -> list[str]:
     """Labels of the candidates whose verdict is inconclusive, in the order of the analysis."""
     return [c.label for c in eff.candidates if c.verdict is not None and c.verdict.status == INCONCLUSIVE]
+
+
+def reference_can_settle(eff: SampleEfficiency, rounds_left: int) -> bool:
+    """Whether the reference's samples-to-target can become finite within ``rounds_left`` more
+    seeds (one per round): always when it is finite already. With R0 = inf (its median over the
+    usable seeds is censored), the median of n seeds, k of them censored, is finite exactly when
+    2k < n; the best the rounds can do is reach in every new seed, giving n + rounds_left seeds
+    with the same k. When even that leaves 2k >= n + rounds_left, no ratio to the reference, and
+    so no verdict, can come out of more seeds."""
+    est = eff.get(eff.reference).estimate
+    if est is None:  # every reference run failed: the analysis says so; seeds will not decide
+        return False
+    if math.isfinite(est.samples_to_target):
+        return True
+    return 2 * est.n_censored < est.n_seeds + rounds_left
 
 
 def add_seeds(
@@ -60,8 +81,9 @@ def add_seeds(
     if cap <= 0 or ref is None:
         return 0
     for k in range(1, cap + 1):
-        labels = [lab for lab in undecided(analyse(store, recipe, plan)) if lab in by_label]
-        if not labels:
+        eff = analyse(store, recipe, plan)
+        labels = [lab for lab in undecided(eff) if lab in by_label]
+        if not labels or not reference_can_settle(eff, cap - k + 1):
             break
         seed = extra_seed(recipe, k)
         ref_job: list[tuple[Candidate, int]] = [(ref, seed)]
