@@ -44,3 +44,11 @@ def test_report_is_self_contained_with_plots_tables_and_recommendation(tmp_path:
 def test_report_without_results_is_an_input_error(tmp_path: Path):
     out = CliRunner().invoke(app, ["report", str(tmp_path / "none")])
     assert out.exit_code == 2 and "no results" in out.output
+
+
+def test_tune_prints_the_sample_efficiency_table_once(tmp_path: Path):
+    """tune printed it after its probe, then again at the head of the recommendation."""
+    out = CliRunner().invoke(app, ["tune", NQM, "-r", str(tmp_path / "r"), *SMALL])
+    assert out.exit_code == 0, out.output
+    assert out.output.count("Sample efficiency: responses until") == 1
+    assert "Predicted time-to-target" in out.output and "3/3 recommend" in out.output

@@ -230,7 +230,10 @@ def _show_recommendation(
     json_out: bool,
     trainer: str | None = None,
     out: Path | None = None,
+    *,
+    efficiency_shown: bool = False,
 ) -> None:
+    """``efficiency_shown``: the sample-efficiency table is on screen already (tune's first stage)."""
     written = None
     if out is not None and trainer is not None and emitted is not None:
         from batchtune.workflow import write_emitted
@@ -250,7 +253,7 @@ def _show_recommendation(
         return
     from batchtune.report.terminal import render_probe_cost, render_recommendation
 
-    render_recommendation(console, rec, emitted)
+    render_recommendation(console, rec, emitted, efficiency=not efficiency_shown)
     if rec.schedule is not None:
         from batchtune.report.schedule import render_schedule
 

@@ -280,7 +280,7 @@ def tune(
     if not json_out:
         console.rule("3/3 recommend: time-to-target")
     rec, emitted, values = workflow.recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)
-    _show_recommendation(rec, emitted, values, json_out, emit, out)
+    _show_recommendation(rec, emitted, values, json_out, emit, out, efficiency_shown=True)
 
 
 @app.command()

@@ -192,9 +192,13 @@ def recommendation_table(rec: Recommendation) -> Table:
     return table
 
 
-def render_recommendation(console: Console, rec: Recommendation, emitted: str | None = None) -> None:
-    render_efficiency(console, rec.efficiency)
-    console.print()
+def render_recommendation(
+    console: Console, rec: Recommendation, emitted: str | None = None, *, efficiency: bool = True
+) -> None:
+    """``efficiency``: start with the sample-efficiency table (tune printed it after its probe)."""
+    if efficiency:
+        render_efficiency(console, rec.efficiency)
+        console.print()
     console.print(recommendation_table(rec))
     knee = rec.throughput.knee
     if knee is not None:
