@@ -68,3 +68,21 @@ def test_emit_flags_from_the_command(tmp_path):
     assert out.exit_code == 0, out.output
     assert "--step-batch-size-schedule" in out.output and "--seq-length 128" in out.output
     assert "--override-opt_param-scheduler" in out.output
+
+
+def test_no_batch_reaching_any_target_shows_the_table_and_exits_3(tmp_path):
+    """docs/pretraining.md: `pretrain` exits 3 when no batch reaches any target (it exited 0)."""
+    log = tmp_path / "runs.csv"
+    _write(log, seeds=(0,))
+    out = CliRunner().invoke(app, ["pretrain", str(log), "--targets", "0.5"])
+    assert out.exit_code == 3, out.output
+    assert "no batch reached this target" in out.stdout  # the table is still shown
+    assert "no batch reached any target loss (0.5)" in out.stderr
+    out = CliRunner().invoke(app, ["pretrain", str(log), "--targets", "0.5", "--json"])
+    assert out.exit_code == 3 and json.loads(out.stdout)["analysis"]["grid"]["schedule"] == []
+    base = ["pretrain", str(log), "--emit", "megatron", "--total-tokens", "1000000000"]
+    out = CliRunner().invoke(app, [*base, "--targets", "0.5"])
+    assert out.exit_code == 3 and "--step-batch-size-schedule" not in out.stdout
+    out = CliRunner().invoke(app, [*base, "--targets", "2.9,0.5"])  # one target reached: a schedule
+    assert out.exit_code == 0, out.output
+    assert "--step-batch-size-schedule" in out.stdout

@@ -193,11 +193,10 @@ def test_bad_recipe_values(tmp_path, override, fragment):
 def test_runs_at_another_lr_are_not_reused(tmp_path):
     """Adding a smaller batch moves the reference batch and every scaled LR: refuse to mix."""
     results = tmp_path / "r"
-    _probe_json(results, "--set", "candidates.prompts=[4, 8]", "--set", "budget.seeds=[0]")
+    same = ["--set", "budget.seeds=[0]", "--set", "target.value=1.1"]  # N = 32 reaches 1.1, not 1.0
+    _probe_json(results, "--set", "candidates.prompts=[4, 8]", *same)
     out = CliRunner().invoke(
-        app,
-        ["probe", NQM, "-r", str(results), "--set", "candidates.prompts=[2, 4, 8]"]
-        + ["--set", "budget.seeds=[0]"],
+        app, ["probe", NQM, "-r", str(results), "--set", "candidates.prompts=[2, 4, 8]", *same]
     )
     assert out.exit_code == 2 and "reference batch" in out.output
 

@@ -30,6 +30,21 @@ def test_every_run_diverged_says_so_with_the_runs_reasons(tmp_path):
     assert "no run logged the target metric" not in out.stderr
 
 
+def test_a_reference_that_never_reaches_the_target_exits_3_without_extra_seeds(tmp_path):
+    """No seed of any batch reaches loss 0.01 in 8192 samples: the probe shows its table, says why
+    on stderr and exits 3 (as recommend does), and spends no sequential seeds, which cannot give the
+    reference (3 of 3 seeds censored) a finite R0 within budget.max_extra_seeds = 3 rounds."""
+    sets = ["candidates.prompts=[1,2,4]", "target.value=0.01", "budget.max_samples=8192"]
+    args = ["probe", "nqm", "-r", str(tmp_path / "r"), *(x for s in sets for x in ("--set", s))]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 3, out.output
+    assert "Critical training batch: not estimated" in out.stdout
+    assert "critical training batch not estimated" in out.stderr and "never reached" in out.stderr
+    assert "9 run(s) done" in out.stdout and "sequential seeding" not in out.stdout
+    as_json = CliRunner().invoke(app, [*args, "--json"])
+    assert as_json.exit_code == 3 and json.loads(as_json.stdout)["runs_done"] == 0
+
+
 def test_a_finished_probe_in_a_read_only_directory_still_answers(tmp_path, monkeypatch):
     results = str(tmp_path / "r")
     first = CliRunner().invoke(app, ["probe", "nqm", "-r", results, *SMALL, "--json"])

@@ -34,6 +34,17 @@ class GridAnalysis:
     schedule_notes: tuple[str, ...]
     loss_floor: float | None  # the data's Bayes loss when known (synthetic Markov language)
 
+    def unreached(self) -> str | None:
+        """Why nothing could be estimated when no batch reached any target loss (None when one did):
+        `pretrain` and a pre-training probe then exit 3 after showing the table."""
+        if any(math.isfinite(t) for e in self.estimates for t in e.tokens_to_target):
+            return None
+        levels = ", ".join(f"{e.target_loss:g}" for e in self.estimates)
+        return (
+            f"no batch reached any target loss ({levels}), so neither B_opt nor B_min is estimated; "
+            "give higher target losses or longer runs"
+        )
+
 
 def default_targets(curves: Sequence[GridCurve], n: int = 4) -> list[float]:
     """``n`` losses between what every run reached and what only the best runs reached."""

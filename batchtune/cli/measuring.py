@@ -22,7 +22,7 @@ from batchtune.cli.app import (
     console,
     handle_errors,
 )
-from batchtune.errors import InputError
+from batchtune.errors import AnalysisError, InputError
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 
 SmokeOpt = Annotated[
@@ -75,6 +75,7 @@ def probe(
         with probe_progress(console, enabled=not json_out) as progress:
             grid = workflow.pretrain_probe(cfg, progress)
         _print_json(grid) if json_out else render_pretrain_grid(console, grid)
+        _exit_if_not_estimated(grid.analysis.unreached())
         return
 
     with probe_progress(console, enabled=not json_out) as progress:
@@ -96,6 +97,7 @@ def probe(
                 **_branched_json(result),
             }
         )
+        _exit_if_not_estimated(not_estimated(result.efficiency))
         return
     console.print(
         f"{result.runs_done} run(s) done, {result.runs_skipped} reused from {cfg.run.results_dir} "
@@ -108,6 +110,25 @@ def probe(
 
         render_branched(console, result.summary)
     _plot_lines(result)
+    _exit_if_not_estimated(not_estimated(result.efficiency))
+
+
+def not_estimated(eff: Any) -> str | None:
+    """Why a probe estimated no critical batch (None when it did): the reference never reached the
+    target, or too few batches have a usable estimate. The probe then exits 3, as recommend does."""
+    crit = eff.critical
+    if crit is not None and crit.batch is not None:
+        return None
+    if crit is not None:
+        return f"critical training batch not estimated: {crit.reason}"
+    why = next((n for n in eff.notes if n.startswith("critical batch not estimated")), None)
+    return why or "critical training batch not estimated"
+
+
+def _exit_if_not_estimated(reason: str | None) -> None:
+    """After the results are shown: exit 3 with one line on stderr when nothing was estimated."""
+    if reason is not None:
+        raise AnalysisError(reason)
 
 
 def _plot_lines(result: Any) -> None:

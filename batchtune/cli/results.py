@@ -276,8 +276,9 @@ def pretrain(
     from batchtune.report.pretrain_grid import render_grid
 
     result = workflow.pretrain(paths, targets, base_lr, rule, list(map_ or []), list(set_ or []))
+    unreached = result.grid.unreached()  # exit 3 after the table: no schedule to emit
     emitted = None
-    if emit is not None:
+    if emit is not None and unreached is None:
         from batchtune.errors import InputError
         from batchtune.integrations.emit_pretrain import emit_pretrain
 
@@ -293,9 +294,13 @@ def pretrain(
         )
     if json_out:
         _print_json({"analysis": result, "emitted": emitted})
-        return
-    render_grid(console, result.grid)
-    for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}")
-    if emitted is not None:
+    else:
+        render_grid(console, result.grid)
+        for note in result.notes:
+            console.print(f"[yellow]note:[/] {note}")
+    if unreached is not None:
+        from batchtune.errors import AnalysisError
+
+        raise AnalysisError(unreached)
+    if emitted is not None and not json_out:
         sys.stdout.write(emitted)
