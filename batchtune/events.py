@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-# probe events: ("plan" | "start" | "step" | "end" | "wait", info), e.g. ("step", {"run_id", "samples",
-# "max_samples"}); a branched probe's "plan" has total and todo None (its search decides how many runs)
+# probe events: ("plan" | "start" | "step" | "end" | "wait" | "retry", info), e.g. ("step", {"run_id",
+# "samples", "max_samples"}); a branched probe's "plan" has total and todo None (its search decides how
+# many runs); "wait" and "retry" carry "run_ids" and a "message" (runs another process holds; runs
+# that failed before training last time, run again)
 ProbeEvents = Callable[[str, dict[str, Any]], None]
 # a sweep's progress: (done, total, description)
 SweepProgress = Callable[[int, int, str], None]

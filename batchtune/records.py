@@ -47,6 +47,15 @@ RUN_STATUSES = (
 FAILED_STATUSES = ("diverged", "oom", "failed", "timeout")
 
 
+def failed_before_training(record: RunRecord) -> bool:
+    """Whether a probe's run failed before its first training step: the trainer could not start,
+    its command exited non-zero before logging a step, the environment lacks a module or a GPU.
+    Such a run measured nothing, so it is not data: a rerun of the probe runs it again
+    (``ResultsStore.reopen_failed_starts``). A run that diverged, ran out of memory or timed out,
+    or failed after training steps, is data and is kept."""
+    return record.status == "failed" and record.samples == 0 and record.source == "probe"
+
+
 def candidate_label(prompts: int, group_size: int, *, fixed_lr: bool = False) -> str:
     """The one name of a candidate, e.g. ``P16xG8`` (``P16xG8-fixedlr`` for a fixed-LR control)."""
     return f"P{prompts}xG{group_size}" + ("-fixedlr" if fixed_lr else "")
@@ -334,11 +343,31 @@ class ResultsStore:
             finally:
                 writer.close()
 
+    def reopen_failed_starts(self) -> list[RunRecord]:
+        """Make every run that failed before training (``failed_before_training``) unfinished again,
+        so the next probe runs it; returns their records. Its run.json is renamed beside it
+        (``run.failed-start-<ns>.json``), never deleted; a run another process holds is left."""
+        reopened = []
+        for record in self.runs():
+            if not failed_before_training(record):
+                continue
+            run_dir = self.run_dir(record.run_id)
+            with _locked(run_dir / ".lock", blocking=False) as got:
+                if got and (run_dir / "run.json").exists():
+                    (run_dir / "run.json").rename(run_dir / f"run.failed-start-{time.time_ns()}.json")
+                    reopened.append(record)
+        return reopened
+
     def runs(self, prefix: str = "") -> list[RunRecord]:
         """Every finished run, by run id; only those whose id starts with ``prefix`` if given."""
         if not self.runs_dir.exists():
             return []
         return [_read_run(path) for path in sorted(self.runs_dir.glob(f"{glob.escape(prefix)}*/run.json"))]
+
+    def reusable(self, run_id: str) -> bool:
+        """Whether a probe would reuse this run: finished, and not failed before training."""
+        record = self.run(run_id)
+        return record is not None and not failed_before_training(record)
 
     def run(self, run_id: str) -> RunRecord | None:
         """One finished run's record, None if it has not finished."""

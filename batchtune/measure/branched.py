@@ -49,7 +49,7 @@ from batchtune.events import ProbeEvents
 from batchtune.measure.branch_checkpoint import AtCheckpoint, Job, checkpoint_of, control_curve, origin
 from batchtune.measure.execute import Runner, run_until_finished
 from batchtune.measure.plan import Plan, plan_candidates
-from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
+from batchtune.measure.probe import StopPolicy, check_manifest, execute_run, reopen_failed_starts
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
 
@@ -108,6 +108,8 @@ def run_branched(
     root = ResultsStore(recipe.run.results_dir)
     check_manifest(root, recipe)
     store = branched_store(recipe.run.results_dir)
+    if not read_only:
+        reopen_failed_starts(store, progress)  # a trainer that could not start: not data
     plan = plan_candidates(recipe)
     by_label = plan.by_label()
     main = [by_label[lab] for lab in plan.main]

@@ -242,7 +242,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     if one_off_s > 0:
         costs = [_with_setup(c, min(setups)) for c in costs]
     runs = len(costs) * len(seeds)
-    finished = sum(store.is_finished(run_id(c, s)) for c in cands for s in seeds)
+    finished = sum(store.reusable(run_id(c, s)) for c in cands for s in seeds)  # not failed starts
     workers = 1 if backend == "pretrain" else max(1, min(recipe.run.workers, runs))
     total_run_s = one_off_s + sum(c.run_s_max * c.seeds for c in costs)
     timing = timing_source(time_steps, backend, "candidate")

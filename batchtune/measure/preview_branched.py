@@ -35,6 +35,7 @@ from batchtune.measure.preview import (
     timing_source,
 )
 from batchtune.recipe.schema import Recipe
+from batchtune.records import failed_before_training
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,9 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         reference_run_samples=one_run,
         cost_vs_reference_run=total / one_run,
         grid_samples_max=grid_samples_max(recipe),
-        runs_finished=len(branched_store(recipe.run.results_dir).runs()),
+        runs_finished=sum(
+            not failed_before_training(r) for r in branched_store(recipe.run.results_dir).runs()
+        ),
         gpus=gpus,
         gpu_hours_max=total_s * gpus / 3600 if gpus else 0.0,  # every run holds its GPUs
         notes=tuple(notes),

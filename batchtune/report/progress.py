@@ -16,13 +16,13 @@ from batchtune.events import ProbeEvents as ProgressFn
 @contextlib.contextmanager
 def probe_progress(console: Console, enabled: bool = True) -> Iterator[ProgressFn | None]:
     """A callback for run_probe that shows overall runs and the samples of each live run. Disabled
-    (``--json``), it still says on stderr when it waits for runs another process holds, so a script
-    never sits silent."""
+    (``--json``), it still says on stderr when it waits for runs another process holds, or runs
+    again runs that failed before training, so a script never sits silent."""
     if not enabled:
         stderr = Console(stderr=True, highlight=False)
 
         def only_waits(kind: str, info: dict[str, Any]) -> None:
-            if kind == "wait":
+            if kind in ("wait", "retry"):
                 stderr.print(info["message"], markup=False, soft_wrap=True)
 
         yield only_waits
@@ -59,7 +59,7 @@ def probe_progress(console: Console, enabled: bool = True) -> Iterator[ProgressF
                     style = "magenta"
                 progress.console.print(f"  [{style}]{rid}: {status}[/] {info.get('reason', '')}")
                 progress.advance(overall)
-            elif kind == "wait":  # runs another live batchtune process holds
+            elif kind in ("wait", "retry"):  # runs another process holds; runs that failed to start
                 progress.console.print(f"  [yellow]{escape(info['message'])}[/]")
 
         yield on_event
