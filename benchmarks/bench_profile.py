@@ -3,14 +3,16 @@
     python benchmarks/bench_profile.py [RECIPE] [--set key=value ...]
 
 Runs ``run_profile`` into a fresh temporary results directory (warm-up calls excluded, the median
-of the timed repeats reported), then prints one table per mode and one JSON line whose keys carry
-their units. Nothing here is simulated: every figure is measured on this machine.
+of the timed repeats reported), then prints one table per mode, the wall time with the machine's
+load average before and after, and one JSON line whose keys carry their units. Nothing here is
+simulated: every figure is measured on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -29,10 +31,12 @@ def main() -> None:
     args = parser.parse_args()
     recipe = load_recipe(args.recipe, args.overrides)
 
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bt-bench-") as tmp:
         start = time.perf_counter()
         result = run_profile(recipe, ResultsStore(tmp))
         wall_s = time.perf_counter() - start
+    load_after = os.getloadavg()[0]
 
     print(f"profile {result.profile_id}: {result.model} on {result.device} ({result.backend})")
     summary: dict[str, object] = {
@@ -69,7 +73,10 @@ def main() -> None:
     }
     if result.roofline_note:
         print(f"\n{result.roofline_note}")
-    print(f"\nwall: {wall_s:.1f} s")
+    print(
+        f"\nwall: {wall_s:.1f} s; {os.cpu_count()} CPU cores shared, 1-min load average "
+        f"{load_before:.1f} before, {load_after:.1f} after"
+    )
     print(json.dumps(summary))
 
 
