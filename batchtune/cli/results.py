@@ -122,12 +122,16 @@ def check(
     time_tolerance: Annotated[float | None, typer.Option(help="Fail when T/T_baseline > 1+x.")] = None,
     waste_tolerance: Annotated[
         float | None,
-        typer.Option(help="Warn below the critical batch when it gives up more than 1+x throughput."),
+        typer.Option(
+            help="Flag a batch predicted to reach the target more than 1+x times later than the pick "
+            "(below the critical batch and without a prediction: giving up more than 1+x throughput)."
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check a trainer config against a probe: batch vs the critical batch, LR vs the rule, generation
-    concurrency vs the knee, time-to-target vs a baseline.
+    """Check a trainer config against a probe: batch vs the recommendation's time-to-target ranking
+    and the critical batch, LR vs the rule, generation concurrency vs the knee (at most the batch),
+    time-to-target vs a baseline.
 
     Exit codes: 0 pass (warnings included), 1 a check failed, 2 bad input, 3 not enough evidence.
     With $GITHUB_STEP_SUMMARY set, appends a Markdown summary there and prints ::error/::warning
