@@ -176,6 +176,7 @@ class RooflinePrediction:
 
 SIMULATED_DEVICE = "no hardware (simulated times)"  # backends.nqm.SimulatedGeneration.device_name
 
+
 def known_hardware_for_device(device: str) -> str | None:
     """Map a CUDA device name (``torch.cuda.get_device_name``) to a KNOWN_HARDWARE key, or None.
 
