@@ -48,12 +48,13 @@ FAILED_STATUSES = ("diverged", "oom", "failed", "timeout")
 
 
 def failed_before_training(record: RunRecord) -> bool:
-    """Whether a probe's run failed before its first training step: the trainer could not start,
-    its command exited non-zero before logging a step, the environment lacks a module or a GPU.
-    Such a run measured nothing, so it is not data: a rerun of the probe runs it again
-    (``ResultsStore.reopen_failed_starts``). A run that diverged, ran out of memory or timed out,
-    or failed after training steps, is data and is kept."""
-    return record.status == "failed" and record.samples == 0 and record.source == "probe"
+    """Whether a probe's run failed before its first training step, as its backend said
+    (``RunFailed(started=False)``: a user's trainer command that exited before its log held a step,
+    e.g. not installed or a config it refused). Such a run measured nothing, so it is not data: the
+    analysis leaves it out and a rerun of the probe runs it again
+    (``ResultsStore.reopen_failed_starts``). A run that diverged, ran out of memory, timed out, was
+    lost on Ray, or failed after training steps, is data and is kept."""
+    return record.status == "failed" and record.failed_start and record.source == "probe"
 
 
 def candidate_label(prompts: int, group_size: int, *, fixed_lr: bool = False) -> str:
@@ -127,6 +128,8 @@ class RunRecord:
     # Step times of runs sharing cores are contended, so Θ read from them is biased (recommend warns).
     parallel_runs: int = 0
     cpu_cores: int = 0  # os.cpu_count() of the machine that ran it; 0 = unknown
+    # the backend said no training step ran (backends.spec.RunFailed.started): not data, run again
+    failed_start: bool = False
 
     @property
     def batch_responses(self) -> int:
@@ -362,7 +365,15 @@ class ResultsStore:
         """Every finished run, by run id; only those whose id starts with ``prefix`` if given."""
         if not self.runs_dir.exists():
             return []
-        return [_read_run(path) for path in sorted(self.runs_dir.glob(f"{glob.escape(prefix)}*/run.json"))]
+        out = []
+        for path in sorted(self.runs_dir.glob(f"{glob.escape(prefix)}*/run.json")):
+            try:
+                out.append(_read_run(path))
+            except InputError:
+                if path.exists():
+                    raise
+                # renamed aside since the glob (reopen_failed_starts in another process): unfinished
+        return out
 
     def reusable(self, run_id: str) -> bool:
         """Whether a probe would reuse this run: finished, and not failed before training."""
@@ -372,7 +383,12 @@ class ResultsStore:
     def run(self, run_id: str) -> RunRecord | None:
         """One finished run's record, None if it has not finished."""
         path = self.run_dir(run_id) / "run.json"
-        return _read_run(path) if path.exists() else None
+        try:
+            return _read_run(path) if path.exists() else None
+        except InputError:
+            if path.exists():
+                raise
+            return None  # renamed aside between the check and the read: unfinished again
 
     def steps(self, run_id: str) -> list[StepRecord]:
         path = self.run_dir(run_id) / "steps.jsonl"

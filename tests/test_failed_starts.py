@@ -5,6 +5,7 @@ probe at once with exit 4. Diverged and out-of-memory runs stay data."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 
 from typer.testing import CliRunner
@@ -23,8 +24,12 @@ if not os.path.exists(a["--env"]):
 p, g, seed = int(a["--prompts"]), int(a["--group_size"]), int(a["--seed"])
 if p == 4:
     sys.exit("torch.OutOfMemoryError: CUDA out of memory")
+crash = p == 2 and os.path.exists(a["--env"] + ".crash")  # trains two steps, then fails
 with open(os.path.join(a["--out"], "log.jsonl"), "w") as log:
     for step in range(1, int(a["--max_steps"]) + 1):
+        if crash and step == 3:
+            log.flush()
+            sys.exit("RuntimeError: loss is nan")
         n = step * p * g
         reward = min(1.0, n / (64.0 * (1 + 0.1 * seed)))
         log.write(json.dumps({"step": step, "samples": n, "prompts": p, "group_size": g,
@@ -84,8 +89,13 @@ def test_runs_that_could_not_start_are_retried_but_out_of_memory_is_data(tmp_pat
     rec = store.run("P2xG4-s1")
     assert rec is not None
     reason = "command exited with code 1: ModuleNotFoundError: No module named 'verl'"
-    failed = dataclasses.replace(rec, status="failed", reason=reason, steps=0, samples=0, tokens=0)
+    failed = dataclasses.replace(
+        rec, status="failed", reason=reason, steps=0, samples=0, tokens=0, failed_start=True
+    )
     atomic_write_text(store.run_dir("P2xG4-s1") / "run.json", to_json(failed) + "\n")
+    rec_json = CliRunner().invoke(app, ["recommend", recipe, "-r", str(results), "--json"])
+    seen = {c["name"]: c for c in json.loads(rec_json.stdout)["candidates"]}
+    assert seen["P2xG4"]["n_seeds"] == 1 and not seen["P2xG4"]["failures"]  # not read: it measured nothing
     again = _probe(recipe, results)
     assert again.exit_code == 0, again.output
     assert "running again 1 run(s) that failed before training last time (P2xG4-s1" in again.stdout
@@ -107,3 +117,23 @@ def test_a_backend_error_inside_a_run_is_exit_4_and_no_run_is_sealed(tmp_path, m
     assert out.exit_code == 4, out.output
     assert "no CUDA GPU is visible" in out.stderr
     assert ResultsStore(tmp_path / "r").runs() == []
+
+
+def test_a_trainer_that_fails_after_training_steps_is_data_with_its_steps_and_never_retried(tmp_path):
+    """Only the backend's word makes a failed start (RunFailed(started=False)): a trainer that logged
+    two steps and then exited non-zero trained, so the run is data, its logged steps read even
+    though they were never streamed, and a rerun reuses it. (Classified by samples == 0, such a run
+    was re-run on every probe whenever its steps had not been streamed yet.)"""
+    recipe, results = _recipe(tmp_path, prompts=(1, 2, 8)), tmp_path / "r"
+    (tmp_path / "ENV_OK").write_text("")
+    (tmp_path / "ENV_OK.crash").write_text("")
+    first = _probe(recipe, results)
+    assert first.exit_code == 0, first.output
+    store = ResultsStore(results)
+    for s in (0, 1):
+        rec = store.run(f"P2xG4-s{s}")
+        assert rec.status == "failed" and "loss is nan" in rec.reason
+        assert rec.samples == 2 * 2 * 4 and not rec.failed_start
+    again = _probe(recipe, results)
+    assert again.exit_code == 0 and "0 run(s) done, 6 reused" in again.stdout, again.output
+    assert "running again" not in again.stdout

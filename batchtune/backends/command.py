@@ -315,10 +315,22 @@ class CommandBackend:
                     msg = f"command exited with code {rc}" + (f": {tail}" if tail else "")
                     if any(m in tail.lower() for m in _OOM_MARKERS):
                         raise OutOfMemory(msg)
-                    raise RunFailed("failed", msg)
+                    try:  # the steps it trained before it failed are data: read them, then fail
+                        trained = self._read(
+                            log_path, fmt, info, cfg.command_log_keys, spec, start, partial=True
+                        )
+                    except Exception:  # noqa: BLE001 - a log cut mid-write: the steps streamed stand
+                        trained = []
+                    for step in trained:
+                        if step.step > yielded:
+                            yielded = step.step
+                            yield step
+                    raise RunFailed("failed", msg, started=bool(trained) or yielded > 0)
                 steps = self._read(log_path, fmt, info, cfg.command_log_keys, spec, start, partial=False)
                 if not steps:
-                    raise RunFailed("failed", f"the command finished but its log {log_path} holds no steps")
+                    raise RunFailed(
+                        "failed", f"the command finished but its log {log_path} holds no steps", started=False
+                    )
                 self._record_checkpoints(spec, values, start, max(s.samples for s in steps))
                 clean_exit = True
                 for step in steps:

@@ -67,10 +67,14 @@ def checkpoint_path(checkpoint_dir: Path, samples: int) -> Path:
 class RunFailed(Exception):
     """Raised by a backend when a run cannot go on; ``status`` is a records.RUN_STATUSES value."""
 
-    def __init__(self, status: str, message: str):
+    def __init__(self, status: str, message: str, *, started: bool = True):
         super().__init__(message)
         self.status = status
         self.message = message
+        # False only where the backend knows no training step ran: a user's trainer command that
+        # exited before its log held a step (not installed, refused its config). Such a run measured
+        # nothing, and a rerun of the probe runs it again (records.failed_before_training).
+        self.started = started
 
 
 class OutOfMemory(RunFailed):

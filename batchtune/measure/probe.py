@@ -192,6 +192,7 @@ def execute_run(
         last = None
         totals = {"gen_s": 0.0, "train_s": 0.0, "other_s": 0.0}
         status, reason = "budget_exhausted", f"spent the budget of {policy.max_samples} samples"
+        failed_start = False
         stream = backend.train(spec)
         logged: set[str] = set()  # metric names seen until the target metric shows up
         try:
@@ -241,7 +242,7 @@ def execute_run(
         except (MetricMissingError, BackendError):
             raise  # the recipe or the environment is wrong for every run (no GPU, a module): not data
         except RunFailed as exc:
-            status, reason = exc.status, exc.message
+            status, reason, failed_start = exc.status, exc.message, not exc.started
         except MemoryError:
             status, reason = "oom", "host out of memory"
         except Exception as exc:  # a backend bug or a user's reward function: data, not a crash
@@ -263,6 +264,7 @@ def execute_run(
             backend=recipe.backend.training,
             parallel_runs=parallel_runs,
             cpu_cores=os.cpu_count() or 0,
+            failed_start=failed_start and last is None,
             **totals,  # gen_s / train_s / other_s
         )
         writer.finish(record)
@@ -271,7 +273,12 @@ def execute_run(
 
 
 def load_run_data(store: ResultsStore) -> list[RunData]:
-    return [RunData(rec, tuple(store.steps(rec.run_id))) for rec in store.runs()]
+    """The finished runs the analysis reads: not those that failed before training (not data)."""
+    return [
+        RunData(rec, tuple(store.steps(rec.run_id)))
+        for rec in store.runs()
+        if not failed_before_training(rec)
+    ]
 
 
 def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None) -> SampleEfficiency:
