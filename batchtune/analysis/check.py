@@ -160,6 +160,8 @@ class TimeRanking:
         ok = {self.pick_batch, *self.tied}
         if n in ok:
             return n != self.pick_batch
+        if n in self.batches:  # measured and ranked outside the pick's uncertainty: its own time decides
+            return False
         below = [b for b in self.batches if b < n]
         above = [b for b in self.batches if b > n]
         return bool(below and above and max(below) in ok and min(above) in ok)

@@ -212,3 +212,12 @@ def test_exit_code_priority():
     assert res(PASS, INSUFFICIENT).exit_code == 3
     assert res(FAIL, INSUFFICIENT).exit_code == 1
     assert res(WARN).status == WARN
+
+
+def test_a_measured_batch_between_two_tied_ones_is_judged_by_its_own_time():
+    """128 measured at 1.6x the pick's time sat between the pick (64) and a batch tied with it (256),
+    and passed as "within uncertainty"; only an unmeasured batch between two tied ones is tied."""
+    crit, ranking = walkthrough()
+    gap = TimeRanking(ranking.batches, (11.7, 7.32, 5.0, 8.0, 5.2), "s", "P8xG8", 64.0, 5.0, (256.0,))
+    assert check_batch(128, crit, W_BATCHES, W_RPS, 0.2, gap).status != PASS
+    assert not gap.is_tied(128.0)
