@@ -352,12 +352,17 @@ def _why_not_ranked(message: str, store: ResultsStore, cfg: Recipe, eff: Any) ->
     target, budget = probed.get("target", {}), probed.get("budget", {})
     t = cfg.target
     ref = eff.get(eff.reference).estimate
+    old = target.get("value", t.value) if isinstance(target, dict) else t.value
+    beyond = isinstance(old, int | float) and (t.value > old if t.higher_is_better else t.value < old)
+    stopped = [r.status == "reached_target" for r in store.runs() if r.candidate == eff.reference]
     if (
         isinstance(target, dict)
         and isinstance(budget, dict)
         and budget.get("stop_at_target", True)
         and target.get("metric", t.metric) == t.metric
-        and target.get("value", t.value) != t.value
+        and beyond
+        and stopped
+        and all(stopped)
         and (ref is None or not math.isfinite(ref.samples_to_target))
     ):
         cmp = ">=" if t.higher_is_better else "<="

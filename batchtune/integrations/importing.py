@@ -68,20 +68,20 @@ def check_run_ids(runs: Sequence[Any], store: ResultsStore) -> None:
                 f"{store.root} already holds run {run.run_id!r} from {old}; {run.source} is another run: "
                 "give it its own id with --run-id NAME"
             )
-    _check_seeds(runs, {(r.candidate, r.lr, r.seed): r.source for r in stored})
+    _check_seeds(runs, {(r.candidate, r.seed): r.source for r in stored})
 
 
-def _check_seeds(runs: Sequence[Any], stored: dict[tuple[str, float, int], str]) -> None:
-    """Two runs of one candidate at one LR are two seeds: with the same seed (every file of one import
-    gets --seed's value) the analysis could not pair them, and recommend stopped on it."""
+def _check_seeds(runs: Sequence[Any], stored: dict[tuple[str, int], str]) -> None:
+    """Two runs of one candidate (the analysis groups runs by its label) are two seeds: with the same
+    seed (every file of one import gets --seed's value) the analysis could not pair them, and
+    recommend stopped on it."""
     seen = dict(stored)
     for run in runs:
-        key = (run.candidate, run.lr, run.seed)
-        other = seen.setdefault(key, run.source)
+        other = seen.setdefault((run.candidate, run.seed), run.source)
         if other != run.source:
             raise InputError(
-                f"{other} and {run.source} are both {run.candidate} at lr {run.lr:g} and seed {run.seed}: "
-                "import each with its own --seed N (or --map seed=KEY where the log says it)"
+                f"{other} and {run.source} are both {run.candidate} at seed {run.seed}: import each with "
+                "its own --seed N (or --map seed=KEY where the log says it)"
             )
 
 
