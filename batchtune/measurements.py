@@ -125,6 +125,11 @@ def load_measurements(path: str | Path) -> Measurements:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{p} is not valid TOML: {exc}") from None
     errors: list[str] = []
+    recipe_tables = {"run", "backend", "candidates", "target"} & set(data)
+    if recipe_tables and "study" not in data and "candidate" not in data:
+        raise InputError(
+            f"{p} is a recipe, not a measurements file: batchtune recommend {path} --results DIR"
+        )
     for key in data:
         if key not in ("study", "candidate"):
             errors.append(f"{key}: unknown table (expected [study] and [[candidate]])")

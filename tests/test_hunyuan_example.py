@@ -68,5 +68,7 @@ def test_the_shipped_measurements_file_is_listed_as_one_and_found_by_name(tmp_pa
     for name in ("hunyuan-grpo-measurements", "recipes/hunyuan-grpo-measurements.toml"):
         rec = runner.invoke(app, ["recommend", "--measurements", name, "--json"])
         assert rec.exit_code == 0, rec.output
+    recipe = runner.invoke(app, ["recommend", "--measurements", "tiny-grpo"])
+    assert recipe.exit_code == 2 and "is a recipe, not a measurements file" in recipe.output
     missing = runner.invoke(app, ["recommend", "--measurements", "elsewhere/hunyuan-grpo-measurements.toml"])
     assert missing.exit_code == 2 and "not found" in missing.output
