@@ -217,3 +217,29 @@ def test_a_trunk_stopped_early_still_records_the_checkpoints_it_passed(tmp_path)
             break
     gen.close()
     assert json.loads((ckpts / "ckpt-16" / CHECKPOINT_META).read_text())["step"] == 2
+
+
+def test_a_trunk_whose_trainer_cannot_start_stops_the_branched_probe_with_exit_4(tmp_path):
+    """As the grid's reference: a trunk that failed before its first training step (here a trainer
+    that is not installed) stops with its reason, exit 4, and is run again next time; it used to
+    read "the trunk ... did not reach its last checkpoint" (exit 3)."""
+    from typer.testing import CliRunner
+
+    from batchtune.cli import app
+
+    missing = [sys.executable, "-c", "import sys; sys.exit(\"ModuleNotFoundError: No module named 'verl'\")"]
+    sets = [
+        *_backend_sets(tmp_path, command=[*missing, "{output_dir}"]),
+        "probe.mode=branched",
+        "candidates.prompts=[1, 2, 4]",
+        "candidates.group_size=4",
+        "target.metric=reward",
+        "target.value=0.5",
+        "budget.seeds=[0, 1]",
+        "branch.trunk_samples=64",
+        "branch.window_samples=64",
+    ]
+    args = [a for s in sets for a in ("--set", s)]
+    out = CliRunner().invoke(app, ["probe", "-r", str(tmp_path / "r"), *args])
+    assert out.exit_code == 4, out.output
+    assert "failed before its first training step" in out.output and "No module named 'verl'" in out.output
