@@ -6,6 +6,7 @@ The long versions (many random kills) are in benchmarks/drills.py; docs/reliabil
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
@@ -93,6 +94,45 @@ def test_sigterm_stops_children_and_exits_143(tmp_path):
     assert b"terminated by signal 15" in err and len(err.decode().strip().splitlines()) == 1
     assert not any(alive(p) for p in below + trainer_pids(results))
     assert not list(results.glob("runs/*/run.json")), "an interrupted run must not be sealed"
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_two_workers_stops_the_probe_and_a_rerun_resumes(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) once the runs after the
+    reference are under way: exit 130 with the one-line message, the runs under way stopped and not
+    sealed, the queued ones never started, no child left; the rerun reuses the reference's runs.
+    With 2 workers it used to say 'interrupted' and go on starting the queued runs, and could hang
+    in the interpreter's exit for good (benchmarks/drills.py has no such drill: it kills with -9)."""
+    recipe = write_command_recipe(tmp_path, sleep_s=0.1, workers=2)  # after the reference: 4 runs
+    results = tmp_path / "r"
+    cmd = [*probe_cmd(recipe, results), "--set", "budget.max_extra_seeds=0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(trainer_pids(results)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # the 2 reference runs, then the first run of the next batch
+        assert len(trainer_pids(results)) >= 3 and proc.poll() is None, "the probe did not get there"
+        below = _descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)  # the 4 runs take ~8 s: this waits for none of them
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.decode().strip().splitlines() == [
+        "interrupted: rerun the same command to resume; finished runs are kept"
+    ]  # no worker's traceback
+    ref = plan_candidates(load_recipe(recipe)).reference
+    started = {p.parts[-3] for p in results.glob("runs/*/output*/pid")}
+    sealed = {p.parent.name for p in results.glob("runs/*/run.json")}
+    reference_runs = {f"{ref}-s0", f"{ref}-s1"}
+    assert len(started - reference_runs) <= 2, f"a queued run started after Ctrl-C: {sorted(started)}"
+    assert sealed == reference_runs, "a run under way at Ctrl-C must not be sealed"
+    assert wait_dead(below + trainer_pids(results)) == []
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    data = json.loads(resumed.stdout)
+    assert (data["runs_reused"], data["runs_done"]) == (2, 4)
 
 
 @pytest.mark.slow
