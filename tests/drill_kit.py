@@ -134,3 +134,11 @@ def kill_mid_probe(cmd: list[str], results: Path, after_runs: int, extra_delay_s
 def summary(data: dict) -> dict:
     """What must not change across a kill: each candidate's status and per-seed samples to target."""
     return {c["name"]: (c["status"], c["per_seed_samples_to_target"]) for c in data["candidates"]}
+
+
+def sigint_as_a_terminal_sends_it() -> None:
+    """For a child: SIGINT back to its default and unblocked. A test run started in the background of
+    a non-interactive shell (`cmd &`) inherits SIGINT ignored, and a Python started so never raises
+    KeyboardInterrupt: its Ctrl-C would test nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -29,6 +29,7 @@ from tests.drill_kit import (
     alive,
     kill_mid_probe,
     probe_cmd,
+    sigint_as_a_terminal_sends_it,
     summary,
     trainer_pids,
     wait_dead,
@@ -106,7 +107,13 @@ def test_ctrl_c_with_two_workers_stops_the_probe_and_a_rerun_resumes(tmp_path):
     recipe = write_command_recipe(tmp_path, sleep_s=0.1, workers=2)  # after the reference: 4 runs
     results = tmp_path / "r"
     cmd = [*probe_cmd(recipe, results), "--set", "budget.max_extra_seeds=0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=sigint_as_a_terminal_sends_it,  # not ignored, as in a run started with `&`
+    )
     try:
         deadline = time.monotonic() + 120
         while len(trainer_pids(results)) < 3 and proc.poll() is None and time.monotonic() < deadline:

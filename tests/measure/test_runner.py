@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.drill_kit import sigint_as_a_terminal_sends_it
+
 ROOT = Path(__file__).parents[2]
 
 
@@ -109,6 +111,7 @@ def test_a_signal_stops_the_running_runs_and_starts_no_queued_one(tmp_path, to_g
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own group: the Ctrl-C below reaches it and its workers only
+        preexec_fn=sigint_as_a_terminal_sends_it,
     )
     try:
         started = _wait_for_starts(tmp_path, proc, 2)
@@ -136,6 +139,7 @@ def test_a_second_ctrl_c_kills_workers_whose_runs_do_not_unwind(tmp_path) -> Non
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=sigint_as_a_terminal_sends_it,
     )
     try:
         _wait_for_starts(tmp_path, proc, 2)
