@@ -21,15 +21,20 @@ def _curve_block(samples_to_target: float, seed: int, rng) -> str:
     )
 
 
-def test_curves_per_seed(tmp_path):
+def _study(path):
+    """Three batches x three seeds of reward curves: 128 needs ~3x the samples of 8 and 32."""
     rng = np.random.default_rng(0)
     text = '[study]\nmetric = "reward"\ntarget = 0.5\n'
     for p, r, rps in [(8, 1000, 10.0), (32, 1050, 30.0), (128, 3000, 60.0)]:
         text += f'[[candidate]]\nprompts = {p}\ngroup_size = 8\nlr_rule = "sqrt"\nresponses_per_s = {rps}\n'
         for seed in range(3):
             text += _curve_block(r * rng.uniform(0.95, 1.05), seed, rng)
-    path = tmp_path / "m.toml"
     path.write_text(text)
+    return path
+
+
+def test_curves_per_seed(tmp_path):
+    path = _study(tmp_path / "m.toml")
     m = load_measurements(path)
     eff = assess_measurements(m)
     est = {c.label: c.estimate for c in eff.candidates}
@@ -141,14 +146,7 @@ def test_the_time_table_says_why_when_its_rank_does_not_follow_the_point_t_over_
 
     from batchtune.report.terminal import recommendation_table
 
-    rng = np.random.default_rng(0)
-    text = '[study]\nmetric = "reward"\ntarget = 0.5\n'
-    for p, r, rps in [(8, 1000, 10.0), (32, 1050, 30.0), (128, 3000, 60.0)]:
-        text += f'[[candidate]]\nprompts = {p}\ngroup_size = 8\nlr_rule = "sqrt"\nresponses_per_s = {rps}\n'
-        for seed in range(3):
-            text += _curve_block(r * rng.uniform(0.95, 1.05), seed, rng)
-    (tmp_path / "m.toml").write_text(text)
-    m = load_measurements(tmp_path / "m.toml")
+    m = load_measurements(_study(tmp_path / "m.toml"))
     rec = recommend(assess_measurements(m), throughput_from_measurements(m))
 
     def caption(r) -> str:
