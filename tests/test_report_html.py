@@ -51,4 +51,5 @@ def test_tune_prints_the_sample_efficiency_table_once(tmp_path: Path):
     out = CliRunner().invoke(app, ["tune", NQM, "-r", str(tmp_path / "r"), *SMALL])
     assert out.exit_code == 0, out.output
     assert out.output.count("Sample efficiency: responses until") == 1
+    assert ": reached the target at " in out.output and "reached_target reached" not in out.output
     assert "Predicted time-to-target" in out.output and "3/3 recommend" in out.output

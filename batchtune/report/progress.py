@@ -57,7 +57,11 @@ def probe_progress(console: Console, enabled: bool = True) -> Iterator[ProgressF
                 style = "green" if status == "reached_target" else "yellow"
                 if status in ("diverged", "oom", "failed", "timeout"):
                     style = "magenta"
-                progress.console.print(f"  [{style}]{rid}: {status}[/] {info.get('reason', '')}")
+                reason = info.get("reason", "")
+                if status == "reached_target" and reason:  # "reached the target at N samples" says it
+                    progress.console.print(f"  [{style}]{rid}:[/] {reason}")
+                else:
+                    progress.console.print(f"  [{style}]{rid}: {status}[/] {reason}")
                 progress.advance(overall)
             elif kind in ("wait", "retry"):  # runs another process holds; runs that failed to start
                 progress.console.print(f"  [yellow]{escape(info['message'])}[/]")
