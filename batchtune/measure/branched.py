@@ -44,14 +44,15 @@ from batchtune.analysis.branched import LocalCritical
 from batchtune.analysis.branched_summary import BranchedSummary, summarise_branched
 from batchtune.analysis.efficiency import CandidateEfficiency, RunData, SampleEfficiency
 from batchtune.backends.spec import Candidate
-from batchtune.errors import AnalysisError, BackendError, InputError, NoProgress
+from batchtune.errors import AnalysisError, InputError, NoProgress
 from batchtune.events import ProbeEvents
+from batchtune.measure import failed_starts
 from batchtune.measure.branch_checkpoint import AtCheckpoint, Job, checkpoint_of, control_curve, origin
 from batchtune.measure.execute import Runner, run_until_finished
 from batchtune.measure.plan import Plan, plan_candidates
-from batchtune.measure.probe import StopPolicy, check_manifest, execute_run, reopen_failed_starts
+from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
 from batchtune.recipe.schema import Recipe
-from batchtune.records import FAILED_STATUSES, ResultsStore, failed_before_training
+from batchtune.records import FAILED_STATUSES, ResultsStore
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def run_branched(
     check_manifest(root, recipe)
     store = branched_store(recipe.run.results_dir)
     if not read_only:
-        reopen_failed_starts(store, progress)  # a trainer that could not start: not data
+        failed_starts.reopen(store, progress)  # a trainer that could not start: not data
     plan = plan_candidates(recipe)
     by_label = plan.by_label()
     main = [by_label[lab] for lab in plan.main]
@@ -157,11 +158,8 @@ def run_branched(
     with Runner(recipe, progress) as runner:
         run([Job(ref, seeds[0], trunk_id, ckpts[-1], policy(t.value, ckpts[-1], 0, False), save)])
         trunk_rec = store.run(trunk_id)
-        if trunk_rec is not None and failed_before_training(trunk_rec):  # as the grid's reference
-            raise BackendError(
-                f"the trunk {trunk_id} failed before its first training step, so no branch was run: "
-                f"{trunk_rec.reason}; fix the trainer or its environment and rerun (it is run again)"
-            )
+        if trunk_rec is not None:  # as the grid's reference: a trunk that could not start
+            failed_starts.stop_if_none_started([trunk_rec], f"the trunk {trunk_id}", "no branch was run")
         if trunk_rec is None or trunk_rec.status in FAILED_STATUSES or trunk_rec.samples < ckpts[-1]:
             why = trunk_rec.reason if trunk_rec else "it did not finish"
             raise AnalysisError(f"the trunk {trunk_id} did not reach its last checkpoint: {why}")

@@ -18,8 +18,9 @@ from batchtune.analysis.pretrain_grid import GridAnalysis, GridCurve, analyse_gr
 from batchtune.backends.spec import Candidate
 from batchtune.errors import InputError
 from batchtune.events import ProbeEvents
+from batchtune.measure import failed_starts
 from batchtune.measure.plan import lr_table, run_id
-from batchtune.measure.probe import StopPolicy, check_manifest, execute_run, reopen_failed_starts
+from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
 
@@ -60,7 +61,7 @@ def run_pretrain_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> P
         raise InputError("the pre-training probe needs backend.training = 'pretrain'")
     store = ResultsStore(recipe.run.results_dir)
     check_manifest(store, recipe)
-    reopen_failed_starts(store, progress)  # a run that could not start measured nothing: run it again
+    failed_starts.reopen(store, progress)  # a run that could not start measured nothing: run it again
     cands, ref = plan_pretrain(recipe)
     p = recipe.pretrain
     policy = StopPolicy(

@@ -23,7 +23,7 @@ from batchtune.backends import lifeguard
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.errors import AnalysisError, BackendError, InputError, MetricMissingError, RecipeError
 from batchtune.events import ProbeEvents
-from batchtune.measure import preflight
+from batchtune.measure import failed_starts, preflight
 from batchtune.measure.execute import run_jobs
 from batchtune.measure.guards import check_metric_present, check_target_range
 from batchtune.measure.plan import Plan, plan_candidates, run_id, run_record
@@ -366,55 +366,6 @@ def _reference_band(store: ResultsStore, recipe: Recipe, plan: Plan) -> tuple[fl
     return factor * est.ci_high, factor * est.ci_high / cand.batch_responses * step_s
 
 
-def reopen_failed_starts(store: ResultsStore, progress: ProgressFn | None) -> list[RunRecord]:
-    """Runs that failed before training last time (``records.failed_before_training``: the trainer
-    could not start) are unfinished again, so this probe runs them; a ``retry`` event says so."""
-    reopened = store.reopen_failed_starts()
-    if reopened and progress is not None:
-        progress("retry", {"run_ids": [r.run_id for r in reopened], "message": retry_message(reopened)})
-    return reopened
-
-
-def retry_message(records: list[RunRecord]) -> str:
-    ids = [r.run_id for r in records]
-    shown = ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
-    return (
-        f"running again {len(ids)} run(s) that failed before training last time ({shown}: "
-        f"{records[0].reason})"
-    )
-
-
-def failed_start_note(store: ResultsStore) -> str | None:
-    """A note naming the runs that failed before their first training step (run again next time)."""
-    failed = [r for r in store.runs() if failed_before_training(r)]
-    if not failed:
-        return None
-    ids = ", ".join(r.run_id for r in failed[:8]) + (
-        f" and {len(failed) - 8} more" if len(failed) > 8 else ""
-    )
-    return (
-        f"{len(failed)} run(s) failed before their first training step ({ids}: {failed[0].reason}); "
-        "they measured nothing, so the next probe runs them again"
-    )
-
-
-def _check_reference_trains(store: ResultsStore, plan: Plan, seeds: tuple[int, ...] | list[int]) -> None:
-    """Stop the probe when every finished run of the reference failed before its first training
-    step: the others would fail the same way (a missing module, no GPU, a trainer that cannot
-    start), and without the reference nothing can be estimated. BackendError (exit 4)."""
-    ref = plan.by_label().get(plan.reference)
-    if ref is None:
-        return
-    records = [r for s in seeds if (r := store.run(run_id(ref, s))) is not None]
-    if records and all(failed_before_training(r) for r in records):
-        ids = ", ".join(r.run_id for r in records)
-        raise BackendError(
-            f"the reference {plan.reference} failed before its first training step ({ids}), so no "
-            f"other batch was run: {records[0].reason}; fix the trainer or its environment and "
-            "rerun (runs that failed before training are run again)"
-        )
-
-
 def run_probe(
     recipe: Recipe, results_dir: str | Path | None = None, progress: ProgressFn | None = None
 ) -> ProbeResult:
@@ -427,7 +378,7 @@ def run_probe(
     plan = plan_candidates(recipe)
     seeds = recipe.budget.seeds
     jobs = [(c, s) for c in plan.candidates for s in seeds]
-    reopen_failed_starts(store, progress)
+    failed_starts.reopen(store, progress)
     _check_finished_runs_match(store, plan)
     todo = [(c, s) for c, s in jobs if not store.is_finished(run_id(c, s))]
     if progress is not None:
@@ -441,12 +392,15 @@ def run_probe(
     rounds = [ref_jobs[:1], ref_jobs[1:]] if one_by_one else [ref_jobs]
     no_band = _stop_policy(recipe, (math.inf, math.inf))
     done = 0
+    ref_cand = plan.by_label()[plan.reference]
     with lifeguard.sigterm_raises():  # SIGTERM unwinds: pool workers and trainers are stopped
         try:
             # waits for reference runs another live process holds: the band needs every seed
             for batch in rounds:
                 done += run_jobs(execute_run, recipe, store, ref_b, batch, no_band, progress)
-                _check_reference_trains(store, plan, seeds)
+                records = [r for sd in seeds if (r := store.run(run_id(ref_cand, sd))) is not None]
+                who = f"the reference {plan.reference}"
+                failed_starts.stop_if_none_started(records, who, "no other batch was run")
         except (MetricMissingError, BackendError):
             if not store.runs():  # nothing finished: let a rerun with the right metric start afresh
                 store.manifest_path.unlink(missing_ok=True)
@@ -458,7 +412,7 @@ def run_probe(
         )
         done += add_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
     efficiency = analyse_store(store, recipe, plan)
-    note = failed_start_note(store)
+    note = failed_starts.note(store)
     return ProbeResult(
         plan=plan,
         efficiency=efficiency,
