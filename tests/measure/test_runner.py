@@ -83,6 +83,19 @@ STOP_SCRIPT = textwrap.dedent(
 )
 
 
+def _start_stop_script(marks: Path, unwind_s: float) -> subprocess.Popen:
+    """STOP_SCRIPT in its own process group (a Ctrl-C to it reaches it and its workers only)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", STOP_SCRIPT, str(marks), str(unwind_s)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=sigint_as_a_terminal_sends_it,
+    )
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -104,15 +117,7 @@ def test_a_signal_stops_the_running_runs_and_starts_no_queued_one(tmp_path, to_g
     'interrupted', then wait at exit for the workers, forever once their progress events filled the
     queue no one read any more; and a Ctrl-C reaching the workers (a terminal sends it to the whole
     group) printed their tracebacks."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", STOP_SCRIPT, str(tmp_path), "1"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own group: the Ctrl-C below reaches it and its workers only
-        preexec_fn=sigint_as_a_terminal_sends_it,
-    )
+    proc = _start_stop_script(tmp_path, unwind_s=1)
     try:
         started = _wait_for_starts(tmp_path, proc, 2)
         os.killpg(proc.pid, sig) if to_group else proc.send_signal(sig)
@@ -132,15 +137,7 @@ def test_a_second_ctrl_c_kills_workers_whose_runs_do_not_unwind(tmp_path) -> Non
     """Runs whose unwinding takes long (here a minute; the grace before SIGKILL is set to 600 s): the
     first Ctrl-C stops the pool and waits for it, a second one kills the workers at once rather
     than cutting the stop short (which left the workers running and the exit waiting for them)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", STOP_SCRIPT, str(tmp_path), "60"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=sigint_as_a_terminal_sends_it,
-    )
+    proc = _start_stop_script(tmp_path, unwind_s=60)
     try:
         _wait_for_starts(tmp_path, proc, 2)
         os.killpg(proc.pid, signal.SIGINT)
