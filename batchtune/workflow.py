@@ -8,7 +8,6 @@ report layer's plots (files, not terminal output).
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
@@ -324,7 +323,9 @@ def recommend_for_recipe(
         try:
             rec = recommend(eff, thr)
         except AnalysisError as exc:
-            raise AnalysisError(_why_not_ranked(str(exc), store, cfg, eff)) from None
+            from batchtune.measure.advice import why_not_ranked
+
+            raise AnalysisError(why_not_ranked(str(exc), store, cfg, eff)) from None
     else:  # what the search left unmeasured, and a batch schedule from the critical batch's progress
         from batchtune.analysis.branched_summary import with_schedule
         from batchtune.measure.branched import thin_evidence, unmeasured
@@ -338,52 +339,6 @@ def recommend_for_recipe(
             note = _plot_skipped("time-to-target", exc)
         rec = dataclasses.replace(rec, notes=(*rec.notes, note))
     return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
-
-
-def _why_not_ranked(message: str, store: ResultsStore, cfg: Recipe, eff: Any) -> str:
-    """``message``, told what the results directory says: runs that stopped at the probe's own
-    target (budget.stop_at_target) cannot reach a target past it, and an unfinished probe is
-    finished by rerunning it; 'run longer' and 'fewer than two candidates' alone misled."""
-    from batchtune.measure.plan import plan_candidates, run_id
-
-    manifest = store.read_manifest() or {}
-    recipe_table = manifest.get("recipe")
-    probed: dict[str, Any] = recipe_table if isinstance(recipe_table, dict) else {}
-    target, budget = probed.get("target", {}), probed.get("budget", {})
-    t = cfg.target
-    ref = eff.get(eff.reference).estimate
-    old = target.get("value", t.value) if isinstance(target, dict) else t.value
-    beyond = isinstance(old, int | float) and (t.value > old if t.higher_is_better else t.value < old)
-    stopped = [r.status == "reached_target" for r in store.runs() if r.candidate == eff.reference]
-    if (
-        isinstance(target, dict)
-        and isinstance(budget, dict)
-        and budget.get("stop_at_target", True)
-        and target.get("metric", t.metric) == t.metric
-        and beyond
-        and stopped
-        and all(stopped)
-        and (ref is None or not math.isfinite(ref.samples_to_target))
-    ):
-        cmp = ">=" if t.higher_is_better else "<="
-        return (
-            f"the reference {eff.reference} never reached {t.metric} {cmp} {t.value:g}: the probe's runs "
-            f"stopped at its own target ({t.metric} {cmp} {target.get('value')}, budget.stop_at_target). "
-            f"A target past it needs a probe made with it, into another results directory: "
-            f"batchtune probe RECIPE --set target.value={t.value:g} --results NEW_DIR"
-        )
-    try:
-        plan = plan_candidates(cfg)
-    except Exception:  # noqa: BLE001 - the advice is best effort; the error stands as it is
-        return message
-    planned = [run_id(c, s) for c in plan.candidates for s in cfg.budget.seeds]
-    done = sum(store.is_finished(r) for r in planned)
-    if done < len(planned):
-        return (
-            f"{message}: the probe is unfinished ({done} of {len(planned)} planned runs finished); "
-            "rerun the same `batchtune probe` command to finish it"
-        )
-    return message
 
 
 def _plot_time(store: ResultsStore, rec: Recommendation) -> Path:
