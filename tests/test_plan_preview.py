@@ -169,8 +169,7 @@ def test_run_it_carries_the_users_options_so_it_runs_the_plan_shown(tmp_path: Pa
 
 def test_plan_of_a_pretraining_recipe_is_its_grid_of_token_batches(tmp_path: Path):
     """`plan tiny-pretrain` showed the RL candidates of the recipe's defaults (P4xG8 ..., 12 runs),
-    not the 27 runs at 9 token batches the probe makes; and probe.mode = "branched" on a
-    pre-training recipe was ignored (the grid ran): it is refused."""
+    not the 27 runs at 9 token batches the probe makes."""
     pre = str(shipped_recipes()["tiny-pretrain"])
     out = _invoke("plan", pre, "-r", str(tmp_path / "r"), "--time-steps", "0", "--json")
     assert out.exit_code == 0, out.output
@@ -182,6 +181,19 @@ def test_plan_of_a_pretraining_recipe_is_its_grid_of_token_batches(tmp_path: Pat
     assert all(48_000 <= c["max_samples_per_run"] < 48_000 + c["batch_responses"] for c in plan["candidates"])
     text = _invoke("plan", pre, "-r", str(tmp_path / "r"), "--time-steps", "0")
     assert "tokens/run" in text.stdout and "48,000 tokens" in text.stdout
-    branched = _invoke("probe", pre, "-r", str(tmp_path / "b"), "--set", "probe.mode=branched")
-    assert branched.exit_code == 2 and "not available for backend.training = 'pretrain'" in branched.output
-    assert not (tmp_path / "b").exists()
+
+
+def test_plan_of_a_branched_pretraining_recipe_is_in_tokens(tmp_path: Path):
+    """A branched pre-training probe was refused; its plan is the trunk and branches of the token
+    batches (not the recipe's RL defaults), counted in tokens."""
+    pre = str(shipped_recipes()["tiny-pretrain-branched"])
+    out = _invoke("plan", pre, "-r", str(tmp_path / "r"), "--time-steps", "0", "--json")
+    assert out.exit_code == 0, out.output
+    plan = json.loads(out.stdout)
+    assert plan["mode"] == "branched" and plan["unit"] == "tokens"
+    assert plan["reference"] == "B16" and plan["checkpoints"] == [4096, 8192, 16384]
+    labels = [c["label"] for c in plan["candidates"]]
+    assert labels == ["B32", "B48", "B64", "B96", "B128", "B192", "B256", "B512"]
+    text = _invoke("plan", pre, "-r", str(tmp_path / "r"), "--time-steps", "0")
+    assert "seqs x len" in text.stdout and "Trunk: 16,384 tokens at B16" in text.stdout
+    assert "samples" not in text.stdout.split("note:")[0]

@@ -92,6 +92,22 @@ def _trunk_id(ref: Candidate, seed: int) -> str:
     return f"trunk-{ref.label}-s{seed}"
 
 
+def branched_recipe(recipe: Recipe) -> Recipe:
+    """The recipe as the branched probe reads it. A pre-training recipe (backend.training =
+    "pretrain") is compared on its eval loss (lower is better; logged every
+    ``pretrain.eval_every_tokens``) against its lowest target loss, its runs' budget is
+    ``pretrain.max_tokens``, and its candidates are its token batches (measure/plan.py), so samples
+    are tokens throughout. Any other recipe is returned as it is."""
+    if recipe.backend.training != "pretrain":
+        return recipe
+    p = recipe.pretrain
+    target = dataclasses.replace(
+        recipe.target, metric="eval_loss", value=min(p.targets), higher_is_better=False
+    )
+    budget = dataclasses.replace(recipe.budget, max_samples=p.max_tokens)
+    return dataclasses.replace(recipe, target=target, budget=budget)
+
+
 def _with_budget(recipe: Recipe, max_samples: int) -> Recipe:
     return dataclasses.replace(recipe, budget=dataclasses.replace(recipe.budget, max_samples=max_samples))
 
@@ -108,6 +124,7 @@ def run_branched(
         raise InputError(f"{problem}, so probe.mode = 'branched' cannot use it; use probe.mode = 'grid'")
     root = ResultsStore(recipe.run.results_dir)
     check_manifest(root, recipe)
+    recipe = branched_recipe(recipe)
     store = branched_store(recipe.run.results_dir)
     if not read_only:
         failed_starts.reopen(store, progress)  # a trainer that could not start: not data
@@ -233,6 +250,7 @@ class BranchedProbeResult:
 def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
     """Candidates with their measured timings and costs (the trunk counted to the reference), then
     analysis/branched_summary.py."""
+    recipe = branched_recipe(recipe)
     t = recipe.target
     by_label = runs.plan.by_label()
     cands = []
@@ -294,6 +312,7 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
             *([other_runs_note(runs.other_runs)] if runs.other_runs else []),
         ],
         unread_samples=unread_samples,
+        unit="tokens" if recipe.backend.training == "pretrain" else "samples",
     )
 
 

@@ -40,6 +40,10 @@ def lr_table(recipe: Recipe) -> dict[int, float]:
 
 
 def plan_candidates(recipe: Recipe) -> Plan:
+    """The candidates of ``recipe``: P x G for RL recipes; for a pre-training recipe
+    (backend.training = "pretrain") its token batches (plan_pretrain)."""
+    if recipe.backend.training == "pretrain":
+        return plan_pretrain(recipe)
     c = recipe.candidates
     g = c.group_size
     prompts = sorted(set(c.prompts))
@@ -84,6 +88,34 @@ def plan_candidates(recipe: Recipe) -> Plan:
         main=tuple(x.label for x in main),
         group_sweep=tuple(x.label for x in sweep),
         fixed_lr=tuple(x.label for x in fixed),
+    )
+
+
+def plan_pretrain(recipe: Recipe) -> Plan:
+    """A pre-training recipe's candidates: every batch of ``pretrain.batches_tokens`` as ``prompts``
+    sequences of ``group_size = seq_len`` tokens (so a batch in responses is a batch in tokens), at
+    the LR of the recipe's rule from ``lr_scaling.reference_batch`` (default: the smallest batch)."""
+    p = recipe.pretrain
+    batches = sorted(set(p.batches_tokens))
+    ref = recipe.lr_scaling.reference_batch or batches[0]
+    rule, table = recipe.lr_scaling.rule, lr_table(recipe)
+    main = [
+        Candidate(
+            label=f"B{b}",
+            prompts=b // p.seq_len,
+            group_size=p.seq_len,
+            lr=scaled_lr(recipe.optimizer.lr, b, ref, rule, table),
+            lr_rule=rule,
+        )
+        for b in batches
+    ]
+    return Plan(
+        candidates=tuple(main),
+        reference=main[0].label,
+        reference_batch=ref,
+        main=tuple(c.label for c in main),
+        group_sweep=(),
+        fixed_lr=(),
     )
 
 

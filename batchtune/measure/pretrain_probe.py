@@ -20,6 +20,7 @@ from batchtune.errors import InputError
 from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts
 from batchtune.measure.plan import lr_table, run_id
+from batchtune.measure.plan import plan_pretrain as pretrain_plan
 from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
@@ -38,21 +39,8 @@ class PretrainProbeResult:
 
 def plan_pretrain(recipe: Recipe) -> tuple[list[Candidate], int]:
     """Candidates at every batch of the grid with the LR of the recipe's rule; the reference batch."""
-    p = recipe.pretrain
-    batches = sorted(set(p.batches_tokens))
-    ref = recipe.lr_scaling.reference_batch or batches[0]
-    rule, table = recipe.lr_scaling.rule, lr_table(recipe)
-    out = [
-        Candidate(
-            label=f"B{b}",
-            prompts=b // p.seq_len,
-            group_size=p.seq_len,
-            lr=scaled_lr(recipe.optimizer.lr, b, ref, rule, table),
-            lr_rule=rule,
-        )
-        for b in batches
-    ]
-    return out, ref
+    plan = pretrain_plan(recipe)
+    return list(plan.candidates), plan.reference_batch
 
 
 def run_pretrain_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> PretrainProbeResult:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from batchtune.measure.branch_checkpoint import CONTROL_WINDOWS
-from batchtune.measure.branched import branched_store, checkpoint_positions
+from batchtune.measure.branched import branched_recipe, branched_store, checkpoint_positions
 from batchtune.measure.plan import plan_candidates
 from batchtune.measure.preview import (
     IN_PROCESS_BACKENDS,
@@ -84,6 +84,7 @@ class BranchedPlanPreview:
     gpu_hours_max: float
     notes: tuple[str, ...] = ()
     mode: str = "branched"
+    unit: str = "samples"  # what the samples count: "tokens" for a pre-training recipe
 
 
 @cache
@@ -110,12 +111,15 @@ def _steps(samples: float, batch: int) -> int:
 
 
 def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> BranchedPlanPreview:
+    recipe = branched_recipe(recipe)  # a pre-training recipe: token batches, its eval loss and budget
+    pretrain = recipe.backend.training == "pretrain"
     plan = plan_candidates(recipe)
     by_label = plan.by_label()
     main = [by_label[lab] for lab in plan.main]
     ref = by_label[plan.reference]
     b0 = ref.batch_responses
-    br, every = recipe.branch, recipe.task.eval_every_samples
+    br = recipe.branch
+    every = recipe.pretrain.eval_every_tokens if pretrain else recipe.task.eval_every_samples
     ckpts = checkpoint_positions(recipe, b0)
     seeds_max = max(br.max_seeds, br.confirm_seeds, len(recipe.budget.seeds))
     others = main[1:]
@@ -211,4 +215,5 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         gpus=gpus,
         gpu_hours_max=total_s * gpus / 3600 if gpus else 0.0,  # every run holds its GPUs
         notes=tuple(notes),
+        unit="tokens" if pretrain else "samples",
     )

@@ -4,6 +4,7 @@ that fit the algorithm). Every problem is returned, so they are reported togethe
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -84,6 +85,24 @@ def check_recipe(recipe: Recipe) -> list[str]:
     return errors
 
 
+def _check_pretrain_branches(recipe: Recipe) -> list[str]:
+    """A branched probe of a pre-training recipe compares eval losses against its lowest target and
+    runs every trunk and branch inside pretrain.max_tokens (the schedule's horizon): a branch cut
+    there would read as one that never kept up."""
+    p, b = recipe.pretrain, recipe.branch
+    if not p.targets:
+        return ["pretrain.targets: a branched probe needs a target loss (it reads the critical batch there)"]
+    top = max(p.batches_tokens)
+    longest = b.trunk_samples + b.max_window_factor * max(b.window_samples, b.min_steps * top) + top
+    if p.max_tokens < longest:
+        return [
+            f"pretrain.max_tokens: {p.max_tokens:,} is short of the trunk ({b.trunk_samples:,}) and the "
+            f"longest branch after it ({longest - b.trunk_samples:,.0f} tokens at {top}): at least "
+            f"{math.ceil(longest):,}"
+        ]
+    return []
+
+
 def _check_model_and_task(recipe: Recipe) -> list[str]:
     """Shapes a built-in model can have, and a held-out metric only where a held-out set exists."""
     m, errors = recipe.model, []
@@ -129,10 +148,6 @@ def _check_pretrain(recipe: Recipe) -> list[str]:
         2 <= p.markov_branching <= p.markov_vocab and 1 <= p.markov_order <= 3 and p.markov_concentration > 0
     ):
         errors.append("pretrain.markov_*: needs 2 <= branching <= vocab, order 1..3, concentration > 0")
-    if recipe.probe.mode == "branched":  # it used to be ignored: the probe ran the grid regardless
-        errors.append(
-            "probe.mode: 'branched' is not available for backend.training = 'pretrain'; the pre-training "
-            "probe runs its grid of token batches (pretrain.batches_tokens), and its trainer's checkpoints "
-            "serve schedule runs (docs/pretraining.md)"
-        )
+    if recipe.probe.mode == "branched":
+        errors.extend(_check_pretrain_branches(recipe))
     return errors

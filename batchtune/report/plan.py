@@ -83,7 +83,8 @@ def branched_plan_table(preview: Any) -> Table:
     p = preview
     title = f"Branched probe plan ({p.backend} backend): branches from the trunk at {p.reference}"
     table = Table(title=title + ", upper bounds")
-    cols = ("batch", "P x G", "N", "LR", "window", "steps", "longest branch", "branches")
+    shape = "seqs x len" if p.unit == "tokens" else "P x G"  # a pre-training recipe's token batches
+    cols = ("batch", shape, "N", "LR", "window", "steps", "longest branch", "branches")
     timed = ("s/step", "s/branch")
     for col in cols + (timed if p.timed_steps else ()):
         table.add_column(col, justify="left" if col == "batch" else "right")
@@ -112,14 +113,15 @@ def branched_plan_summary(preview: Any, run_it: str) -> list[str]:
     if k != n:
         reach += f" (search: {p.search})"
     grid_x = p.grid_samples_max / p.reference_run_samples
+    u = p.unit
     lines = [
-        f"Trunk: {p.trunk_samples:,} samples at {p.reference} ({p.reference_batch} per step), "
+        f"Trunk: {p.trunk_samples:,} {u} at {p.reference} ({p.reference_batch} per step), "
         f"checkpoints at {at}",
         f"At each checkpoint: a control at {p.reference} per seed (at most "
-        f"{p.control_samples_max:,} samples each) and branches of {reach}, each at {p.seeds} seed(s), "
+        f"{p.control_samples_max:,} {u} each) and branches of {reach}, each at {p.seeds} seed(s), "
         f"up to {p.seeds_max} while its verdict is open",
-        f"Probe budget: {p.total_samples_max:,} samples at most = {p.cost_vs_reference_run:.1f}x one "
-        f"full run at the reference {p.reference} ({p.reference_run_samples:,} samples); the grid of "
+        f"Probe budget: {p.total_samples_max:,} {u} at most = {p.cost_vs_reference_run:.1f}x one "
+        f"full run at the reference {p.reference} ({p.reference_run_samples:,} {u}); the grid of "
         f"this recipe: {p.grid_samples_max:,} at most ({grid_x:.1f}x)",
     ]
     if math.isfinite(p.wall_s_max):
