@@ -87,6 +87,7 @@ def summarise_branched(
     reference_curve: tuple[np.ndarray, np.ndarray] | None = None,
     notes: Sequence[str] = (),
     unread_samples: float = 0.0,
+    unit: str = "samples",
 ) -> BranchedSummary:
     """R(B) per candidate from the local ratios (module docstring), then the usual assessment.
 
@@ -95,7 +96,8 @@ def summarise_branched(
     longest curve of the reference batch (the trunk continued by its own seed's control), which
     R(B0) is read or extrapolated from; default the trunk itself. The trunk's cost is its own.
     ``notes`` (the caller's, e.g. a checkpoint it could not read) come first; ``unread_samples``:
-    what such checkpoints' controls spent, counted with the branches.
+    what such checkpoints' controls spent, counted with the branches. ``unit``: what samples count
+    ("tokens" for a pre-training recipe), carried by the efficiency for its readers.
     """
     if not locals_:
         raise AnalysisError("a branched probe needs at least one checkpoint with finished branches")
@@ -112,8 +114,8 @@ def summarise_branched(
         )
     if extrapolated:
         notes.append(
-            f"R(B0) {r0:,.0f} [{lo0:,.0f}, {hi0:,.0f}] samples is extrapolated from the trunk and its own "
-            f"seed's control (which stopped at {float(np.max(ref_s)):,.0f}): metric linear in log(samples); "
+            f"R(B0) {r0:,.0f} [{lo0:,.0f}, {hi0:,.0f}] {unit} is extrapolated from the trunk and its own "
+            f"seed's control (which stopped at {float(np.max(ref_s)):,.0f}): metric linear in log({unit}); "
             "the interval runs from where that curve stopped to the latest of three curve forms, and every "
             "absolute R, time and full-run figure carries it (ratios between batches do not)"
         )
@@ -156,7 +158,7 @@ def summarise_branched(
         confidence=confidence,
         reference=reference,
     )
-    eff = dataclasses.replace(eff, notes=(*eff.notes, *notes), scale_ci=(lo0 / r0, hi0 / r0))
+    eff = dataclasses.replace(eff, notes=(*eff.notes, *notes), scale_ci=(lo0 / r0, hi0 / r0), unit=unit)
     progress = at_target = None
     try:
         progress = fit_progress(

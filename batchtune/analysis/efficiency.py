@@ -90,6 +90,25 @@ class SampleEfficiency:
     # a factor interval common to every candidate's absolute R: a branched probe's R(B0) extrapolated
     # from its trunk (R(B) = R(B0) x ratio). Ratios between candidates do not carry it.
     scale_ci: tuple[float, float] = (1.0, 1.0)
+    # what a sample and a batch count: "samples" (responses) for RL; "tokens" for a pre-training
+    # recipe's branched probe, where a batch is seqs x len tokens
+    unit: str = "samples"
+
+    @property
+    def batch_noun(self) -> str:
+        """How a batch size reads: "responses", or "tokens" for pre-training."""
+        return "tokens" if self.unit == "tokens" else "responses"
+
+    def shape_words(self, prompts: int, group_size: int) -> str:
+        """A batch's shape in words: "8 prompts x 16 responses", or "8 sequences x 16 tokens"."""
+        if self.unit == "tokens":
+            return f"{prompts} sequences x {group_size} tokens"
+        return f"{prompts} prompts x {group_size} responses"
+
+    @property
+    def shape(self) -> str:
+        """The column head of a batch's shape: P x G, or sequences x length for pre-training."""
+        return "seqs x len" if self.unit == "tokens" else "P x G"
 
     def absolute_ci(self, est: TargetEstimate) -> tuple[float, float]:
         """``est``'s interval for R itself: the seeds' interval times ``scale_ci``."""

@@ -191,7 +191,8 @@ def execute_run(
         raw_reached = False  # the fit cannot reach the target before a raw point does
         last = None
         totals = {"gen_s": 0.0, "train_s": 0.0, "other_s": 0.0}
-        status, reason = "budget_exhausted", f"spent the budget of {policy.max_samples} samples"
+        unit = "tokens" if recipe.backend.training == "pretrain" else "samples"
+        status, reason = "budget_exhausted", f"spent the budget of {policy.max_samples} {unit}"
         failed_start = False
         stream = backend.train(spec)
         logged: set[str] = set()  # metric names seen until the target metric shows up
@@ -227,7 +228,7 @@ def execute_run(
                         )
                         if target_confirmed(crossing):  # 25% past R: no end-of-curve bias
                             status = "reached_target"
-                            reason = f"reached the target at {crossing.samples_to_target:.0f} samples"
+                            reason = f"reached the target at {crossing.samples_to_target:.0f} {unit}"
                             break
                 train_time_s = totals["gen_s"] + totals["train_s"] + step.step * policy.other_s_per_step
                 if step.samples >= policy.band_samples and train_time_s >= policy.band_time_s:

@@ -53,13 +53,14 @@ def branched_to_dict(sm: BranchedSummary) -> dict[str, Any]:
 
 def render_branched(console: Console, sm: BranchedSummary) -> None:
     table = Table(title="Local critical batch at each checkpoint of the trunk (Merrill et al. 2025)")
+    u = sm.efficiency.unit
     for col in (
-        "checkpoint (samples)",
+        f"checkpoint ({u})",
         "metric there",
         "local target",
         "local B_crit",
         "interval",
-        "branch samples",
+        f"branch {u}",
     ):
         table.add_column(col, justify="right")
     for lc in sm.locals:
@@ -75,11 +76,11 @@ def render_branched(console: Console, sm: BranchedSummary) -> None:
     console.print(table)
     r0, lo0, hi0 = sm.reference_samples_to_target
     what = "extrapolated" if sm.extrapolated else "measured"
-    console.print(f"Reference samples-to-target ({what}): {_g(r0)} [{_g(lo0)}, {_g(hi0)}]")
+    console.print(f"Reference {u}-to-target ({what}): {_g(r0)} [{_g(lo0)}, {_g(hi0)}]")
     if sm.critical_at_target is not None:
         p, lo, hi = sm.critical_at_target
         console.print(
             f"Local critical batch at the target, from its trend: {_g(p)} [{_g(lo)}, {_g(hi)}] "
             "(an extrapolation past the last checkpoint)"
         )
-    console.print(f"Trunk {_g(sm.trunk_samples)} + branches {_g(sm.branch_samples)} samples")
+    console.print(f"Trunk {_g(sm.trunk_samples)} + branches {_g(sm.branch_samples)} {u}")

@@ -69,7 +69,7 @@ def ranking_rows(rec: Any) -> tuple[tuple[str, ...], ...]:
             "candidate",
             "N",
             "R/R0 of R",
-            "Θ resp/s" if thr.absolute else "Θ/Θ0",
+            ("Θ tok/s" if rec.efficiency.unit == "tokens" else "Θ resp/s") if thr.absolute else "Θ/Θ0",
             "T/T0",
             "T/T0 interval",
         )
@@ -96,7 +96,7 @@ def build_sections(eff: Any, rec: Any | None, plots: list[Path], missing: str = 
     if rec is not None:
         w = rec.winner
         lr = f", LR {w.lr:.3g} ({w.lr_rule})" if math.isfinite(w.lr) else ""
-        head = f"{w.label}: {w.prompts} prompts x {w.group_size} responses = {w.batch_responses} per step{lr}"
+        head = f"{w.label}: {eff.shape_words(w.prompts, w.group_size)} = {w.batch_responses} per step{lr}"
         conc = rec.winner_throughput.generation_concurrency
         paras = [head] + ([f"Generation concurrency: {conc} responses in flight."] if conc else [])
         sure = how_sure(rec)
@@ -115,12 +115,12 @@ def build_sections(eff: Any, rec: Any | None, plots: list[Path], missing: str = 
     crit = eff.critical
     paras = [crit.reason] if crit is not None else []
     if crit is not None and crit.batch is not None:
-        paras.insert(0, f"Critical training batch: {fmt_n(crit.batch)} responses.")
+        paras.insert(0, f"Critical training batch: {fmt_n(crit.batch)} {eff.batch_noun}.")
     cmp = ">=" if eff.higher_is_better else "<="
     paras.append(f"Target: {eff.metric} {cmp} {eff.target:g}; tolerance R/R0 <= {1 + eff.tolerance:g}.")
     imgs = tuple(p for n, p in by_name.items() if n == "learning_curves.png")
     sections.append(Section("Sample efficiency", tuple(paras), efficiency_rows(eff), -1, imgs))
-    cost = f"The probe spent {eff.total_samples:,} samples in {fmt_time(eff.total_wall_s)} of run time"
+    cost = f"The probe spent {eff.total_samples:,} {eff.unit} in {fmt_time(eff.total_wall_s)} of run time"
     if rec is not None and math.isfinite(rec.winner.estimate.samples_to_target):
         r = rec.winner.estimate.samples_to_target
         cost += f"; one full run at {rec.winner.label} needs ~{r:,.0f} ({eff.total_samples / r:.1f}x less)"

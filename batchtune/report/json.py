@@ -115,6 +115,7 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
         "target": num(eff.target),
         "higher_is_better": eff.higher_is_better,
         "tolerance": eff.tolerance,
+        "unit": eff.unit,  # what samples and batches count: "samples" (responses), or "tokens"
         "critical_training_batch": None
         if crit is None
         else {

@@ -71,9 +71,9 @@ def r_statistic(eff: SampleEfficiency) -> str:
 def efficiency_table(eff: SampleEfficiency) -> Table:
     cmp = ">=" if eff.higher_is_better else "<="
     goal = f"{eff.metric} {cmp} {eff.target:g}" if math.isfinite(eff.target) else "the target"
-    table = Table(title=f"Sample efficiency: responses until {goal}")
+    table = Table(title=f"Sample efficiency: {eff.batch_noun} until {goal}")
     r_col = f"R ({r_statistic(eff)})"
-    for col in ("candidate", "P x G", "N", "LR", "seeds", r_col, "CI", "R/R0 paired", "status"):
+    for col in ("candidate", eff.shape, "N", "LR", "seeds", r_col, "CI", "R/R0 paired", "status"):
         table.add_column(col, justify="right" if col not in ("candidate", "status") else "left")
     for c in eff.candidates:
         est = c.estimate
@@ -108,10 +108,10 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
         if crit.batch is None:
             head += "not estimated (the reference never reached the target)"
         else:
-            head += f"{fmt_n(crit.batch)} responses"
+            head += f"{fmt_n(crit.batch)} {eff.batch_noun}"
             ref = next((c for c in eff.candidates if c.label == eff.reference), None)
             if crit.upper is not None and ref is not None and crit.batch == ref.batch_responses:
-                head += f" (the reference itself; {fmt_n(crit.upper)} already needs more samples)"
+                head += f" (the reference itself; {fmt_n(crit.upper)} already needs more {eff.unit})"
             elif crit.upper is not None:
                 head += f" (the measured bracket: {fmt_n(crit.lower)} to {fmt_n(crit.upper)})"
             else:
@@ -135,7 +135,7 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
         lines.append("Gradient noise scale B_simple: not estimated (no finite value from these runs)")
     elif eff.noise_scale is not None:
         lines.append(
-            f"Gradient noise scale B_simple ~ {fmt_n(eff.noise_scale.b_simple)} responses "
+            f"Gradient noise scale B_simple ~ {fmt_n(eff.noise_scale.b_simple)} {eff.batch_noun} "
             "(a prior: it underestimates the critical batch of Adam-trained LMs)"
         )
     for c in eff.candidates:
@@ -153,7 +153,7 @@ def render_efficiency(console: Console, eff: SampleEfficiency) -> None:
 
 def recommendation_table(rec: Recommendation) -> Table:
     thr = rec.throughput
-    unit = "resp/s" if thr.absolute else "x ref"
+    unit = ("tok/s" if rec.efficiency.unit == "tokens" else "resp/s") if thr.absolute else "x ref"
     table = Table(title=f"Predicted time-to-target (throughput from {thr.source})")
     by_rank = sorted(rec.ranking.candidates, key=lambda r: r.rank)
     points = [r.time_ratio for r in by_rank]
@@ -209,8 +209,8 @@ def render_recommendation(
     w = rec.winner
     wt = rec.winner_throughput
     body = [
-        f"[bold]{w.label}[/]: {w.prompts} prompts x {w.group_size} responses = {w.batch_responses} per step"
-        + (f", lr {w.lr:.3g} ({w.lr_rule})" if math.isfinite(w.lr) else ""),
+        f"[bold]{w.label}[/]: {rec.efficiency.shape_words(w.prompts, w.group_size)} = {w.batch_responses} "
+        "per step" + (f", lr {w.lr:.3g} ({w.lr_rule})" if math.isfinite(w.lr) else ""),
     ]
     if wt.generation_concurrency:
         body.append(f"generation concurrency: {wt.generation_concurrency} responses in flight")
@@ -235,21 +235,22 @@ def render_recommendation(
 
 
 def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendation | None) -> None:
-    text = f"Probe cost: {eff.total_samples:,} samples, {fmt_time(eff.total_wall_s)} of run time"
+    u = eff.unit
+    text = f"Probe cost: {eff.total_samples:,} {u}, {fmt_time(eff.total_wall_s)} of run time"
     crit = eff.critical.batch if eff.critical is not None else None
     at_crit = [c for c in eff.candidates if c.family == "main" and c.batch_responses == crit and c.estimate]
     crit_est = at_crit[0].estimate if at_crit else None
     if rec is None and crit_est is not None and math.isfinite(crit_est.samples_to_target):
         c = at_crit[0]
         r = crit_est.samples_to_target
-        text += f"; one full run at the critical batch ({c.label}): ~{r:,.0f} samples"
+        text += f"; one full run at the critical batch ({c.label}): ~{r:,.0f} {u}"
         step_s = c.gen_s_per_step + c.train_s_per_step
         if step_s > 0:
             text += f", ~{fmt_time(r / c.batch_responses * step_s)} at the probe's step time"
     win_est = rec.winner.estimate if rec is not None else None
     if rec is not None and win_est is not None and math.isfinite(win_est.samples_to_target):
         r = win_est.samples_to_target
-        text += f"; one full run at {rec.winner.label}: ~{r:,.0f} samples"
+        text += f"; one full run at {rec.winner.label}: ~{r:,.0f} {u}"
         if rec.throughput.absolute:
             text += f", ~{fmt_time(r / rec.winner_throughput.responses_per_s)}"
         text += f": the probe cost {eff.total_samples / r:.2f}x one full run"
@@ -257,7 +258,7 @@ def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendati
         if span is not None:
             text += f" ({span[0]:.2f}-{span[1]:.2f}x over the full run's interval)"
         steps = eff.total_samples / rec.winner.batch_responses
-        text += f", as many samples as {steps:,.0f} steps at {rec.winner.label}"
+        text += f", as many {u} as {steps:,.0f} steps at {rec.winner.label}"
     console.print(text)
 
 
