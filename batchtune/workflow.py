@@ -24,7 +24,8 @@ from batchtune.events import ProbeEvents, SweepProgress
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
 from batchtune.recipe.schema import Recipe
-from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord
+from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord, atomic_write_text
+from batchtune.workflow_pretrain import check_pretrain_ranking, emit_pretrain_pick
 
 
 def recipe_for(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
@@ -119,7 +120,6 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
     results directory), from the results' recommendation, or its sample efficiency alone when no
     throughput source exists. Returns (html, markdown) paths."""
     from batchtune.errors import ThroughputMissing
-    from batchtune.records import atomic_write_text
     from batchtune.report.html import build_sections, to_html, to_markdown
 
     store = ResultsStore(results)
@@ -135,7 +135,8 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
     plots = [p for p in pngs if p.name in ("time_to_target.png", "learning_curves.png")] + throughput
     sections = build_sections(eff, rec, plots, missing)
     title = f"batchtune report: {Path(results).name}"
-    subtitle = f"results {store.root}; {len(store.runs())} runs; target {eff.metric}"
+    runs = len(store.runs()) + len(ResultsStore(store.root / "branched").runs())  # a branched probe's too
+    subtitle = f"results {store.root}; {runs} runs; target {eff.metric}"
     out = Path(out_dir) if out_dir is not None else store.root
     out.mkdir(parents=True, exist_ok=True)
     html_path, md_path = out / "report.html", out / "report.md"
@@ -255,6 +256,10 @@ def throughput_for(
     under its own store)."""
     if source not in ("auto", "profile", "probe"):
         raise InputError(f"--throughput {source!r}: choose auto, profile or probe")
+    if cfg.backend.training == "pretrain":  # no generation: a step is the probe's own training step
+        if source == "profile":
+            raise InputError("--throughput profile: a pre-training recipe generates nothing; use probe")
+        source = "probe"
     other = cfg.generation.other_s_per_step
     if source in ("auto", "profile"):
         points = store.throughput()  # the latest profile of the directory, with its stored model shape
@@ -293,6 +298,7 @@ def recommend_for_recipe(
     from batchtune.measure.plan import plan_candidates
     from batchtune.measure.probe import analyse_store
 
+    check_pretrain_ranking(cfg, "recommend", emit)
     store = ResultsStore(cfg.run.results_dir)
     if not store.exists():
         raise InputError(f"no results in {store.root}: run `batchtune probe` first, or pass --results")
@@ -389,6 +395,8 @@ def _emit(
 ) -> tuple[str | None, Any]:
     if trainer is None:
         return None, None
+    if cfg is not None and cfg.backend.training == "pretrain":
+        return emit_pretrain_pick(rec, trainer, gpus, cfg), {}
     from batchtune.integrations.emit import emit_for_recommendation
 
     out = emit_for_recommendation(rec, trainer, gpus, cfg, gpus_per_node=gpus_per_node)
@@ -411,5 +419,12 @@ def _emit(
 def write_emitted(trainer: str, text: str, values: dict[str, object], out: Path) -> Path:
     """``--emit TRAINER --out FILE``: the emitted config as a file the trainer takes as it is."""
     from batchtune.integrations.emit_files import write_trainer_file
+    from batchtune.integrations.emit_pretrain import PRETRAIN_TRAINERS
+
+    if trainer in PRETRAIN_TRAINERS:  # flags and stage commands: the text is the file
+        if not out.parent.exists():
+            raise InputError(f"--out {out}: folder {out.parent} does not exist")
+        atomic_write_text(out, text)
+        return out
 
     return write_trainer_file(trainer, values, text, out)

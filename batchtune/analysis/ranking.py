@@ -149,6 +149,7 @@ def rank_time_to_target(
     reference: str,
     confidence: float = 0.9,
     open_margin: float = 0.0,
+    noun: str = "responses",
 ) -> Ranking:
     """Rank candidates by expected ``T = R / Θ`` (module doc); censored candidates (``R = inf``) rank last.
 
@@ -157,7 +158,8 @@ def rank_time_to_target(
     the smaller batch (it costs less memory and probes faster). Censored candidates are ordered
     among themselves by the lower bound of their time (``ci_low / Θ``), the one that could still be
     fastest first. ``samples_ci_low`` of a censored run is the
-    samples it consumed without reaching the target (a lower bound), its ``ci_high`` inf.
+    samples it consumed without reaching the target (a lower bound), its ``ci_high`` inf. ``noun``:
+    what a sample is in the reason's words ("tokens" for pre-training).
     The reference must have reached the target: every ratio is relative to it.
     """
     names = [str(n) for n in names]
@@ -227,7 +229,7 @@ def rank_time_to_target(
     winner = ranked[0]
     if winner.censored:  # unreachable: the reference is finite; kept as an internal invariant
         raise AssertionError("a censored candidate ranked first")
-    reason = _reason(ranked, winner, halfwidths, names)
+    reason = _reason(ranked, winner, halfwidths, names, noun)
     high, against = regret_bound(ranked, winner, halfwidths, names)
     return Ranking(
         candidates=ranked,
@@ -308,14 +310,15 @@ def _reason(
     winner: RankedCandidate,
     halfwidths: list[tuple[float, float]],
     names: list[str],
+    noun: str = "responses",
 ) -> str:
-    """Why the winner won, in docs/method.md §1 terms: responses needed vs throughput gained."""
+    """Why the winner won, in docs/method.md §1 terms: responses (``noun``) needed vs throughput."""
     if winner.is_reference:
         parts = [f"{winner.name} (the reference) reaches the target soonest."]
     else:
         parts = [
             f"{winner.name} reaches the target with {winner.sample_ratio:.2f}x the reference's "
-            f"responses at {winner.throughput_ratio:.2f}x its throughput: "
+            f"{noun} at {winner.throughput_ratio:.2f}x its throughput: "
             f"{winner.time_ratio:.2f}x the time."
         ]
     larger = [c for c in ranked if c.batch_responses > winner.batch_responses and not c.censored]
@@ -323,7 +326,7 @@ def _reason(
         next_batch = min(c.batch_responses for c in larger)
         best = min((c for c in larger if c.batch_responses == next_batch), key=lambda c: c.rank)
         parts.append(
-            f"Larger batches ({best.name}) need {best.sample_ratio:.2f}x the responses for "
+            f"Larger batches ({best.name}) need {best.sample_ratio:.2f}x the {noun} for "
             f"{best.throughput_ratio:.2f}x the throughput: {best.time_ratio:.2f}x the time."
         )
     elif not winner.is_reference:

@@ -168,6 +168,7 @@ def recommend(
         reference=efficiency.reference,
         confidence=ref_est.confidence,
         open_margin=efficiency.tolerance,
+        noun=efficiency.batch_noun,
     )
     winner = efficiency.get(ranking.winner)
     wt = throughput.per_candidate[winner.label]
@@ -283,10 +284,10 @@ def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput,
     est = _estimate(w)
     cmp = ">=" if eff.higher_is_better else "<="
     lr = f", lr {w.lr:.3g}" if math.isfinite(w.lr) else ""
-    text = f"Confirm with one full run at {w.prompts} prompts x {w.group_size} responses{lr}: "
+    text = f"Confirm with one full run at {eff.shape_words(w.prompts, w.group_size)}{lr}: "
     text += "it should reach "
     goal = f"{eff.metric} {cmp} {eff.target:g}" if math.isfinite(eff.target) else "the target"
-    text += f"{goal} after about {est.samples_to_target:,.0f} responses"
+    text += f"{goal} after about {est.samples_to_target:,.0f} {eff.batch_noun}"
     steps = est.samples_to_target / w.batch_responses
     text += f" ({steps:,.0f} step{'' if round(steps) == 1 else 's'}"
     lo, hi = eff.absolute_ci(est)

@@ -115,7 +115,8 @@ class ScheduleComparison:
     def winner(self) -> str:
         return "schedule" if self.time_ratio < 1.0 else self.best_fixed
 
-    def verdict(self) -> str:
+    def verdict(self, unit: str = "samples") -> str:
+        """Which wins and by how much, in words; ``unit``: what samples count ("tokens")."""
         f = self.fixed[self.best_fixed]
         s = self.schedule
         if len(self.stages) == 1:
@@ -129,7 +130,7 @@ class ScheduleComparison:
         return (
             f"the schedule {' -> '.join(st.label for st in self.stages)} is predicted {pct:.0f}% {how} "
             f"than the best fixed batch {self.best_fixed} ({s.time_s:,.3g} s vs {f.time_s:,.3g} s; "
-            f"{s.steps:,.0f} vs {f.steps:,.0f} steps, {s.samples:,.0f} vs {f.samples:,.0f} samples)"
+            f"{s.steps:,.0f} vs {f.steps:,.0f} steps, {s.samples:,.0f} vs {f.samples:,.0f} {unit})"
         )
 
 

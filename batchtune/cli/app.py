@@ -199,11 +199,15 @@ def _check_out(emit: str | None, out: Path | None) -> None:
     """--emit and --out, checked before anything runs (tune would find a typo after its probe)."""
     from batchtune.errors import InputError
     from batchtune.integrations.emit_base import TRAINERS
+    from batchtune.integrations.emit_pretrain import PRETRAIN_TRAINERS
 
     if out is not None and emit is None:
         raise InputError("--out writes the --emit config: add --emit verl|trl|openrlhf")
-    if emit is not None and emit not in TRAINERS:
-        raise InputError(f"unknown trainer {emit!r} for --emit; choose one of {', '.join(TRAINERS)}")
+    if emit is not None and emit not in (*TRAINERS, *PRETRAIN_TRAINERS):
+        raise InputError(
+            f"unknown trainer {emit!r} for --emit; choose one of {', '.join(TRAINERS)} (RL), or "
+            f"{', '.join(PRETRAIN_TRAINERS)} (a pre-training recipe)"
+        )
 
 
 def _show_efficiency_only(missing: Any, json_out: bool) -> None:
@@ -257,7 +261,7 @@ def _show_recommendation(
     if rec.schedule is not None:
         from batchtune.report.schedule import render_schedule
 
-        render_schedule(console, rec.schedule)
+        render_schedule(console, rec.schedule, rec.efficiency.unit)
     if written is not None:
         console.print(f"Trainer config written to {written}", highlight=False)
     if rec.efficiency.total_samples:

@@ -69,7 +69,8 @@ def probe(
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency, render_probe_cost
 
-    if cfg.backend.training == "pretrain":  # a grid of token batches -> B_opt, B_min per target loss
+    if cfg.backend.training == "pretrain" and cfg.probe.mode != "branched":
+        # a grid of token batches -> B_opt, B_min per target loss
         from batchtune.report.pretrain_grid import render_pretrain_grid
 
         with probe_progress(console, enabled=not json_out) as progress:
@@ -289,6 +290,7 @@ def tune(
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency
 
+    workflow.check_pretrain_ranking(cfg, "tune", emit)
     if not json_out:
         console.rule("1/3 probe: sample efficiency")
     with probe_progress(console, enabled=not json_out) as progress:
@@ -297,7 +299,10 @@ def tune(
         render_efficiency(console, result.efficiency)
         _plot_lines(result)
         console.rule("2/3 profile-gen: system efficiency")
-    _profile(cfg, json_out=json_out, quiet_json=True)
+    if cfg.backend.training != "pretrain":
+        _profile(cfg, json_out=json_out, quiet_json=True)
+    elif not json_out:  # nothing is generated: the probe's own step times are the throughput
+        console.print("pre-training generates nothing: the probe's timed training steps are the throughput")
     if not json_out:
         console.rule("3/3 recommend: time-to-target")
     rec, emitted, values = workflow.recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)

@@ -11,9 +11,9 @@ from batchtune.analysis.schedule import ScheduleComparison
 from batchtune.report.json import num
 
 
-def schedule_table(cmp: ScheduleComparison) -> Table:
+def schedule_table(cmp: ScheduleComparison, unit: str = "samples") -> Table:
     t = Table(title="Batch schedule (from the local ratios measured at each checkpoint)")
-    for col in ("stage", "batch", "lr", "from samples", "to samples", "steps", "local B_crit", "time s"):
+    for col in ("stage", "batch", "lr", f"from {unit}", f"to {unit}", "steps", "local B_crit", "time s"):
         t.add_column(col, justify="right")
     for i, st in enumerate(cmp.stages):
         t.add_row(
@@ -29,9 +29,10 @@ def schedule_table(cmp: ScheduleComparison) -> Table:
     return t
 
 
-def render_schedule(console: Console, cmp: ScheduleComparison) -> None:
-    console.print(schedule_table(cmp))
-    v = cmp.verdict()
+def render_schedule(console: Console, cmp: ScheduleComparison, unit: str = "samples") -> None:
+    """``unit``: what the stages' bounds count ("tokens" for a pre-training recipe)."""
+    console.print(schedule_table(cmp, unit))
+    v = cmp.verdict(unit)
     console.print(v[0].upper() + v[1:] + ".", highlight=False)
     for n in cmp.notes:
         console.print(f"[yellow]note:[/] {n}")
