@@ -79,6 +79,20 @@ def test_with_json_the_wait_for_runs_held_elsewhere_goes_to_stderr(capsys):
     assert out.out == "" and message in out.err
 
 
+def test_the_progress_bar_names_a_sequential_seed_round_instead_of_counting_it_as_reused():
+    """After the planned runs, a round of extra seeds re-planned the bar as "runs (0 reused) 2/2"."""
+    from rich.console import Console
+
+    from batchtune.report.progress import probe_progress
+
+    console = Console(record=True, width=120, force_terminal=False)
+    with probe_progress(console) as progress:
+        progress("plan", {"total": 6, "todo": 4, "max_samples": 64})
+        progress("plan", {"total": 2, "todo": 2, "max_samples": 64, "phase": "extra seed 3 for P2xG8"})
+    text = console.export_text()
+    assert "runs (extra seed 3 for P2xG8)" in text and "0 reused" not in text
+
+
 def test_recommend_on_a_branched_probes_results_names_the_mode_it_needs(tmp_path: Path):
     """A branched probe writes its runs under <results>/branched; `recommend` read in the recipe's
     grid mode said "no finished runs; run batchtune probe first", though the probe had run."""

@@ -43,7 +43,9 @@ def probe_progress(console: Console, enabled: bool = True) -> Iterator[ProgressF
                 progress.update(overall, description="runs (as many as the branched search needs)")
             elif kind == "plan":
                 progress.update(overall, total=info["total"], completed=info["total"] - info["todo"])
-                progress.update(overall, description=f"runs ({info['total'] - info['todo']} reused)")
+                # a later phase (sequential seeds) counts its own runs: say which, not "0 reused"
+                what = info.get("phase") or f"{info['total'] - info['todo']} reused"
+                progress.update(overall, description=f"runs ({what})")
             elif kind == "start":
                 live[rid] = progress.add_task(f"  {rid}", total=None)
             elif kind == "step":
