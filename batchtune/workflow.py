@@ -7,6 +7,7 @@ report layer's plots (files, not terminal output).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -118,27 +119,35 @@ def _plot_probe(store: ResultsStore, efficiency: Any) -> Path | None:
 def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
     """`batchtune report`: report.html (self-contained) and report.md into ``out_dir`` (default: the
     results directory), from the results' recommendation, or its sample efficiency alone when no
-    throughput source exists. Returns (html, markdown) paths."""
+    throughput source exists. Returns (html, markdown) paths. With ``out_dir`` elsewhere nothing is
+    written into the results directory: the time-to-target plot goes to ``out_dir``/plots."""
     from batchtune.errors import ThroughputMissing
     from batchtune.report.html import build_sections, to_html, to_markdown
 
     store = ResultsStore(results)
     if not store.exists():
         raise InputError(f"no results in {results}: run `batchtune probe` (or import-logs) first")
+    out = Path(out_dir) if out_dir is not None else store.root
+    elsewhere = out.resolve() != store.root.resolve()  # the results are evidence: leave them as they are
     try:
-        rec, _, _ = recommend_from_args(None, [], results, None, "auto", None, 8)
+        rec, _, _ = recommend_from_args(None, [], results, None, "auto", None, 8, plot=not elsewhere)
         eff, missing = rec.efficiency, ""
     except ThroughputMissing as exc:
         rec, eff, missing = None, exc.efficiency, str(exc)
     pngs = sorted(store.plots_dir.glob("*.png"), key=lambda p: p.stat().st_mtime)
     throughput = [p for p in pngs if p.name.startswith("throughput-")][-1:]  # the latest profile
     plots = [p for p in pngs if p.name in ("time_to_target.png", "learning_curves.png")] + throughput
+    out.mkdir(parents=True, exist_ok=True)
+    if elsewhere and rec is not None:
+        from batchtune.report.plots_time import TIME_PLOT, plot_time_to_target
+
+        plots = [p for p in plots if p.name != TIME_PLOT]
+        with contextlib.suppress(OSError):  # best effort, as the probe's plot
+            plots.insert(0, plot_time_to_target(rec, out / "plots" / TIME_PLOT))
     sections = build_sections(eff, rec, plots, missing)
     title = f"batchtune report: {Path(results).name}"
     runs = len(store.runs()) + len(ResultsStore(store.root / "branched").runs())  # a branched probe's too
     subtitle = f"results {store.root}; {runs} runs; target {eff.metric}"
-    out = Path(out_dir) if out_dir is not None else store.root
-    out.mkdir(parents=True, exist_ok=True)
     html_path, md_path = out / "report.html", out / "report.md"
     atomic_write_text(html_path, to_html(title, subtitle, sections))
     atomic_write_text(md_path, to_markdown(title, subtitle, sections, out))

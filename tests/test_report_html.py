@@ -23,7 +23,10 @@ def test_report_is_self_contained_with_plots_tables_and_recommendation(tmp_path:
     results = Path("r")
     runner = CliRunner()
     assert runner.invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"]).exit_code == 0
+    before = {p: p.stat().st_mtime_ns for p in results.rglob("*")}
     out = runner.invoke(app, ["report", str(results), "--out", "rep", "--json"])
+    # --out elsewhere: the results directory is evidence, nothing in it is written (the time plot was)
+    assert {p: p.stat().st_mtime_ns for p in results.rglob("*")} == before
     assert out.exit_code == 0, out.output
     paths = json.loads(out.stdout)
     page = Path(paths["html"]).read_text()
