@@ -197,3 +197,17 @@ def test_plan_of_a_branched_pretraining_recipe_is_in_tokens(tmp_path: Path):
     text = _invoke("plan", pre, "-r", str(tmp_path / "r"), "--time-steps", "0")
     assert "seqs x len" in text.stdout and "Trunk: 16,384 tokens at B16" in text.stdout
     assert "samples" not in text.stdout.split("note:")[0]
+
+
+def test_plan_of_a_finished_probe_says_what_is_left_to_run(tmp_path: Path):
+    """`plan` on a finished results directory predicted the whole probe's wall time beside "N of N
+    runs already finished": it now says what a rerun has left."""
+    r = str(tmp_path / "r")
+    probe = _invoke("probe", NQM, "-r", r, *SMALL, "--json")
+    assert probe.exit_code == 0, probe.output
+    plan = json.loads(_invoke("plan", NQM, "-r", r, *SMALL, "--json").stdout)
+    assert plan["runs_finished"] == json.loads(probe.stdout)["runs_done"] > 0
+    assert plan["wall_s_max"] > 0 and plan["wall_s_left_max"] < plan["wall_s_max"]
+    text = _invoke("plan", NQM, "-r", r, *SMALL).stdout
+    left = plan["runs"] - plan["runs_finished"]
+    assert f"Left to run: {left} of {plan['runs']} runs" in text

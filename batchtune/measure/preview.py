@@ -70,6 +70,7 @@ class PlanPreview:
     one_off_s: float = 0.0  # paid once per results directory (the tiny model's cached warm start)
     notes: tuple[str, ...] = ()
     mode: str = "grid"  # probe.mode (measure/preview_branched.py previews "branched")
+    wall_s_left_max: float = math.nan  # the same bound for the runs not yet finished (a rerun's cost)
     unit: str = "samples"  # what the samples columns count: "tokens" for the pre-training grid
 
 
@@ -242,7 +243,9 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     if one_off_s > 0:
         costs = [_with_setup(c, min(setups)) for c in costs]
     runs = len(costs) * len(seeds)
-    finished = sum(store.reusable(run_id(c, s)) for c in cands for s in seeds)  # not failed starts
+    # finished runs a probe reuses (not failed starts)
+    reusable = {(c.label, s) for c in cands for s in seeds if store.reusable(run_id(c, s))}
+    finished = len(reusable)
     workers = 1 if backend == "pretrain" else max(1, min(recipe.run.workers, runs))
     total_run_s = one_off_s + sum(c.run_s_max * c.seeds for c in costs)
     timing = timing_source(time_steps, backend, "candidate")
@@ -254,6 +257,8 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     ref = next(c for c in costs if c.label == reference)
     total_samples = sum(c.max_samples_per_run * c.seeds for c in costs)
     wall = total_run_s / workers
+    left_s = sum(c.run_s_max for c in costs for s in seeds if (c.label, s) not in reusable)
+    wall_left = (left_s + (one_off_s if left_s > 0 else 0.0)) / workers
     gpus = recipe.hardware.num_gpus if recipe.hardware.device == "cuda" else 0
     notes.append(bound_note)
     return PlanPreview(
@@ -278,4 +283,5 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
         one_off_s=one_off_s,
         notes=tuple(notes),
         unit=unit,
+        wall_s_left_max=wall_left,
     )
