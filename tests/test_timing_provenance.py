@@ -82,3 +82,10 @@ def test_recommend_writes_the_time_to_target_plot(tmp_path: Path):
     path = Path(note.removeprefix("time-to-target plot: "))
     assert path == results / "plots" / "time_to_target.png"
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_the_nqm_probe_cost_says_its_step_times_are_simulated(tmp_path: Path):
+    """The NQM probe's cost line gave "~4.0 min at the probe's step time" for computed seconds."""
+    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(tmp_path / "r"), *SMALL], env={"COLUMNS": "300"})
+    assert out.exit_code == 0, out.output
+    assert "at the probe's simulated step time" in out.output

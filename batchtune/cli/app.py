@@ -265,4 +265,6 @@ def _show_recommendation(
     if written is not None:
         console.print(f"Trainer config written to {written}", highlight=False)
     if rec.efficiency.total_samples:
-        render_probe_cost(console, rec.efficiency, rec)
+        from batchtune.analysis.profile import SIMULATED_DEVICE
+
+        render_probe_cost(console, rec.efficiency, rec, simulated=SIMULATED_DEVICE in rec.throughput.source)

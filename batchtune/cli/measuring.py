@@ -105,7 +105,7 @@ def probe(
         f"in {result.wall_s:.0f} s"
     )
     render_efficiency(console, result.efficiency)
-    render_probe_cost(console, result.efficiency, None)
+    render_probe_cost(console, result.efficiency, None, simulated=cfg.backend.training == "nqm")
     if getattr(result, "summary", None) is not None:  # probe.mode = branched
         from batchtune.report.branched import render_branched
 

@@ -234,8 +234,12 @@ def render_recommendation(
         console.print(emitted.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
 
 
-def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendation | None) -> None:
+def render_probe_cost(
+    console: Console, eff: SampleEfficiency, rec: Recommendation | None, *, simulated: bool = False
+) -> None:
+    """``simulated``: the step times are computed, not measured (the NQM): the times say so."""
     u = eff.unit
+    sim = "simulated " if simulated else ""
     text = f"Probe cost: {eff.total_samples:,} {u}, {fmt_time(eff.total_wall_s)} of run time"
     crit = eff.critical.batch if eff.critical is not None else None
     at_crit = [c for c in eff.candidates if c.family == "main" and c.batch_responses == crit and c.estimate]
@@ -246,13 +250,14 @@ def render_probe_cost(console: Console, eff: SampleEfficiency, rec: Recommendati
         text += f"; one full run at the critical batch ({c.label}): ~{r:,.0f} {u}"
         step_s = c.gen_s_per_step + c.train_s_per_step
         if step_s > 0:
-            text += f", ~{fmt_time(r / c.batch_responses * step_s)} at the probe's step time"
+            text += f", ~{fmt_time(r / c.batch_responses * step_s)} at the probe's {sim}step time"
     win_est = rec.winner.estimate if rec is not None else None
     if rec is not None and win_est is not None and math.isfinite(win_est.samples_to_target):
         r = win_est.samples_to_target
         text += f"; one full run at {rec.winner.label}: ~{r:,.0f} {u}"
         if rec.throughput.absolute:
             text += f", ~{fmt_time(r / rec.winner_throughput.responses_per_s)}"
+            text += " (simulated)" if sim else ""
         text += f": the probe cost {eff.total_samples / r:.2f}x one full run"
         span = cost_ratio_range(eff.total_samples, eff, win_est)
         if span is not None:
