@@ -212,3 +212,38 @@ def test_no_band_from_a_partial_reference(tmp_path):
     ref = plan.by_label()[plan.reference]
     (store.run_dir(run_id(ref, 1)) / "run.json").unlink()  # one reference seed unfinished
     assert _band_samples(store, recipe, plan) == math.inf
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_branched_probe_in_order_and_a_rerun_finishes_it(tmp_path):
+    """SIGTERM (a scheduler's preemption, `timeout`) while a branched probe's first round runs on 2
+    workers: exit 143 with the one-line message, no child left; the rerun finishes the probe. The
+    branched probe used to die of the signal itself (its workers with it, through PDEATHSIG), with
+    no message, where the grid unwound in order."""
+    results = tmp_path / "r"
+    sets = ["probe.mode=branched", "run.workers=2", "nqm.dim=20000", *NQM_SMALL[1:]]
+    cmd = [sys.executable, "-m", "batchtune", "probe", NQM, "-r", str(results), "--json"]
+    cmd += [a for s in sets for a in ("--set", s)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    trunk = results / "branched" / "runs"
+    try:
+        deadline = time.monotonic() + 120
+        while not list(trunk.glob("c*/steps.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the trunk is done: a round of controls is under way in the pool
+        assert proc.poll() is None, "the probe finished before the signal: make it longer"
+        below = _descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, err
+    assert err.decode().strip().splitlines()[-1] == (
+        "terminated by signal 15: rerun the same command to resume; finished runs are kept"
+    )
+    stopped = [p.parent.name for p in trunk.glob("c*/steps.jsonl") if not (p.parent / "run.json").exists()]
+    assert stopped, "the runs under way at the signal are stopped and left unsealed (redone on rerun)"
+    assert wait_dead(below) == []
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["runs_done"] > 0

@@ -43,6 +43,7 @@ from batchtune import backends
 from batchtune.analysis.branched import LocalCritical
 from batchtune.analysis.branched_summary import BranchedSummary, summarise_branched
 from batchtune.analysis.efficiency import CandidateEfficiency, RunData, SampleEfficiency
+from batchtune.backends import lifeguard
 from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, InputError, NoProgress
 from batchtune.events import ProbeEvents
@@ -172,7 +173,9 @@ def run_branched(
         # how many runs the search makes is not known ahead (`batchtune plan` bounds it)
         progress("plan", {"total": None, "todo": None, "max_samples": ckpts[-1]})
     save = {"save_at_samples": ckpts, "checkpoint_dir": ckpt_dir}  # a backend saves only past its start
-    with Runner(recipe, progress) as runner:
+    # SIGTERM unwinds as Ctrl-C does (a grid's probe too): pool workers and trainers are stopped,
+    # runs under way are left unsealed, exit 143
+    with lifeguard.sigterm_raises(), Runner(recipe, progress) as runner:
         run([Job(ref, seeds[0], trunk_id, ckpts[-1], policy(t.value, ckpts[-1], 0, False), save)])
         trunk_rec = store.run(trunk_id)
         if trunk_rec is not None:  # as the grid's reference: a trunk that could not start
