@@ -23,6 +23,15 @@ def test_smoke_nqm_runs_every_stage_and_says_what_it_shrank(tmp_path):
     assert (tmp_path / "r" / "runs").is_dir()
 
 
+def test_smoke_of_a_branched_recipe_smokes_the_grid_and_says_so(tmp_path):
+    """smoke of a branched recipe ran the grid's runs, then recommend read the branched runs it had
+    not made: 'recommend failed ... lacks the run trunk-P1xG8-s0' on every branched recipe."""
+    res = workflow_ci.smoke("nqm", ["probe.mode=branched"], str(tmp_path / "r"))
+    assert res.ok and all(s.status != "failed" for s in res.stages), res.stages
+    assert any("probe.mode = 'branched': smoked as a grid" in u for u in res.unchecked)
+    assert not (tmp_path / "r" / "branched").exists()
+
+
 def test_smoke_cli_leaves_no_results_behind(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = CliRunner().invoke(app, ["smoke", "nqm"])

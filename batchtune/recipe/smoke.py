@@ -39,9 +39,22 @@ class SmokePlan:
 
 
 def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
-    """The smallest run of ``cfg`` that still exercises every stage; see the module docstring."""
-    if cfg.backend.training == "pretrain":
-        return _pretrain_plan(cfg, results_dir)
+    """The smallest run of ``cfg`` that still exercises every stage; see the module docstring. A
+    branched recipe is smoked as a grid (recommend read the branched runs it had not made, and
+    failed): its trainer, task, logs and ranking are checked, its checkpoints are not."""
+    pretrain = cfg.backend.training == "pretrain"
+    plan = _pretrain_plan(cfg, results_dir) if pretrain else _rl_plan(cfg, results_dir)
+    if cfg.probe.mode != "branched":
+        return plan
+    out = dataclasses.replace(plan.recipe, probe=dataclasses.replace(plan.recipe.probe, mode="grid"))
+    note = (
+        "probe.mode = 'branched': smoked as a grid of full runs; the trunk's checkpoints and the "
+        "branches resumed from them are not exercised (`batchtune plan` previews them)"
+    )
+    return dataclasses.replace(plan, recipe=out, unchecked=(*plan.unchecked, note))
+
+
+def _rl_plan(cfg: Recipe, results_dir: str) -> SmokePlan:
     r = dataclasses.replace
     c, b = cfg.candidates, cfg.budget
     prompts = sorted(set(c.prompts))[:2]
