@@ -22,10 +22,12 @@ of TRL's ``step_time``, other_s the evaluation.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,6 +188,13 @@ class TRLBackend:
         ]
         on_gpu = device.type == "cuda"
         warmup_steps = math.ceil(r.optimizer.warmup_samples / per_step)
+        # the new name where transformers has it (5.x: the old one warns a FutureWarning)
+        fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+        name = next(n for n in ("activation_checkpointing", "gradient_checkpointing") if n in fields)
+        no_checkpointing: dict[str, Any] = {name: False}
+        # TRL reads the model's deprecated alias at every generation (trl/models/utils.py): a warning
+        # for TRL to act on, not the user
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
         args = GRPOConfig(
             output_dir=str(spec.run_dir / "trl"),
             per_device_train_batch_size=per_step,
@@ -213,7 +222,7 @@ class TRLBackend:
             use_cpu=not on_gpu,
             bf16=on_gpu and compute_dtype == torch.bfloat16,
             fp16=on_gpu and compute_dtype == torch.float16,
-            gradient_checkpointing=False,
+            **no_checkpointing,
             logging_steps=1,
             save_strategy="no",
             report_to="none",
