@@ -92,6 +92,8 @@ def _check_pretrain_branches(recipe: Recipe) -> list[str]:
     p, b = recipe.pretrain, recipe.branch
     if not p.targets:
         return ["pretrain.targets: a branched probe needs a target loss (it reads the critical batch there)"]
+    if not p.batches_tokens:  # said by the batches' own check
+        return []
     top = max(p.batches_tokens)
     longest = b.trunk_samples + b.max_window_factor * max(b.window_samples, b.min_steps * top) + top
     if p.max_tokens < longest:
