@@ -309,13 +309,13 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
         reference_curve=reference_curve(branched_store(recipe.run.results_dir), runs, t.metric),
         notes=[
             *(
-                f"checkpoint at {c:,} samples not read, the others were: {why}"
+                f"checkpoint at {c:,} {recipe.sample_unit} not read, the others were: {why}"
                 for c, why in runs.unread.items()
             ),
             *([other_runs_note(runs.other_runs)] if runs.other_runs else []),
         ],
         unread_samples=unread_samples,
-        unit="tokens" if recipe.backend.training == "pretrain" else "samples",
+        unit=recipe.sample_unit,
     )
 
 
@@ -356,7 +356,8 @@ def thin_evidence(result: BranchedProbeResult) -> list[str]:
     n = len(unread) + len(result.runs.checkpoints)
     read = ", ".join(f"{c:,}" for c in result.runs.checkpoints)
     return [
-        f"the answer rests on {len(result.runs.checkpoints)} of {n} checkpoints (read: {read} samples); "
+        f"the answer rests on {len(result.runs.checkpoints)} of {n} checkpoints (read: {read} "
+        f"{result.efficiency.unit}); "
         "the others' controls made no progress in the window"
     ]
 

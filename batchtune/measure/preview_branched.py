@@ -215,5 +215,5 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         gpus=gpus,
         gpu_hours_max=total_s * gpus / 3600 if gpus else 0.0,  # every run holds its GPUs
         notes=tuple(notes),
-        unit="tokens" if pretrain else "samples",
+        unit=recipe.sample_unit,
     )

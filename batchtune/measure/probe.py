@@ -29,7 +29,7 @@ from batchtune.measure.guards import check_metric_present, check_target_range
 from batchtune.measure.plan import Plan, plan_candidates, run_id, run_record
 from batchtune.measure.sequential import add_seeds, with_extra_seeds
 from batchtune.recipe.load import recipe_from_dict
-from batchtune.recipe.schema import Recipe
+from batchtune.recipe.schema import PretrainConfig, Recipe
 from batchtune.records import ResultsStore, RunRecord, failed_before_training
 
 # Recipe sections whose change makes earlier runs incomparable with new ones.
@@ -38,6 +38,9 @@ _RUN_DEFINING_KEYS = {
     "backend": ("training", "command"),
     "generation": ("max_new_tokens", "temperature", "top_p"),
     "budget": ("max_samples",),
+    # a pre-training run is shaped by its model, data, schedule, budget, targets and evaluation:
+    # every key but the grid of batches (adding one is adding a candidate)
+    "pretrain": tuple(f.name for f in dataclasses.fields(PretrainConfig) if f.name != "batches_tokens"),
 }
 
 ProgressFn = ProbeEvents
@@ -191,7 +194,7 @@ def execute_run(
         raw_reached = False  # the fit cannot reach the target before a raw point does
         last = None
         totals = {"gen_s": 0.0, "train_s": 0.0, "other_s": 0.0}
-        unit = "tokens" if recipe.backend.training == "pretrain" else "samples"
+        unit = recipe.sample_unit
         status, reason = "budget_exhausted", f"spent the budget of {policy.max_samples} {unit}"
         failed_start = False
         stream = backend.train(spec)

@@ -305,6 +305,11 @@ class Recipe:
         data.pop("source")
         return data
 
+    @property
+    def sample_unit(self) -> str:
+        """What a sample (and a batch) counts: "tokens" for pre-training, else "samples" (responses)."""
+        return "tokens" if self.backend.training == "pretrain" else "samples"
+
 
 # LR scaling rules (Malladi et al. 2022 sqrt for Adam; Goyal et al. 2017 linear for SGD; none = a control)
 LR_RULES = ("sqrt", "linear", "none", "table")
