@@ -130,7 +130,9 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
     out = Path(out_dir) if out_dir is not None else store.root
     elsewhere = out.resolve() != store.root.resolve()  # the results are evidence: leave them as they are
     try:
-        rec, _, _ = recommend_from_args(None, [], results, None, "auto", None, 8, plot=not elsewhere)
+        rec, _, _ = recommend_from_args(
+            None, [], results, None, "auto", None, 8, plot=not elsewhere, command="report"
+        )
         eff, missing = rec.efficiency, ""
     except ThroughputMissing as exc:
         rec, eff, missing = None, exc.efficiency, str(exc)
@@ -146,7 +148,9 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
             plots.insert(0, plot_time_to_target(rec, out / "plots" / TIME_PLOT))
     sections = build_sections(eff, rec, plots, missing)
     title = f"batchtune report: {Path(results).name}"
-    runs = len(store.runs()) + len(ResultsStore(store.root / "branched").runs())  # a branched probe's too
+    from batchtune.measure.branched import branched_store
+
+    runs = len(store.runs()) + len(branched_store(store.root).runs())  # a branched probe's too
     subtitle = f"results {store.root}; {runs} runs; target {eff.metric}"
     html_path, md_path = out / "report.html", out / "report.md"
     atomic_write_text(html_path, to_html(title, subtitle, sections))
@@ -257,6 +261,9 @@ def _recipe_for_results(recipe: str | None, overrides: list[str], results: str |
     return _results_is_a_folder(cfg)
 
 
+SIMULATED_TIMINGS = "probe timings (simulated)"  # the NQM's: computed seconds, said wherever shown
+
+
 def throughput_for(
     cfg: Recipe, store: ResultsStore, eff: Any, source: str, runs: list[RunRecord] | None = None
 ) -> ThroughputModel:
@@ -290,7 +297,10 @@ def throughput_for(
         store.runs() if runs is None else runs
     ):  # the most runs that shared the machine with any run of a candidate
         parallel[run.candidate] = max(parallel.get(run.candidate, 0), run.parallel_runs)
-    return throughput_from_probe(eff.candidates, other, parallel)
+    model = throughput_from_probe(eff.candidates, other, parallel)
+    if cfg.backend.training == "nqm":  # its step times are computed from a time model, not measured
+        model = dataclasses.replace(model, source=model.source.replace("probe timings", SIMULATED_TIMINGS))
+    return model
 
 
 def recommend_for_recipe(
@@ -301,13 +311,15 @@ def recommend_for_recipe(
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
     *,
     plot: bool = True,
+    command: str = "recommend",
 ) -> tuple[Recommendation, str | None, Any]:
     """The recommendation from a recipe's results directory; ``plot`` writes the time-to-target plot
-    there (a read-only gate such as `check` passes False: it must not write into the evidence)."""
+    there (a read-only gate such as `check` passes False: it must not write into the evidence);
+    ``command``: the one the user ran, for its messages (report, check)."""
     from batchtune.measure.plan import plan_candidates
     from batchtune.measure.probe import analyse_store
 
-    check_pretrain_ranking(cfg, "recommend", emit)
+    check_pretrain_ranking(cfg, command, emit)
     store = ResultsStore(cfg.run.results_dir)
     if not store.exists():
         raise InputError(f"no results in {store.root}: run `batchtune probe` first, or pass --results")
@@ -373,6 +385,7 @@ def recommend_from_args(
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
     *,
     plot: bool = True,
+    command: str = "recommend",
 ) -> tuple[Recommendation, str | None, Any]:
     if measurements is not None:
         if results is not None:
@@ -396,7 +409,7 @@ def recommend_from_args(
         out = emit_config(emit, spec, gpus, gpus_per_node=gpus_per_node)
         return rec, out.text, out.values
     cfg = _recipe_for_results(recipe, overrides, results)
-    return recommend_for_recipe(cfg, throughput, emit, gpus, gpus_per_node, plot=plot)
+    return recommend_for_recipe(cfg, throughput, emit, gpus, gpus_per_node, plot=plot, command=command)
 
 
 def _emit(

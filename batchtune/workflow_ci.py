@@ -55,12 +55,19 @@ def check(
     base_value, base_unit = _read_baseline(baseline) if baseline is not None else (None, None)
     source = str(results or measurements)
     try:
-        rec, _, _ = recommend_from_args(None, [], results, measurements, "auto", None, 8, plot=False)
+        rec, _, _ = recommend_from_args(
+            None, [], results, measurements, "auto", None, 8, plot=False, command="check"
+        )
     except AnalysisError as exc:
         item = CheckItem(
             "evidence", INSUFFICIENT, "-", "-", f"not enough evidence in {source}: {exc}", "batch"
         )
         return tc, CheckResult((item,), None, "")
+    if rec.efficiency.unit == "tokens":
+        raise InputError(
+            f"{source} holds a pre-training probe (batches in tokens): check reads RL trainer configs "
+            "(verl, TRL, OpenRLHF); compare a pre-training config with `recommend --emit megatron` instead"
+        )
     eff, n = rec.efficiency, float(tc.batch_responses)
     ranked = {r.name: r for r in rec.ranking.candidates}
     main = sorted(

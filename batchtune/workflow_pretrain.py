@@ -15,9 +15,8 @@ from batchtune.recipe.schema import Recipe
 
 
 def check_pretrain_ranking(cfg: Recipe, command: str, emit: str | None) -> None:
-    """A pre-training recipe is ranked by time-to-target only from a branched probe (its grid is
-    read by `batchtune probe`: B_opt and B_min per target loss), and emits for pre-training
-    frameworks (integrations/emit_pretrain.py); an RL recipe for RL trainers."""
+    """Refuse, in one line, what ``command`` cannot do with ``cfg`` (module docstring): a
+    pre-training grid, an RL emitter on pre-training, a pre-training emitter on RL."""
     from batchtune.integrations.emit_pretrain import PRETRAIN_TRAINERS
 
     if cfg.backend.training != "pretrain":
@@ -29,7 +28,8 @@ def check_pretrain_ranking(cfg: Recipe, command: str, emit: str | None) -> None:
     if cfg.probe.mode != "branched":
         raise InputError(
             f"{command} of a pre-training recipe needs probe.mode = 'branched' (time-to-target from its "
-            "branches); its grid is read by `batchtune probe` (B_opt and B_min per target loss)"
+            "branches; add --set probe.mode=branched where a branched probe ran); its grid is read by "
+            "`batchtune probe` (B_opt and B_min per target loss)"
         )
     if emit is not None and emit not in PRETRAIN_TRAINERS:
         raise InputError(
@@ -47,7 +47,7 @@ def emit_pretrain_pick(rec: Recommendation, trainer: str, gpus: int, cfg: Recipe
 
     wd = cfg.optimizer.weight_decay
     w, cmp = rec.winner, rec.schedule
-    if cmp is not None and len(cmp.stages) > 1 and cmp.time_ratio < 1:
+    if cmp is not None and len(cmp.stages) > 1 and cmp.winner == "schedule":
         stages = [ScheduleStage(s.start_samples, s.prompts * s.group_size, s.lr, wd) for s in cmp.stages]
         total = cmp.stages[-1].end_samples
     else:

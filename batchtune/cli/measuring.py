@@ -253,7 +253,12 @@ def tune(
     recipe: RecipeArg = None,
     set_: SetOpt = None,
     results: ResultsOpt = None,
-    emit: Annotated[str | None, typer.Option(help="Also print trainer config: verl|trl|openrlhf.")] = None,
+    emit: Annotated[
+        str | None,
+        typer.Option(
+            help="Also print trainer config: verl|trl|openrlhf; pre-training: megatron|nanogpt|hf|torchtitan."
+        ),
+    ] = None,
     gpus: Annotated[int, typer.Option(min=1, help="GPUs for --emit divisibility checks.")] = 8,
     gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
     out: OutOpt = None,
@@ -273,6 +278,9 @@ def tune(
     _check_out(emit, out)
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
+    from batchtune.workflow_pretrain import check_pretrain_ranking
+
+    check_pretrain_ranking(cfg, "tune", emit)  # before a dry run too: its "Run it" would be refused
     if dry_run:  # the probe is the cost; profile-gen and recommend follow it
         extra: list[str] = ["--emit", emit, "--gpus", str(gpus)] if emit else []
         extra += ["--out", str(out)] if out else []
@@ -280,17 +288,19 @@ def tune(
             extra += ["--gpus-per-node", str(gpus_per_node)]
         _show_plan(cfg, None, json_out, _command_line("tune", recipe, set_, results, workers, *extra))
         if not json_out:
-            console.print(
-                "Then profile-gen (generation and training throughput on this machine) and recommend "
-                "(reads both; seconds).",
-                highlight=False,
+            then = (
+                "Then recommend (ranks by the probe's own step times: pre-training generates nothing to "
+                "profile; seconds)."
+                if cfg.backend.training == "pretrain"
+                else "Then profile-gen (generation and training throughput on this machine) and recommend "
+                "(reads both; seconds)."
             )
+            console.print(then, highlight=False)
         return
     from batchtune import workflow
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency
 
-    workflow.check_pretrain_ranking(cfg, "tune", emit)
     if not json_out:
         console.rule("1/3 probe: sample efficiency")
     with probe_progress(console, enabled=not json_out) as progress:
