@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -207,7 +208,14 @@ def test_plan_of_a_finished_probe_says_what_is_left_to_run(tmp_path: Path):
     assert probe.exit_code == 0, probe.output
     plan = json.loads(_invoke("plan", NQM, "-r", r, *SMALL, "--json").stdout)
     assert plan["runs_finished"] == json.loads(probe.stdout)["runs_done"] > 0
-    assert plan["wall_s_max"] > 0 and plan["wall_s_left_max"] < plan["wall_s_max"]
-    text = _invoke("plan", NQM, "-r", r, *SMALL).stdout
     left = plan["runs"] - plan["runs_finished"]
-    assert f"Left to run: {left} of {plan['runs']} runs" in text
+    assert plan["wall_s_max"] > 0 and plan["wall_s_left_max"] < plan["wall_s_max"]
+    assert (plan["wall_s_left_max"] == 0) == (left == 0)
+    text = _invoke("plan", NQM, "-r", r, *SMALL).stdout
+    assert (f"Left to run: {left} of {plan['runs']} runs" if left else "Left to run: nothing") in text
+    # one run left on a pool of 4 runs alone: its bound is its own time, not a quarter of it
+    gone = sorted(Path(r, "runs").iterdir())[-1]
+    shutil.rmtree(gone)
+    pooled = json.loads(_invoke("plan", NQM, "-r", r, *SMALL, "--set", "run.workers=4", "--json").stdout)
+    run_s = {c["label"]: c["run_s_max"] for c in pooled["candidates"]}[gone.name.rsplit("-s", 1)[0]]
+    assert pooled["runs"] - pooled["runs_finished"] == 1 and pooled["wall_s_left_max"] >= run_s

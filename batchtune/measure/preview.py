@@ -192,9 +192,8 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     seeds = recipe.budget.seeds
     backend = recipe.backend.training
     if backend == "pretrain":  # measure.pretrain_probe: a grid of token batches, one run at a time
-        from batchtune.measure.pretrain_probe import plan_pretrain
-
-        cands, ref_batch = plan_pretrain(recipe)
+        plan = plan_candidates(recipe)  # the token batches (measure/plan.plan_pretrain)
+        cands, ref_batch = list(plan.candidates), plan.reference_batch
         p = recipe.pretrain
         max_samples, every, unit = p.max_tokens, p.eval_every_tokens, "tokens"
         reference = next((c.label for c in cands if c.batch_responses == ref_batch), cands[0].label)
@@ -258,7 +257,8 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     total_samples = sum(c.max_samples_per_run * c.seeds for c in costs)
     wall = total_run_s / workers
     left_s = sum(c.run_s_max for c in costs for s in seeds if (c.label, s) not in reusable)
-    wall_left = (left_s + (one_off_s if left_s > 0 else 0.0)) / workers
+    at_once = max(1, min(workers, runs - finished))  # what is left shares the pool as far as it fills it
+    wall_left = (left_s + (one_off_s if left_s > 0 else 0.0)) / at_once
     gpus = recipe.hardware.num_gpus if recipe.hardware.device == "cuda" else 0
     notes.append(bound_note)
     return PlanPreview(

@@ -59,9 +59,11 @@ def plan_summary(preview: Any, run_it: str) -> list[str]:
         if p.one_off_s > 0:
             text += f"; includes {fmt_time(p.one_off_s)} paid once (cached warm start)"
         lines.append(text)
-        if p.runs_finished:  # a rerun pays only for what is left
-            left = p.runs - p.runs_finished
+        left = p.runs - p.runs_finished
+        if p.runs_finished and left:  # a rerun pays only for what is left
             lines.append(f"Left to run: {left} of {p.runs} runs, at most {fmt_time(p.wall_s_left_max)}")
+        elif p.runs_finished:
+            lines.append("Left to run: nothing, every run is finished (a probe reads them)")
     reused = f"{p.runs_finished} of {p.runs} runs already finished in {p.results_dir}: a probe reuses them"
     return lines + _closing(p, reused, run_it)
 
