@@ -46,7 +46,7 @@ def test_parallel_probe_records_concurrency_and_recommend_flags_it(tmp_path: Pat
     assert by["P1xG8-s0"] == 2 == by["P1xG8-s1"]  # the two reference seeds ran side by side
     assert all(r.cpu_cores >= 1 for r in runs)
     data = _recommend(results)
-    assert data["throughput_source"] == "probe timings, contended"
+    assert data["throughput_source"] == "probe timings (simulated), contended"
     assert any("sharing the machine (2 runs at a time)" in n for n in data["notes"])
 
 
@@ -55,7 +55,7 @@ def test_serial_probe_says_alone(tmp_path: Path):
     out = CliRunner().invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"])
     assert out.exit_code == 0, out.output
     data = _recommend(results)
-    assert data["throughput_source"] == "probe timings, each run alone"
+    assert data["throughput_source"] == "probe timings (simulated), each run alone"
     assert not any("sharing the machine" in n for n in data["notes"])
 
 
@@ -68,7 +68,7 @@ def test_contended_records_flag_the_ranking(tmp_path: Path):
         data["parallel_runs"] = 1 if data["candidate"] == "P1xG8" else 2
         path.write_text(json.dumps(data))
     data = _recommend(results)
-    assert data["throughput_source"] == "probe timings, contended"
+    assert data["throughput_source"] == "probe timings (simulated), contended"
     note = next(n for n in data["notes"] if "sharing the machine" in n)
     assert "P4xG8" in note and "P16xG8" in note and "P1xG8 alone" in note
 
@@ -89,3 +89,12 @@ def test_the_nqm_probe_cost_says_its_step_times_are_simulated(tmp_path: Path):
     out = CliRunner().invoke(app, ["probe", NQM, "-r", str(tmp_path / "r"), *SMALL], env={"COLUMNS": "300"})
     assert out.exit_code == 0, out.output
     assert "at the probe's simulated step time" in out.output
+
+
+def test_recommend_from_nqm_probe_timings_says_they_are_simulated(tmp_path: Path):
+    """recommend --throughput probe on an NQM probe printed '~0.8 s' for computed seconds."""
+    r = str(tmp_path / "r")
+    assert CliRunner().invoke(app, ["probe", NQM, "-r", r, *SMALL, "--json"]).exit_code == 0
+    out = CliRunner().invoke(app, ["recommend", "-r", r, "--throughput", "probe"], env={"COLUMNS": "300"})
+    assert out.exit_code == 0, out.output
+    assert "probe timings (simulated)" in out.output and "(simulated): the probe cost" in out.output

@@ -106,9 +106,14 @@ class SampleEfficiency:
         return f"{prompts} prompts x {group_size} responses"
 
     @property
-    def shape(self) -> str:
+    def shape_header(self) -> str:
         """The column head of a batch's shape: P x G, or sequences x length for pre-training."""
         return "seqs x len" if self.unit == "tokens" else "P x G"
+
+    @property
+    def rate_unit(self) -> str:
+        """Throughput's unit: responses/s, or tokens/s for pre-training."""
+        return "tok/s" if self.unit == "tokens" else "resp/s"
 
     def absolute_ci(self, est: TargetEstimate) -> tuple[float, float]:
         """``est``'s interval for R itself: the seeds' interval times ``scale_ci``."""

@@ -153,7 +153,8 @@ def recommend(
         raise AnalysisError(
             f"the reference {efficiency.reference} never reached {efficiency.metric} {cmp} "
             f"{efficiency.target:g}, so no time-to-target can be compared: lower the target, run longer "
-            "(budget.max_samples), or check that target.metric names the right metric"
+            f"({'pretrain.max_tokens' if efficiency.unit == 'tokens' else 'budget.max_samples'}), or check "
+            "that target.metric names the right metric"
         )
     if len(ranked) < 2:
         raise AnalysisError("fewer than two candidates have both samples-to-target and throughput")
@@ -237,10 +238,15 @@ def _seeds(n: int) -> str:
     return f"{n} seed{'' if n == 1 else 's'}"
 
 
-WEAK_ADVICE = (
-    "Before a long run: add seeds (budget.seeds), or measure every batch (branch.search = 'all') or "
-    "the grid (probe.mode = 'grid')"
-)
+def weak_advice(unit: str) -> str:
+    """What to do about thin evidence (``unit``: the efficiency's; a pre-training recipe's grid
+    gives no time ranking, so it is not offered there)."""
+    if unit == "tokens":
+        return "Before a long run: add seeds (budget.seeds), or measure every batch (branch.search = 'all')"
+    return (
+        "Before a long run: add seeds (budget.seeds), or measure every batch (branch.search = 'all') or "
+        "the grid (probe.mode = 'grid')"
+    )
 
 
 def how_sure(rec: Recommendation) -> str | None:

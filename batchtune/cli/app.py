@@ -202,7 +202,10 @@ def _check_out(emit: str | None, out: Path | None) -> None:
     from batchtune.integrations.emit_pretrain import PRETRAIN_TRAINERS
 
     if out is not None and emit is None:
-        raise InputError("--out writes the --emit config: add --emit verl|trl|openrlhf")
+        raise InputError(
+            "--out writes the --emit config: add --emit verl|trl|openrlhf (or, for a pre-training recipe, "
+            "megatron|nanogpt|hf|torchtitan)"
+        )
     if emit is not None and emit not in (*TRAINERS, *PRETRAIN_TRAINERS):
         raise InputError(
             f"unknown trainer {emit!r} for --emit; choose one of {', '.join(TRAINERS)} (RL), or "
@@ -250,7 +253,7 @@ def _show_recommendation(
         if rec.schedule is not None:
             from batchtune.report.schedule import schedule_to_dict
 
-            data["batch_schedule"] = schedule_to_dict(rec.schedule)
+            data["batch_schedule"] = schedule_to_dict(rec.schedule, rec.efficiency.unit)
         if emitted is not None:
             data["emitted"] = {"text": emitted, "values": emitted_values, "file": written}
         _print_json(data)
@@ -266,5 +269,8 @@ def _show_recommendation(
         console.print(f"Trainer config written to {written}", highlight=False)
     if rec.efficiency.total_samples:
         from batchtune.analysis.profile import SIMULATED_DEVICE
+        from batchtune.workflow import SIMULATED_TIMINGS
 
-        render_probe_cost(console, rec.efficiency, rec, simulated=SIMULATED_DEVICE in rec.throughput.source)
+        source = rec.throughput.source
+        simulated = SIMULATED_DEVICE in source or SIMULATED_TIMINGS in source
+        render_probe_cost(console, rec.efficiency, rec, simulated=simulated)

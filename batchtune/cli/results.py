@@ -43,7 +43,11 @@ def recommend(
         str, typer.Option(help="Where Θ comes from: auto | profile | probe (auto: profile if any).")
     ] = "auto",
     emit: Annotated[
-        str | None, typer.Option(help="Print the winner as trainer config: verl | trl | openrlhf.")
+        str | None,
+        typer.Option(
+            help="Print the winner as trainer config: verl | trl | openrlhf; for a pre-training recipe "
+            "megatron | nanogpt | hf | torchtitan."
+        ),
     ] = None,
     gpus: Annotated[
         int, typer.Option(min=1, help="GPUs the trainer runs on (for --emit divisibility checks).")

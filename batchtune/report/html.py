@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchtune.analysis.recommend import WEAK_ADVICE, how_sure
+from batchtune.analysis.recommend import how_sure, weak_advice
 from batchtune.report.terminal import fmt_ci, fmt_n, fmt_time, r_statistic
 
 _CSS = """
@@ -69,7 +69,7 @@ def ranking_rows(rec: Any) -> tuple[tuple[str, ...], ...]:
             "candidate",
             "N",
             "R/R0 of R",
-            ("Θ tok/s" if rec.efficiency.unit == "tokens" else "Θ resp/s") if thr.absolute else "Θ/Θ0",
+            f"Θ {rec.efficiency.rate_unit}" if thr.absolute else "Θ/Θ0",
             "T/T0",
             "T/T0 interval",
         )
@@ -102,7 +102,7 @@ def build_sections(eff: Any, rec: Any | None, plots: list[Path], missing: str = 
         sure = how_sure(rec)
         paras += [rec.ranking.reason, *([sure] if sure else [])]
         if rec.evidence:
-            paras.append(f"Weak evidence: {'; '.join(rec.evidence)}. {WEAK_ADVICE}")
+            paras.append(f"Weak evidence: {'; '.join(rec.evidence)}. {weak_advice(eff.unit)}")
         paras += [rec.confirm, f"Θ (throughput) from {rec.throughput.source}."]
         sections.append(Section("Recommendation", tuple(paras), css_class="win"))
         winner_idx = next(i for i, r in enumerate(rec.ranking.candidates) if r.name == rec.ranking.winner)

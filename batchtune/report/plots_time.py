@@ -65,7 +65,7 @@ def plot_time_to_target(rec: Any, path: Path) -> Path:
     ax.xaxis.set_major_formatter(plain)
     ax.yaxis.set_major_formatter(plain)
     ax.yaxis.set_minor_formatter(plain)
-    ax.set_xlabel("batch N (responses per step)")
+    ax.set_xlabel(f"batch N ({rec.efficiency.batch_noun} per step)")
     ax.set_ylabel("time-to-target / reference's (lower is sooner)")
     ax.set_title(f"Predicted time-to-target (Θ from {rec.throughput.source})", fontsize=9, wrap=True)
     ax.grid(alpha=0.3, which="both")

@@ -42,7 +42,7 @@ def _outcome(o: Any) -> dict[str, Any]:
     return {"samples": num(o.samples), "steps": num(o.steps), "time_s": num(o.time_s)}
 
 
-def schedule_to_dict(cmp: ScheduleComparison) -> dict[str, Any]:
+def schedule_to_dict(cmp: ScheduleComparison, unit: str = "samples") -> dict[str, Any]:
     return {
         "stages": [
             {
@@ -66,6 +66,6 @@ def schedule_to_dict(cmp: ScheduleComparison) -> dict[str, Any]:
         "time_ratio": num(cmp.time_ratio),
         "steps_ratio": num(cmp.steps_ratio),
         "winner": cmp.winner,
-        "verdict": cmp.verdict(),
+        "verdict": cmp.verdict(unit),
         "notes": list(cmp.notes),
     }

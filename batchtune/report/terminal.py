@@ -12,7 +12,7 @@ from rich.table import Table
 
 from batchtune.analysis.curves import MEDIAN
 from batchtune.analysis.efficiency import SampleEfficiency
-from batchtune.analysis.recommend import WEAK_ADVICE, Recommendation, how_sure
+from batchtune.analysis.recommend import Recommendation, how_sure, weak_advice
 from batchtune.report.json import cost_ratio_range
 
 STATUS_STYLE = {
@@ -73,7 +73,7 @@ def efficiency_table(eff: SampleEfficiency) -> Table:
     goal = f"{eff.metric} {cmp} {eff.target:g}" if math.isfinite(eff.target) else "the target"
     table = Table(title=f"Sample efficiency: {eff.batch_noun} until {goal}")
     r_col = f"R ({r_statistic(eff)})"
-    for col in ("candidate", eff.shape, "N", "LR", "seeds", r_col, "CI", "R/R0 paired", "status"):
+    for col in ("candidate", eff.shape_header, "N", "LR", "seeds", r_col, "CI", "R/R0 paired", "status"):
         table.add_column(col, justify="right" if col not in ("candidate", "status") else "left")
     for c in eff.candidates:
         est = c.estimate
@@ -153,7 +153,7 @@ def render_efficiency(console: Console, eff: SampleEfficiency) -> None:
 
 def recommendation_table(rec: Recommendation) -> Table:
     thr = rec.throughput
-    unit = ("tok/s" if rec.efficiency.unit == "tokens" else "resp/s") if thr.absolute else "x ref"
+    unit = rec.efficiency.rate_unit if thr.absolute else "x ref"
     table = Table(title=f"Predicted time-to-target (throughput from {thr.source})")
     by_rank = sorted(rec.ranking.candidates, key=lambda r: r.rank)
     points = [r.time_ratio for r in by_rank]
@@ -219,7 +219,8 @@ def render_recommendation(
     if sure:
         body.append(sure)
     if rec.evidence:
-        body.append(f"[bold yellow]Weak evidence:[/] {'; '.join(rec.evidence)}. {WEAK_ADVICE}")
+        advice = weak_advice(rec.efficiency.unit)
+        body.append(f"[bold yellow]Weak evidence:[/] {'; '.join(rec.evidence)}. {advice}")
     body.append(rec.confirm)
     console.print(
         Panel("\n".join(body), title="Recommendation", border_style="yellow" if rec.evidence else "green")

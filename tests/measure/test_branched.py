@@ -89,10 +89,10 @@ def test_run_workers_run_a_rounds_controls_and_branches_at_once_to_the_same_answ
 
     two_cfg = load_recipe("recipes/nqm.toml", [*SETS, f"run.results_dir={tmp_path / 'two'}"])
     rec = recommend_for_recipe(two_cfg, "probe", None, 1, plot=False)[0]
-    assert rec.throughput.source == "probe timings, contended"
+    assert rec.throughput.source == "probe timings (simulated), contended"
     assert "timed sharing the machine (2 runs at a time)" in rec.throughput.notes[0]
     rec_one = recommend_for_recipe(_recipe(tmp_path / "one"), "probe", None, 1, plot=False)[0]
-    assert rec_one.throughput.source == "probe timings, each run alone"
+    assert rec_one.throughput.source == "probe timings (simulated), each run alone"
 
 
 def test_a_large_branch_gets_its_own_window_of_min_steps_and_the_longer_control_is_paid_for(

@@ -86,8 +86,9 @@ def test_a_branched_pretraining_probe_runs_in_tokens_resumes_and_ranks(tmp_path:
     first = run_branched_probe(cfg)
     store = branched_store(cfg.run.results_dir)
     trunk = store.run("trunk-B8-s0")
-    assert trunk is not None and trunk.samples >= 512
-    assert {r.batch_responses for r in store.runs()} <= {8, 16, 32}
+    assert trunk is not None and trunk.samples >= 512 and trunk.batch_responses == 8
+    batches = {r.batch_responses for r in store.runs()}
+    assert batches <= {8, 16, 32} and batches - {8}, batches  # token batches, and branches past the trunk
     assert all(s.samples % 8 == 0 for r in store.runs() for s in store.steps(r.run_id))
     eff = first.summary.efficiency
     assert eff.unit == "tokens" and eff.metric == "eval_loss" and eff.target == 3.0
@@ -100,8 +101,16 @@ def test_a_branched_pretraining_probe_runs_in_tokens_resumes_and_ranks(tmp_path:
     out = CliRunner().invoke(app, ["recommend", BRANCHED, "-r", str(tmp_path / "r"), "--json", *sets])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
-    assert data["unit"] == "tokens" and data["recommended"]["batch_responses"] in (8, 16, 32)
+    ranked = {c["name"]: c["rank"] for c in data["candidates"] if c["rank"] is not None}
+    assert data["unit"] == "tokens" and ranked[data["recommended"]["name"]] == 1
     assert data["throughput_source"].startswith("probe timings")
+    # what a user reads is in tokens and sequences, not responses or prompts
+    cmd = ["recommend", BRANCHED, "-r", str(tmp_path / "r"), *sets]
+    text = CliRunner().invoke(app, cmd, env={"COLUMNS": "300"})
+    assert text.exit_code == 0, text.output
+    assert "tokens until eval_loss <= 3" in text.output and "seqs x len" in text.output
+    assert "sequences x 8 tokens" in text.output and "tok/s" in text.output
+    assert "responses" not in text.output and "prompts" not in text.output
     # the pick for a pre-training framework, in its own units (sequences of seq_len tokens)
     cmd = ["recommend", BRANCHED, "-r", str(tmp_path / "r"), "--emit", "megatron", "--gpus", "1", *sets]
     megatron = CliRunner().invoke(app, cmd)
