@@ -19,8 +19,7 @@ from batchtune.backends.spec import Candidate
 from batchtune.errors import InputError
 from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts
-from batchtune.measure.plan import lr_table, run_id
-from batchtune.measure.plan import plan_pretrain as pretrain_plan
+from batchtune.measure.plan import lr_table, plan_pretrain, run_id
 from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
@@ -37,12 +36,6 @@ class PretrainProbeResult:
     plot_path: Path | None = None
 
 
-def plan_pretrain(recipe: Recipe) -> tuple[list[Candidate], int]:
-    """Candidates at every batch of the grid with the LR of the recipe's rule; the reference batch."""
-    plan = pretrain_plan(recipe)
-    return list(plan.candidates), plan.reference_batch
-
-
 def run_pretrain_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> PretrainProbeResult:
     t0 = time.perf_counter()
     if recipe.backend.training != "pretrain":
@@ -50,7 +43,8 @@ def run_pretrain_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> P
     store = ResultsStore(recipe.run.results_dir)
     check_manifest(store, recipe)
     failed_starts.reopen(store, progress)  # a run that could not start measured nothing: run it again
-    cands, ref = plan_pretrain(recipe)
+    plan = plan_pretrain(recipe)
+    cands, ref = list(plan.candidates), plan.reference_batch
     p = recipe.pretrain
     policy = StopPolicy(
         metric="eval_loss",
@@ -104,7 +98,7 @@ def analyse_store_grid(store: ResultsStore, recipe: Recipe) -> GridAnalysis:
     curves, floor = load_grid_curves(store)
     if not curves:
         raise InputError(f"{store.root} has no finished pre-training runs")
-    _, ref = plan_pretrain(recipe)
+    ref = plan_pretrain(recipe).reference_batch
     return analyse_grid(
         curves,
         recipe.pretrain.targets,
