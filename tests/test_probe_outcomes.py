@@ -88,9 +88,9 @@ def test_the_progress_bar_names_a_sequential_seed_round_instead_of_counting_it_a
     console = Console(record=True, width=120, force_terminal=False)
     with probe_progress(console) as progress:
         progress("plan", {"total": 6, "todo": 4, "max_samples": 64})
-        progress("plan", {"total": 2, "todo": 2, "max_samples": 64, "phase": "extra seed 3 for P2xG8"})
+        progress("plan", {"total": 2, "todo": 2, "max_samples": 64, "phase": "extra seed 3: P1xG8, P2xG8"})
     text = console.export_text()
-    assert "runs (extra seed 3 for P2xG8)" in text and "0 reused" not in text
+    assert "runs (extra seed 3: P1xG8, P2xG8)" in text and "0 reused" not in text
 
 
 def test_recommend_on_a_branched_probes_results_names_the_mode_it_needs(tmp_path: Path):

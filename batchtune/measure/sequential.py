@@ -97,7 +97,7 @@ def add_seeds(
                     "total": len(todo_ref) + len(todo),
                     "todo": len(todo_ref) + len(todo),
                     "max_samples": recipe.budget.max_samples,
-                    "phase": f"extra seed {seed} for {', '.join(labels)}",
+                    "phase": f"extra seed {seed}: {', '.join(c.label for c, _ in [*todo_ref, *todo])}",
                 },
             )
         no_band = dataclasses.replace(policy(), band_samples=float("inf"))
