@@ -190,10 +190,11 @@ class TRLBackend:
         warmup_steps = math.ceil(r.optimizer.warmup_samples / per_step)
         # the new name where transformers has it (5.x: the old one warns a FutureWarning)
         fields = {f.name for f in dataclasses.fields(GRPOConfig)}
-        name = next(n for n in ("activation_checkpointing", "gradient_checkpointing") if n in fields)
-        no_checkpointing: dict[str, Any] = {name: False}
+        new = "activation_checkpointing"
+        no_checkpointing: dict[str, Any] = {new if new in fields else "gradient_checkpointing": False}
         # TRL reads the model's deprecated alias at every generation (trl/models/utils.py): a warning
-        # for TRL to act on, not the user
+        # for TRL to act on, not the user. Idempotent (an identical filter is moved, not added), and
+        # set here rather than at import so that a caller's own warnings context cannot drop it
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
         args = GRPOConfig(
             output_dir=str(spec.run_dir / "trl"),
