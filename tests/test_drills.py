@@ -225,11 +225,12 @@ def test_sigterm_stops_a_branched_probe_in_order_and_a_rerun_finishes_it(tmp_pat
     cmd = [sys.executable, "-m", "batchtune", "probe", NQM, "-r", str(results), "--json"]
     cmd += [a for s in sets for a in ("--set", s)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    trunk = results / "branched" / "runs"
+    runs_dir = results / "branched" / "runs"
     try:
         deadline = time.monotonic() + 120
-        while not list(trunk.glob("c*/steps.jsonl")) and time.monotonic() < deadline:
+        while not list(runs_dir.glob("c*/steps.jsonl")) and time.monotonic() < deadline:
             time.sleep(0.01)  # the trunk is done: a round of controls is under way in the pool
+        assert list(runs_dir.glob("c*/steps.jsonl")), "no branch started within 120 s"
         assert proc.poll() is None, "the probe finished before the signal: make it longer"
         below = _descendants(proc.pid)
         proc.send_signal(signal.SIGTERM)
@@ -241,7 +242,7 @@ def test_sigterm_stops_a_branched_probe_in_order_and_a_rerun_finishes_it(tmp_pat
     assert err.decode().strip().splitlines()[-1] == (
         "terminated by signal 15: rerun the same command to resume; finished runs are kept"
     )
-    stopped = [p.parent.name for p in trunk.glob("c*/steps.jsonl") if not (p.parent / "run.json").exists()]
+    stopped = [p.parent.name for p in runs_dir.glob("c*/steps.jsonl") if not (p.parent / "run.json").exists()]
     assert stopped, "the runs under way at the signal are stopped and left unsealed (redone on rerun)"
     assert wait_dead(below) == []
     resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
