@@ -11,10 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from batchtune.cli import app
-from batchtune.errors import RecipeError
+from batchtune.errors import InputError, RecipeError
 from batchtune.measure.branched import branched_recipe, branched_store, run_branched_probe
 from batchtune.measure.plan import plan_candidates
+from batchtune.measure.probe import check_manifest
 from batchtune.recipe.load import load_recipe, shipped_recipes
+from batchtune.records import ResultsStore
 
 BRANCHED = str(shipped_recipes()["tiny-pretrain-branched"])
 GRID = str(shipped_recipes()["tiny-pretrain"])
@@ -64,14 +66,28 @@ def test_a_branched_pretraining_recipe_is_checked_for_a_target_and_room_for_its_
     with pytest.raises(RecipeError, match="pretrain.max_tokens: 20,000 is short .* at least 25,088"):
         load_recipe(BRANCHED, ["pretrain.max_tokens=20000"])
     load_recipe(BRANCHED, ["pretrain.max_tokens=25088"])
+    with pytest.raises(RecipeError, match="pretrain.batches_tokens"):  # one line, not a traceback
+        load_recipe(BRANCHED, ["pretrain.batches_tokens=[]"])
+
+
+def test_a_changed_pretraining_setting_is_not_resumed_into_old_runs(tmp_path: Path):
+    """The manifest ignored the pretrain section: a new seq_len or model size reused the old runs
+    (and a branched probe's checkpoints, which no longer fit the model)."""
+    store = ResultsStore(tmp_path / "r")
+    check_manifest(store, load_recipe(BRANCHED))
+    check_manifest(store, load_recipe(BRANCHED, ["pretrain.batches_tokens=[16, 32, 64]"]))  # fewer batches: fine
+    for change in ("pretrain.seq_len=8", "pretrain.size=s", "pretrain.markov_vocab=32"):
+        with pytest.raises(InputError, match=change.split("=")[0]):
+            check_manifest(store, load_recipe(BRANCHED, [change]))
 
 
 def test_tune_and_recommend_of_a_pretraining_grid_or_with_an_rl_emitter_are_refused(tmp_path: Path):
     """tune of the pre-training grid ran the RL probe on it and failed on 'eval_reward'; --emit verl
     wrote a verl config for a pre-training batch; a pre-training framework for an RL recipe."""
-    grid = CliRunner().invoke(app, ["tune", GRID, "-r", str(tmp_path / "g")])
-    assert grid.exit_code == 2 and "needs probe.mode = 'branched'" in grid.output
-    assert not (tmp_path / "g").exists()
+    for dry in ([], ["--dry-run"]):  # a dry run's "Run it" would be refused too
+        grid = CliRunner().invoke(app, ["tune", GRID, "-r", str(tmp_path / "g"), *dry])
+        assert grid.exit_code == 2 and "needs probe.mode = 'branched'" in grid.output
+        assert not (tmp_path / "g").exists()
     emit = CliRunner().invoke(app, ["tune", BRANCHED, "-r", str(tmp_path / "b"), "--emit", "verl"])
     assert emit.exit_code == 2 and "--emit verl writes an RL trainer's config" in emit.output
     assert not (tmp_path / "b").exists()
@@ -111,6 +127,10 @@ def test_a_branched_pretraining_probe_runs_in_tokens_resumes_and_ranks(tmp_path:
     assert "tokens until eval_loss <= 3" in text.output and "seqs x len" in text.output
     assert "sequences x 8 tokens" in text.output and "tok/s" in text.output
     assert "responses" not in text.output and "prompts" not in text.output
+    # check reads RL trainer configs: a pre-training probe's evidence is refused, not misread
+    verl = str(Path(__file__).parents[2] / "examples" / "ci" / "verl" / "ppo_trainer.yaml")
+    check = CliRunner().invoke(app, ["check", verl, "--results", str(tmp_path / "r")])
+    assert check.exit_code == 2 and "holds a pre-training probe" in check.output, check.output
     # the pick for a pre-training framework, in its own units (sequences of seq_len tokens)
     cmd = ["recommend", BRANCHED, "-r", str(tmp_path / "r"), "--emit", "megatron", "--gpus", "1", *sets]
     megatron = CliRunner().invoke(app, cmd)
