@@ -221,6 +221,9 @@ def smoke(recipe: str | None, overrides: list[str], results: str | None) -> Smok
 
     try:
         probe = stage("probe", lambda: _smoke_probe(cfg, run_probe))
+        branches = plan.branches
+        if branches is not None:  # a branched recipe: its trunk saves, its branches resume
+            stage("branches", lambda: _smoke_branches(branches))
         stage("profile-gen", lambda: _smoke_profile(cfg, run_profile))
         if probe is None:
             stages.append(SmokeStage("recommend", "skipped", "needs the probe's results", 0.0))
@@ -264,6 +267,46 @@ def _smoke_pretrain(cfg: Recipe) -> tuple[str, Any]:
         raise stop.as_error() from None
     labels = ", ".join(c.label for c in result.candidates)
     return f"{result.runs_done} pre-training run(s) of {labels}: grid analysed", result
+
+
+def _smoke_branches(cfg: Recipe) -> tuple[str, Any]:
+    """The branched probe at its smallest (recipe/smoke.py), in its own folder of the results: the
+    trunk must reach and save its checkpoint, and every branch and control must resume from it (its
+    steps counted on from the checkpoint). Too short to read a ratio, which is not what it checks."""
+    from batchtune.errors import RunsFailed
+    from batchtune.measure.branch_checkpoint import checkpoint_of
+    from batchtune.measure.branched import branched_store, run_branched
+    from batchtune.records import FAILED_STATUSES
+
+    where = str(Path(cfg.run.results_dir) / "branches")
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, results_dir=where))
+    try:
+        run_branched(cfg, _stop_at_failure)
+        too_short = ""
+    except _FirstRunFailed as stop:
+        raise stop.as_error() from None
+    except AnalysisError as exc:  # judged by its runs below; a ratio is not what smoke checks
+        too_short = f"; no ratio at this size ({str(exc).splitlines()[0][:80]})"
+    store = branched_store(where)
+    runs = store.runs()
+    trunk = next((r for r in runs if checkpoint_of(r.run_id) is None), None)
+    if trunk is None or trunk.status in FAILED_STATUSES:
+        raise RunsFailed(f"the trunk did not finish: {trunk.reason if trunk else 'no trunk run'}")
+    resumed = [r for r in runs if checkpoint_of(r.run_id) is not None]
+    if not resumed:
+        raise RunsFailed(f"no branch resumed from the trunk's checkpoint{too_short}")
+    for r in resumed:
+        ckpt = checkpoint_of(r.run_id) or 0
+        steps = store.steps(r.run_id)
+        if r.status in FAILED_STATUSES or not steps or steps[0].samples <= ckpt:
+            why = r.reason or f"its first step is at {steps[0].samples if steps else 'none'} samples"
+            raise RunsFailed(f"branch {r.run_id} did not resume from the checkpoint at {ckpt}: {why}")
+    labels = sorted({r.candidate for r in resumed})
+    return (
+        f"the trunk ({trunk.samples} {cfg.sample_unit}) saved a checkpoint; {len(resumed)} run(s) of "
+        f"{', '.join(labels)} resumed from it{too_short}",
+        None,
+    )
 
 
 def _smoke_profile(cfg: Recipe, run_profile: Any) -> tuple[str, Any]:

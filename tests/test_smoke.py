@@ -23,13 +23,17 @@ def test_smoke_nqm_runs_every_stage_and_says_what_it_shrank(tmp_path):
     assert (tmp_path / "r" / "runs").is_dir()
 
 
-def test_smoke_of_a_branched_recipe_smokes_the_grid_and_says_so(tmp_path):
+def test_smoke_of_a_branched_recipe_runs_its_grid_and_its_checkpoint_path(tmp_path):
     """smoke of a branched recipe ran the grid's runs, then recommend read the branched runs it had
-    not made: 'recommend failed ... lacks the run trunk-P1xG8-s0' on every branched recipe."""
+    not made: 'recommend failed ... lacks the run trunk-P1xG8-s0' on every branched recipe. The
+    probe stage now runs the grid, and a branches stage a one-step trunk and its branches."""
     res = workflow_ci.smoke("nqm", ["probe.mode=branched"], str(tmp_path / "r"))
     assert res.ok and all(s.status != "failed" for s in res.stages), res.stages
-    assert any("probe.mode = 'branched': smoked as a grid" in u for u in res.unchecked)
-    assert not (tmp_path / "r" / "branched").exists()
+    assert [s.name for s in res.stages] == ["probe", "branches", "profile-gen", "recommend"]
+    assert {s.name: s.status for s in res.stages}["branches"] == "ok"
+    assert any(r.startswith("branches: a trunk of one step at 8") for r in res.reduced)
+    assert (tmp_path / "r" / "branches" / "branched" / "runs").is_dir()
+    assert not (tmp_path / "r" / "branched").exists()  # the grid's results are the grid's
 
 
 def test_smoke_cli_leaves_no_results_behind(tmp_path, monkeypatch):

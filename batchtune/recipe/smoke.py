@@ -36,22 +36,60 @@ class SmokePlan:
     reduced: tuple[str, ...]
     unchecked: tuple[str, ...]
     skip: dict[str, str]
+    # a branched recipe's checkpoint path at its smallest: a trunk of two steps of the smallest
+    # batch saving one checkpoint, and one branch of every batch (the controls too) resumed from it
+    branches: Recipe | None = None
 
 
 def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
     """The smallest run of ``cfg`` that still exercises every stage; see the module docstring. A
-    branched recipe is smoked as a grid (recommend read the branched runs it had not made, and
-    failed): its trainer, task, logs and ranking are checked, its checkpoints are not."""
+    branched recipe's probe stage runs the grid's two batches (its trainer, task, logs and ranking),
+    and a stage of its own the checkpoint path (``SmokePlan.branches``): a trunk that saves, and
+    branches that resume from it."""
     pretrain = cfg.backend.training == "pretrain"
     plan = _pretrain_plan(cfg, results_dir) if pretrain else _rl_plan(cfg, results_dir)
     if cfg.probe.mode != "branched":
         return plan
-    out = dataclasses.replace(plan.recipe, probe=dataclasses.replace(plan.recipe.probe, mode="grid"))
-    note = (
-        "probe.mode = 'branched': smoked as a grid of full runs; the trunk's checkpoints and the "
-        "branches resumed from them are not exercised (`batchtune plan` previews them)"
+    r = dataclasses.replace
+    grid = r(plan.recipe, probe=r(plan.recipe.probe, mode="grid"))
+    small = plan.recipe
+    batches = (
+        sorted(set(small.pretrain.batches_tokens))
+        if pretrain
+        else [p * small.candidates.group_size for p in sorted(set(small.candidates.prompts))]
     )
-    return dataclasses.replace(plan, recipe=out, unchecked=(*plan.unchecked, note))
+    b0, top = batches[0], batches[-1]
+    branch = r(
+        cfg.branch,
+        trunk_samples=b0,  # one step of the trunk's batch, then its checkpoint
+        checkpoints=[1.0],
+        window_samples=b0,
+        min_steps=1,
+        max_window_factor=2.0,
+        search="all",
+        confirm_seeds=1,
+        max_seeds=1,
+    )
+    branches = r(small, branch=branch)
+    if pretrain:  # room for the longest branch, an evaluation every trunk step
+        longest = b0 + 2 * top + top
+        branches = r(branches, pretrain=r(small.pretrain, max_tokens=longest, eval_every_tokens=b0))
+    reduced = (
+        f"branches: a trunk of one step at {b0} saving its checkpoint, and from it a control and a "
+        f"branch of {', '.join(map(str, batches[1:]))} of 1-2 steps each (too short to read a ratio: "
+        "the stage checks that they resume)"
+    )
+    unchecked = (
+        "branches: that a branch continues the trunk's weights rather than starting over (a trainer "
+        "that accepts its resume arguments and ignores them passes this smoke)"
+    )
+    return r(
+        plan,
+        recipe=grid,
+        reduced=(*plan.reduced, reduced),
+        unchecked=(*plan.unchecked, unchecked),
+        branches=branches,
+    )
 
 
 def _rl_plan(cfg: Recipe, results_dir: str) -> SmokePlan:

@@ -243,3 +243,22 @@ def test_a_trunk_whose_trainer_cannot_start_stops_the_branched_probe_with_exit_4
     out = CliRunner().invoke(app, ["probe", "-r", str(tmp_path / "r"), *args])
     assert out.exit_code == 4, out.output
     assert "failed before its first training step" in out.output and "No module named 'verl'" in out.output
+
+
+def test_smoke_of_a_branched_recipe_checks_that_its_trainer_saves_and_resumes(tmp_path):
+    """smoke of a branched recipe ran only the grid (and then failed at recommend): the checkpoint
+    path, the user's save and resume arguments were first exercised by the real probe. A stage of
+    its own now runs a one-step trunk and resumes every batch from its checkpoint."""
+    from batchtune import workflow_ci
+
+    sets = [*_backend_sets(tmp_path), "probe.mode=branched", "candidates.prompts=[1, 2]"]
+    sets += ["target.metric=reward"]
+    good = workflow_ci.smoke(None, sets, str(tmp_path / "good"))
+    stage = {s.name: s for s in good.stages}["branches"]
+    assert stage.status == "ok" and "resumed from it" in stage.detail, stage
+    assert any("ignores them passes this smoke" in u for u in good.unchecked)
+    # a checkpoint template that names no file the trainer writes: the branches stage fails, saying so
+    bad_path = [*sets, 'backend.checkpoint_path="{output_dir}/ckpts/nope_{step}.json"']
+    bad = workflow_ci.smoke(None, bad_path, str(tmp_path / "bad"))
+    stage = {s.name: s for s in bad.stages}["branches"]
+    assert not bad.ok and stage.status == "failed" and "nope_" in stage.detail, stage

@@ -75,7 +75,8 @@ def test_a_changed_pretraining_setting_is_not_resumed_into_old_runs(tmp_path: Pa
     (and a branched probe's checkpoints, which no longer fit the model)."""
     store = ResultsStore(tmp_path / "r")
     check_manifest(store, load_recipe(BRANCHED))
-    check_manifest(store, load_recipe(BRANCHED, ["pretrain.batches_tokens=[16, 32, 64]"]))  # fewer batches: fine
+    fewer = load_recipe(BRANCHED, ["pretrain.batches_tokens=[16, 32, 64]"])
+    check_manifest(store, fewer)  # fewer batches: the same runs, fine
     for change in ("pretrain.seq_len=8", "pretrain.size=s", "pretrain.markov_vocab=32"):
         with pytest.raises(InputError, match=change.split("=")[0]):
             check_manifest(store, load_recipe(BRANCHED, [change]))
