@@ -12,7 +12,9 @@ T(pick) / min over B of T(B).
 Each row: the probe of recipes/tiny-pretrain-branched.toml (as shipped, or with one setting
 changed) at the probe seeds given, in a fresh results directory, then `recommend` from its own
 step times: the pick, its regret, the probe's tokens against one true full run at the pick, the
-critical batch it reports, and the local critical batch at each checkpoint with its interval.
+critical batch it reports, the pick's tokens-to-target as the probe estimates it (R(B0) extrapolated
+from the trunk, times the measured ratio) with its interval against the truth, and the local
+critical batch at each checkpoint with its interval.
 The grid's local ratio R(B)/R(16) at the checkpoint's level is printed beside it for context: it
 is not the same quantity (a branch starts from the trunk's state; the grid starts every batch from
 scratch), so it is no truth for the local value, only for the final pick.
@@ -122,7 +124,7 @@ def main() -> int:
     print()
     for name, overrides in SETTINGS.items():
         print(f"## {name}")
-        regrets, costs = [], []
+        regrets, costs, hits = [], [], []
         for seeds in PROBE_SEEDS:
             tmp = Path(tempfile.mkdtemp(prefix="bt-branched-pretrain-"))
             try:
@@ -134,12 +136,21 @@ def main() -> int:
             eff = result.efficiency  # type: ignore[attr-defined]
             cost = eff.total_samples / final[pick]
             crit = eff.critical.batch if eff.critical is not None else None
+            est = eff.get(rec.winner.label).estimate  # type: ignore[attr-defined]
+            lo, hi = eff.absolute_ci(est)
+            covered = lo <= final[pick] <= hi
             regrets.append(regret)
             costs.append(cost)
+            hits.append(covered)
             print(
                 f"seeds {seeds}: pick B{pick}, regret {regret:.2f}; critical batch {crit}; probe "
                 f"{eff.total_samples:,} tokens = {cost:.2f}x one true full run at the pick "
                 f"({final[pick]:,.0f}); wall {wall:.0f} s"
+            )
+            print(
+                f"    R(pick) estimated {est.samples_to_target:,.0f} [{lo:,.0f}, {hi:,.0f}] against the true "
+                f"{final[pick]:,.0f}: {est.samples_to_target / final[pick]:.2f}x, interval "
+                f"{'covers' if covered else 'misses'} it"
             )
             for lc in result.summary.locals:  # type: ignore[attr-defined]
                 lo, hi = lc.interval
@@ -154,7 +165,8 @@ def main() -> int:
         print(
             f"# {name}: regret <= 1.05 on {sum(r <= 1.05 for r in regrets)} of {len(regrets)}, median "
             f"{np.median(regrets):.2f}, max {max(regrets):.2f}; cost median {np.median(costs):.2f}x "
-            f"({min(costs):.2f}-{max(costs):.2f}x)"
+            f"({min(costs):.2f}-{max(costs):.2f}x); R(pick)'s interval covers the truth on {sum(hits)} of "
+            f"{len(hits)}"
         )
         print()
     print(f"# total wall {time.perf_counter() - t0:.0f} s")
