@@ -66,9 +66,13 @@ class BranchedSummary:
 
 
 def segment_weights(checkpoints: Sequence[float], end: float) -> np.ndarray:
-    """Samples of the trunk each checkpoint stands for: [c_i, c_{i+1}), the last to ``end``."""
+    """Samples of the trunk each checkpoint stands for: [c_i, c_{i+1}), the last to ``end``, each cut
+    at ``end`` (R(B0)): a checkpoint at or past where the reference reaches the target stands for
+    none (it used to keep its whole segment, and the last a zero share that stopped the schedule).
+    All ones when every checkpoint lies past ``end``."""
     c = np.asarray(checkpoints, dtype=float)
-    w = np.diff(np.r_[c, max(end, c[-1])])
+    bounds = np.minimum(np.r_[c[1:], max(end, c[-1])], end)
+    w = np.clip(bounds - c, 0.0, None)
     return w if w.sum() > 0 else np.ones_like(c)
 
 
@@ -139,7 +143,12 @@ def summarise_branched(
         for s, parts in sorted(per_seed.items()):
             ww = np.array([p[0] for p in parts])
             rr = np.array([p[1] for p in parts])
-            ratio = float(np.sum(ww * rr) / np.sum(ww)) if np.all(np.isfinite(rr)) else math.inf
+            if not np.all(np.isfinite(rr)):
+                ratio = math.inf
+            elif np.sum(ww) > 0:
+                ratio = float(np.sum(ww * rr) / np.sum(ww))
+            else:  # measured only at checkpoints at or past R(B0) (no trunk left to weigh): plain mean
+                ratio = float(np.mean(rr))
             censored = any(p[2] for p in parts) or not math.isfinite(ratio)
             crossings.append(
                 TargetCrossing(None, True, r0 * ratio if math.isfinite(ratio) else r0)
@@ -185,15 +194,22 @@ def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> 
     """``rec`` with the batch schedule of analysis/schedule.py read from the branched probe's local
     ratios (the geometric mean over seeds at each checkpoint, censored seeds at their bounds, as
     the ranking reads them, on the ranking's segment weights), compared with every fixed batch that has a
-    throughput; a note instead with a single checkpoint."""
-    if len(summary.locals) < 2:
-        note = "no batch schedule: it needs the local ratios at >= 2 checkpoints (branch.checkpoints)"
-        return dataclasses.replace(rec, notes=(*rec.notes, note))
+    throughput; a note instead with fewer than two checkpoints before R(B0) (a checkpoint at or past
+    where the reference reaches the target has no trunk left to schedule), or when no schedule can
+    be predicted: the recommendation stands without one."""
     r0 = summary.reference_samples_to_target[0]
     w = segment_weights([lc.checkpoint_samples for lc in summary.locals], r0)
+    before = [(wi, lc) for wi, lc in zip(w, summary.locals, strict=True) if wi > 0]
+    if len(before) < 2:
+        note = (
+            "no batch schedule: it needs the local ratios at >= 2 checkpoints before the reference "
+            "reaches the target (branch.checkpoints)"
+        )
+        return dataclasses.replace(rec, notes=(*rec.notes, note))
+    total = sum(wi for wi, _ in before)
     segments = [
         Segment(
-            share=float(r0 * wi / w.sum()),
+            share=float(r0 * wi / total),
             ratios={  # the geometric mean over seeds, as the ranking reads them (censored at their bounds)
                 b: float(stats.gmean([r for r, _ in seen.values()]))
                 for b in lc.ratios
@@ -201,7 +217,7 @@ def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> 
             },
             local_critical=lc.point,
         )
-        for wi, lc in zip(w, summary.locals, strict=True)
+        for wi, lc in before
     ]
     thr = rec.throughput.per_candidate
     cands = [
@@ -209,7 +225,10 @@ def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> 
         for c in rec.efficiency.candidates
         if c.family == "main" and c.label in thr
     ]
-    cmp = compare_schedule(
-        segments, cands, reference=rec.efficiency.reference, tol=tol, incumbent=rec.winner.label
-    )
+    try:
+        cmp = compare_schedule(
+            segments, cands, reference=rec.efficiency.reference, tol=tol, incumbent=rec.winner.label
+        )
+    except AnalysisError as exc:  # an optional extra: the recommendation stands without it
+        return dataclasses.replace(rec, notes=(*rec.notes, f"no batch schedule: {exc}"))
     return dataclasses.replace(rec, schedule=cmp)

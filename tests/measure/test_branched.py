@@ -382,3 +382,26 @@ def test_the_progress_bar_of_a_branched_probe_has_no_made_up_total(tmp_path: Pat
     text = out.getvalue()
     assert "runs (as many as the branched search needs)" in text
     assert f"{result.runs_done}/?" in text and f"{result.runs_done}/0" not in text
+
+
+def test_checkpoints_past_where_the_reference_reaches_the_target_weigh_nothing(tmp_path: Path):
+    """A trunk longer than R(B0) (an easy target, or a trunk set near the end of the run): the
+    checkpoints at or past R(B0) kept whole segments, and the last one a zero share with which the
+    batch schedule raised, so `recommend` lost its whole answer ("a schedule needs segments with a
+    finite, positive share of R(B0)", exit 3)."""
+    from typer.testing import CliRunner
+
+    from batchtune.analysis.branched_summary import segment_weights
+    from batchtune.cli import app
+
+    assert segment_weights([1024, 2048, 4096], 1450).tolist() == [426, 0, 0]
+    assert segment_weights([1024, 2048, 4096], 12000).tolist() == [1024, 2048, 7904]  # as before
+    assert segment_weights([1024, 2048], 500).tolist() == [1, 1]  # every one past: equal weights
+    sets = ["probe.mode=branched", "target.value=2.0", "branch.trunk_samples=4096"]
+    sets += ["branch.checkpoints=[0.25, 0.5, 1.0]"]  # R(B0) ~1,450 samples: two checkpoints past it
+    args = ["nqm", "-r", str(tmp_path / "r"), *[a for s in sets for a in ("--set", s)], "--json"]
+    assert CliRunner().invoke(app, ["probe", *args]).exit_code == 0
+    out = CliRunner().invoke(app, ["recommend", *args])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["recommended"]["name"] and any(n.startswith("no batch schedule") for n in data["notes"])
