@@ -47,6 +47,7 @@ RECIPE = ROOT / "recipes" / "tiny-pretrain-branched.toml"
 PROBE_SEEDS = [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
 SETTINGS: dict[str, list[str]] = {
     "as shipped (branch.search = all, 3 checkpoints, W 4096)": [],
+    "trunk 32,768 (closer to the target)": ["branch.trunk_samples=32768"],
     "branch.search = bisect": ["branch.search=bisect"],
     "branch.search = bisect, window 2048": ["branch.search=bisect", "branch.window_samples=2048"],
 }
