@@ -222,7 +222,9 @@ def smoke(recipe: str | None, overrides: list[str], results: str | None) -> Smok
     try:
         probe = stage("probe", lambda: _smoke_probe(cfg, run_probe))
         branches = plan.branches
-        if branches is not None:  # a branched recipe: its trunk saves, its branches resume
+        if branches is not None and probe is None:  # no trainer that ran: nothing to resume
+            stages.append(SmokeStage("branches", "skipped", "needs a probe stage that ran", 0.0))
+        elif branches is not None:  # a branched recipe: its trunk saves, its branches resume
             stage("branches", lambda: _smoke_branches(branches))
         stage("profile-gen", lambda: _smoke_profile(cfg, run_profile))
         if probe is None:
@@ -270,41 +272,61 @@ def _smoke_pretrain(cfg: Recipe) -> tuple[str, Any]:
 
 
 def _smoke_branches(cfg: Recipe) -> tuple[str, Any]:
-    """The branched probe at its smallest (recipe/smoke.py), in its own folder of the results: the
-    trunk must reach and save its checkpoint, and every branch and control must resume from it (its
-    steps counted on from the checkpoint). Too short to read a ratio, which is not what it checks."""
+    """The checkpoint path at its smallest, in a scratch folder of the results (emptied first: a
+    smoke is never resumed, and its settings may have changed): a one-step trunk at the smallest
+    batch saves its checkpoint, then one run of every batch resumes from it for one step of its
+    own; each must finish and log its steps past the checkpoint. For the built-in trainers that
+    shows the state was restored; the command backend counts a resumed trainer's steps from the
+    checkpoint itself, so for it this checks the checkpoint file and the save/resume arguments, not
+    that the trainer continued the trunk's weights (said under "not checked here")."""
+    import math
+    import shutil
+
+    from batchtune import backends
+    from batchtune.backends.spec import checkpoint_path
     from batchtune.errors import RunsFailed
-    from batchtune.measure.branch_checkpoint import checkpoint_of
-    from batchtune.measure.branched import branched_store, run_branched
+    from batchtune.measure.branched import branched_recipe
+    from batchtune.measure.plan import plan_candidates
+    from batchtune.measure.probe import StopPolicy, execute_run
     from batchtune.records import FAILED_STATUSES
 
-    where = str(Path(cfg.run.results_dir) / "branches")
-    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, results_dir=where))
-    try:
-        run_branched(cfg, _stop_at_failure)
-        too_short = ""
-    except _FirstRunFailed as stop:
-        raise stop.as_error() from None
-    except AnalysisError as exc:  # judged by its runs below; a ratio is not what smoke checks
-        too_short = f"; no ratio at this size ({str(exc).splitlines()[0][:80]})"
-    store = branched_store(where)
-    runs = store.runs()
-    trunk = next((r for r in runs if checkpoint_of(r.run_id) is None), None)
-    if trunk is None or trunk.status in FAILED_STATUSES:
-        raise RunsFailed(f"the trunk did not finish: {trunk.reason if trunk else 'no trunk run'}")
-    resumed = [r for r in runs if checkpoint_of(r.run_id) is not None]
-    if not resumed:
-        raise RunsFailed(f"no branch resumed from the trunk's checkpoint{too_short}")
-    for r in resumed:
-        ckpt = checkpoint_of(r.run_id) or 0
-        steps = store.steps(r.run_id)
-        if r.status in FAILED_STATUSES or not steps or steps[0].samples <= ckpt:
-            why = r.reason or f"its first step is at {steps[0].samples if steps else 'none'} samples"
-            raise RunsFailed(f"branch {r.run_id} did not resume from the checkpoint at {ckpt}: {why}")
-    labels = sorted({r.candidate for r in resumed})
+    problem = backends.checkpoint_problem(cfg)
+    if problem is not None:  # before any trainer starts
+        raise InputError(f"{problem}, so probe.mode = 'branched' cannot use it")
+    where = Path(cfg.run.results_dir) / "branches"
+    shutil.rmtree(where, ignore_errors=True)
+    cfg = branched_recipe(dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, results_dir=str(where))))
+    plan = plan_candidates(cfg)
+    main = [plan.by_label()[lab] for lab in plan.main]
+    ref, seed, t = main[0], cfg.budget.seeds[0], cfg.target
+    b0, ckpts, store = ref.batch_responses, where / "checkpoints", ResultsStore(where)
+
+    def run(cand: Any, rid: str, end: int, extra: dict[str, Any]) -> tuple[Any, list[Any]]:
+        policy = StopPolicy(t.metric, t.value, t.higher_is_better, t.ema_alpha, end, False, math.inf)
+        at_end = dataclasses.replace(cfg, budget=dataclasses.replace(cfg.budget, max_samples=end))
+        lr, ref_batch = cfg.optimizer.lr, plan.reference_batch
+        try:
+            execute_run(at_end, str(where), cand, seed, lr, ref_batch, policy, rid, extra, _stop_at_failure)
+        except _FirstRunFailed as stop:
+            raise stop.as_error() from None
+        return store.run(rid), store.steps(rid)
+
+    save = {"save_at_samples": (b0,), "checkpoint_dir": ckpts}
+    trunk, _ = run(ref, f"trunk-{ref.label}-s{seed}", b0, save)
+    if trunk is None or trunk.status in FAILED_STATUSES or trunk.samples < b0:
+        raise RunsFailed(f"the one-step trunk did not finish: {trunk.reason if trunk else 'no record'}")
+    resume = {"resume_from": checkpoint_path(ckpts, b0)}
+    for cand in main:
+        rid = f"c{b0}-{cand.label}-s{seed}"
+        rec, steps = run(cand, rid, b0 + cand.batch_responses, resume)
+        if rec is None or rec.status in FAILED_STATUSES or not steps or steps[0].samples <= b0:
+            why = (
+                rec.reason if rec else ""
+            ) or f"its first step is at {steps[0].samples if steps else 'none'}"
+            raise RunsFailed(f"run {rid} did not resume from the checkpoint at {b0} {cfg.sample_unit}: {why}")
+    labels = ", ".join(c.label for c in main)
     return (
-        f"the trunk ({trunk.samples} {cfg.sample_unit}) saved a checkpoint; {len(resumed)} run(s) of "
-        f"{', '.join(labels)} resumed from it{too_short}",
+        f"a one-step trunk at {b0} saved a checkpoint; a step of each of {labels} resumed from it",
         None,
     )
 

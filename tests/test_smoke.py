@@ -32,8 +32,14 @@ def test_smoke_of_a_branched_recipe_runs_its_grid_and_its_checkpoint_path(tmp_pa
     assert [s.name for s in res.stages] == ["probe", "branches", "profile-gen", "recommend"]
     assert {s.name: s.status for s in res.stages}["branches"] == "ok"
     assert any(r.startswith("branches: a trunk of one step at 8") for r in res.reduced)
-    assert (tmp_path / "r" / "branches" / "branched" / "runs").is_dir()
+    runs = {p.name for p in (tmp_path / "r" / "branches" / "runs").iterdir()}
+    assert runs == {"trunk-P1xG8-s0", "c8-P1xG8-s0", "c8-P2xG8-s0"}  # a step of every batch resumed
     assert not (tmp_path / "r" / "branched").exists()  # the grid's results are the grid's
+    # a second smoke into the same folder starts its branches over (a smoke is never resumed)
+    stale = tmp_path / "r" / "branches" / "runs" / "c8-P2xG8-s0" / "stale"
+    stale.write_text("")
+    again = workflow_ci.smoke("nqm", ["probe.mode=branched"], str(tmp_path / "r"))
+    assert again.ok and not stale.exists()
 
 
 def test_smoke_cli_leaves_no_results_behind(tmp_path, monkeypatch):

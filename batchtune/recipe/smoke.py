@@ -36,8 +36,8 @@ class SmokePlan:
     reduced: tuple[str, ...]
     unchecked: tuple[str, ...]
     skip: dict[str, str]
-    # a branched recipe's checkpoint path at its smallest: a trunk of two steps of the smallest
-    # batch saving one checkpoint, and one branch of every batch (the controls too) resumed from it
+    # a branched recipe's checkpoint path at its smallest: a one-step trunk of the smallest batch
+    # saving its checkpoint, and one step of every batch resumed from it (workflow_ci)
     branches: Recipe | None = None
 
 
@@ -59,25 +59,12 @@ def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
         else [p * small.candidates.group_size for p in sorted(set(small.candidates.prompts))]
     )
     b0, top = batches[0], batches[-1]
-    branch = r(
-        cfg.branch,
-        trunk_samples=b0,  # one step of the trunk's batch, then its checkpoint
-        checkpoints=[1.0],
-        window_samples=b0,
-        min_steps=1,
-        max_window_factor=2.0,
-        search="all",
-        confirm_seeds=1,
-        max_seeds=1,
-    )
-    branches = r(small, branch=branch)
-    if pretrain:  # room for the longest branch, an evaluation every trunk step
-        longest = b0 + 2 * top + top
-        branches = r(branches, pretrain=r(small.pretrain, max_tokens=longest, eval_every_tokens=b0))
+    branches = small  # workflow_ci._smoke_branches runs its trunk and one step of each batch
+    if pretrain:  # room for a step of the largest batch after the trunk's, an evaluation each step
+        branches = r(small, pretrain=r(small.pretrain, max_tokens=b0 + top, eval_every_tokens=b0))
     reduced = (
-        f"branches: a trunk of one step at {b0} saving its checkpoint, and from it a control and a "
-        f"branch of {', '.join(map(str, batches[1:]))} of 1-2 steps each (too short to read a ratio: "
-        "the stage checks that they resume)"
+        f"branches: a trunk of one step at {b0} saving its checkpoint, and from it one step of each of "
+        f"{', '.join(map(str, batches))} (too short to read a ratio: the stage checks that they resume)"
     )
     unchecked = (
         "branches: that a branch continues the trunk's weights rather than starting over (a trainer "
