@@ -141,6 +141,8 @@ def summarise_branched(
             continue
         crossings, ids = [], []
         for s, parts in sorted(per_seed.items()):
+            if any(p[0] > 0 for p in parts):  # a checkpoint past R(B0) weighs nothing: not even a bound
+                parts = [p for p in parts if p[0] > 0]
             ww = np.array([p[0] for p in parts])
             rr = np.array([p[1] for p in parts])
             if not np.all(np.isfinite(rr)):
@@ -199,7 +201,7 @@ def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> 
     be predicted: the recommendation stands without one."""
     r0 = summary.reference_samples_to_target[0]
     w = segment_weights([lc.checkpoint_samples for lc in summary.locals], r0)
-    before = [(wi, lc) for wi, lc in zip(w, summary.locals, strict=True) if wi > 0]
+    before = [(wi, lc) for wi, lc in zip(w, summary.locals, strict=True) if lc.checkpoint_samples < r0]
     if len(before) < 2:
         note = (
             "no batch schedule: it needs the local ratios at >= 2 checkpoints before the reference "

@@ -405,3 +405,9 @@ def test_checkpoints_past_where_the_reference_reaches_the_target_weigh_nothing(t
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["recommended"]["name"] and any(n.startswith("no batch schedule") for n in data["notes"])
+    # every checkpoint past R(B0): no schedule from segments that all lie after the target
+    args = [a.replace("[0.25, 0.5, 1.0]", "[0.5, 1.0]") for a in args]
+    args[args.index(str(tmp_path / "r"))] = str(tmp_path / "r2")
+    assert CliRunner().invoke(app, ["probe", *args]).exit_code == 0
+    data = json.loads(CliRunner().invoke(app, ["recommend", *args]).stdout)
+    assert "batch_schedule" not in data and any(n.startswith("no batch schedule") for n in data["notes"])
