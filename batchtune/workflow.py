@@ -441,12 +441,5 @@ def _emit(
 def write_emitted(trainer: str, text: str, values: dict[str, object], out: Path) -> Path:
     """``--emit TRAINER --out FILE``: the emitted config as a file the trainer takes as it is."""
     from batchtune.integrations.emit_files import write_trainer_file
-    from batchtune.integrations.emit_pretrain import PRETRAIN_TRAINERS
-
-    if trainer in PRETRAIN_TRAINERS:  # flags and stage commands: the text is the file
-        if not out.parent.exists():
-            raise InputError(f"--out {out}: folder {out.parent} does not exist")
-        atomic_write_text(out, text)
-        return out
 
     return write_trainer_file(trainer, values, text, out)

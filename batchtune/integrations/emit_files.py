@@ -46,7 +46,12 @@ def _comments(lines: list[str]) -> str:
 
 
 def trainer_file(trainer: str, values: dict[str, object], text: str) -> str:
-    """The file contents for ``trainer`` from an emitter's ``values`` and ``text`` (for its notes)."""
+    """The file contents for ``trainer`` from an emitter's ``values`` and ``text`` (for its notes).
+    A pre-training framework's (emit_pretrain.py: flags and stage commands) is its text as it is."""
+    from batchtune.integrations.emit_pretrain import PRETRAIN_TRAINERS
+
+    if trainer in PRETRAIN_TRAINERS:
+        return text
     notes = notes_of(text)
     if trainer == "verl":
         head = [

@@ -137,3 +137,7 @@ def test_a_branched_pretraining_probe_runs_in_tokens_resumes_and_ranks(tmp_path:
     megatron = CliRunner().invoke(app, cmd)
     assert megatron.exit_code == 0, megatron.output
     assert "--seq-length 8" in megatron.output and "--step-batch-size-schedule" in megatron.output
+    flags = tmp_path / "megatron.txt"  # --out: the flags and stage table, as printed
+    written = CliRunner().invoke(app, [*cmd, "--out", str(flags)])
+    assert written.exit_code == 0, written.output
+    assert "--step-batch-size-schedule" in flags.read_text()
