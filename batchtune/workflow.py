@@ -140,12 +140,10 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
     throughput = [p for p in pngs if p.name.startswith("throughput-")][-1:]  # the latest profile
     plots = [p for p in pngs if p.name in ("time_to_target.png", "learning_curves.png")] + throughput
     out.mkdir(parents=True, exist_ok=True)
-    if elsewhere and rec is not None:
-        from batchtune.report.plots_time import TIME_PLOT, plot_time_to_target
-
-        plots = [p for p in plots if p.name != TIME_PLOT]
+    if elsewhere and rec is not None:  # the report's own time plot, beside it
+        plots = [p for p in plots if p.name != "time_to_target.png"]
         with contextlib.suppress(OSError):  # best effort, as the probe's plot
-            plots.insert(0, plot_time_to_target(rec, out / "plots" / TIME_PLOT))
+            plots.insert(0, _plot_time(out / "plots", rec))
     sections = build_sections(eff, rec, plots, missing)
     title = f"batchtune report: {Path(results).name}"
     from batchtune.measure.branched import branched_store
@@ -361,17 +359,17 @@ def recommend_for_recipe(
         rec = with_schedule(rec, branched.summary, cfg.target.tolerance)
     if plot:
         try:  # best effort, as the probe's plot
-            note = f"time-to-target plot: {_plot_time(store, rec)}"
+            note = f"time-to-target plot: {_plot_time(store.plots_dir, rec)}"
         except OSError as exc:
             note = _plot_skipped("time-to-target", exc)
         rec = dataclasses.replace(rec, notes=(*rec.notes, note))
     return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
 
 
-def _plot_time(store: ResultsStore, rec: Recommendation) -> Path:
+def _plot_time(plots_dir: Path, rec: Recommendation) -> Path:
     from batchtune.report.plots_time import TIME_PLOT, plot_time_to_target
 
-    return plot_time_to_target(rec, store.plots_dir / TIME_PLOT)
+    return plot_time_to_target(rec, plots_dir / TIME_PLOT)
 
 
 def recommend_from_args(
