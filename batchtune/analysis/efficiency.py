@@ -73,6 +73,11 @@ class CandidateEfficiency:
         return self.verdict.status if self.verdict else "unknown"
 
 
+def shape_header(unit: str) -> str:
+    """The column head of a batch's shape: P x G, or sequences x length where samples are tokens."""
+    return "seqs x len" if unit == "tokens" else "P x G"
+
+
 @dataclass(frozen=True)
 class SampleEfficiency:
     metric: str
@@ -108,7 +113,7 @@ class SampleEfficiency:
     @property
     def shape_header(self) -> str:
         """The column head of a batch's shape: P x G, or sequences x length for pre-training."""
-        return "seqs x len" if self.unit == "tokens" else "P x G"
+        return shape_header(self.unit)
 
     @property
     def rate_unit(self) -> str:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from batchtune.analysis.efficiency import shape_header
 from batchtune.report.terminal import fmt_n, fmt_time
 
 
@@ -22,8 +23,7 @@ def plan_to_dict(preview: Any) -> dict[str, Any]:
 
 def plan_table(preview: Any) -> Table:
     table = Table(title=f"Probe plan: {preview.runs} runs ({preview.backend} backend), upper bounds")
-    tokens = preview.unit == "tokens"  # the pre-training grid: sequences x length, tokens per run
-    shape = "seqs x len" if tokens else "P x G"
+    shape = shape_header(preview.unit)  # the pre-training grid: sequences x length, tokens per run
     cols = ("candidate", shape, "N", "LR", "seeds", f"{preview.unit}/run", "steps/run", "evals/run")
     timed = ("s/step", "s/run")
     for col in cols + (timed if preview.timed_steps else ()):
@@ -88,7 +88,7 @@ def branched_plan_table(preview: Any) -> Table:
     p = preview
     title = f"Branched probe plan ({p.backend} backend): branches from the trunk at {p.reference}"
     table = Table(title=title + ", upper bounds")
-    shape = "seqs x len" if p.unit == "tokens" else "P x G"  # a pre-training recipe's token batches
+    shape = shape_header(p.unit)  # a pre-training recipe's token batches: seqs x len
     cols = ("batch", shape, "N", "LR", "window", "steps", "longest branch", "branches")
     timed = ("s/step", "s/branch")
     for col in cols + (timed if p.timed_steps else ()):
