@@ -295,7 +295,7 @@ def throughput_for(
         store.runs() if runs is None else runs
     ):  # the most runs that shared the machine with any run of a candidate
         parallel[run.candidate] = max(parallel.get(run.candidate, 0), run.parallel_runs)
-    model = throughput_from_probe(eff.candidates, other, parallel)
+    model = throughput_from_probe(eff.candidates, other, parallel, profile=cfg.backend.training != "pretrain")
     if cfg.backend.training == "nqm":  # its step times are computed from a time model, not measured
         model = dataclasses.replace(model, source=model.source.replace("probe timings", SIMULATED_TIMINGS))
     return model

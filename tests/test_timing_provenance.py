@@ -27,6 +27,9 @@ def test_contention_note_names_shared_and_alone():
     note = contention_note({"P1": 1, "P4": 2, "P16": 2})
     assert "P4, P16 were timed sharing the machine (2 runs at a time), P1 alone" in note
     assert "profile-gen" in note and "run.workers = 1" in note
+    # a pre-training run's step is not what profile-gen times: only the probe can retime it
+    pretrain = contention_note({"B16": 1, "B64": 2}, profile=False)
+    assert "profile-gen" not in pretrain and pretrain.endswith("probe with run.workers = 1")
 
 
 def _recommend(results: Path) -> dict:

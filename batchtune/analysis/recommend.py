@@ -88,11 +88,12 @@ def throughput_from_profile(
     return ThroughputModel("profile", True, per, m.knee, mode, tuple(notes))
 
 
-def contention_note(parallel_runs: Mapping[str, int]) -> str:
+def contention_note(parallel_runs: Mapping[str, int], *, profile: bool = True) -> str:
     """Say which candidates were timed sharing the machine with other runs, or "" when none was.
 
     ``parallel_runs``: label -> the most runs that executed at once while that candidate's runs ran
-    (1 = alone, 0 = unknown, e.g. imported without timing provenance)."""
+    (1 = alone, 0 = unknown, e.g. imported without timing provenance); ``profile``: whether
+    `batchtune profile-gen` can time this kind of run alone (not a pre-training run's step)."""
     shared = sorted((k for k, v in parallel_runs.items() if v > 1), key=lambda k: -parallel_runs[k])
     if not shared:
         return ""
@@ -101,20 +102,26 @@ def contention_note(parallel_runs: Mapping[str, int]) -> str:
     text = f"{', '.join(shared)} were timed sharing the machine ({most} runs at a time)"
     if alone:
         text += f", {', '.join(alone)} alone"
+    remedy = "run `batchtune profile-gen` (timed alone) or probe" if profile else "probe"
     return (
         text + ": contended step times make some batches look slower than they are, so this ranking "
-        "is biased; run `batchtune profile-gen` (timed alone) or probe with run.workers = 1"
+        f"is biased; {remedy} with run.workers = 1"
     )
 
 
 def throughput_from_probe(
-    cands: Sequence[CandidateEfficiency], other_s: float, parallel_runs: Mapping[str, int] | None = None
+    cands: Sequence[CandidateEfficiency],
+    other_s: float,
+    parallel_runs: Mapping[str, int] | None = None,
+    *,
+    profile: bool = True,
 ) -> ThroughputModel:
     """Θ(N) = N / (median gen_s + median train_s + other_s) per step, as the probe measured them.
 
     Evaluation time on the held-out set is not part of training, so the probe's own other_s is left
     out; ``other_s`` (reward, reference log-probs, weight sync) comes from the recipe. Runs that
-    shared cores (``parallel_runs``, see ``contention_note``) are flagged in the source and a note.
+    shared cores (``parallel_runs``, see ``contention_note``; ``profile`` as there) are flagged in
+    the source and a note.
     """
     per: dict[str, Throughput] = {}
     for c in cands:
@@ -124,7 +131,7 @@ def throughput_from_probe(
         per[c.label] = Throughput(e2e.responses_per_s, c.gen_s_per_step, c.train_s_per_step, other_s)
     if not per:
         raise AnalysisError("no timings to predict throughput from: run `batchtune profile-gen` first")
-    note = contention_note(parallel_runs or {})
+    note = contention_note(parallel_runs or {}, profile=profile)
     if note:
         return ThroughputModel("probe timings, contended", True, per, notes=(note,))
     alone = parallel_runs and all(v == 1 for v in parallel_runs.values())
