@@ -122,8 +122,11 @@ def control_level(
     window_samples: float,
     higher_is_better: bool,
     level_seeds: Collection[int] | None = None,
+    *,
+    unit: str = "samples",
 ) -> float:
-    """The local target: median over seeds of the controls' fitted metric one window past c.
+    """The local target: median over seeds of the controls' fitted metric one window past c
+    (``unit``: what the sample axis counts, for the errors: samples, or a pre-training run's tokens).
 
     ``level_seeds``: only these seeds' controls set it. A branched probe's confirmation seeds
     (branch.confirm_seeds) pair with controls of their own but leave the level alone, so the
@@ -141,14 +144,14 @@ def control_level(
     ]
     if not controls:
         raise AnalysisError(
-            f"checkpoint at {checkpoint_samples:g} samples has no finished control branch at the "
+            f"checkpoint at {checkpoint_samples:g} {unit} has no finished control branch at the "
             f"reference batch {reference_batch:g}; rerun the probe to finish it"
         )
     short = [c.seed for c in controls if c.samples[-1] < window_samples]
     if short:
         raise AnalysisError(
-            f"control branches of seeds {short} at {checkpoint_samples:g} samples stopped before the "
-            f"window of {window_samples:g} samples; rerun the probe"
+            f"control branches of seeds {short} at {checkpoint_samples:g} {unit} stopped before the "
+            f"window of {window_samples:g} {unit}; rerun the probe"
         )
     at = [
         fitted_at(
@@ -164,8 +167,8 @@ def control_level(
         # every branch "reaches" a level it started at: R = 0 for all, no ratio to read
         raise NoProgress(
             f"the control branches made no progress in the window after the checkpoint at "
-            f"{checkpoint_samples:g} samples (metric {start_value:.4g} there, {level:.4g} fitted one "
-            f"window of {window_samples:g} samples later): the trunk has plateaued there or the metric "
+            f"{checkpoint_samples:g} {unit} (metric {start_value:.4g} there, {level:.4g} fitted one "
+            f"window of {window_samples:g} {unit} later): the trunk has plateaued there or the metric "
             "is too noisy for the window; use earlier branch.checkpoints or a longer branch.window_samples"
         )
     return level
@@ -266,17 +269,18 @@ def local_critical_batch(
     confidence: float = 0.9,
     windows: Mapping[float, float] | None = None,
     level_seeds: Collection[int] | None = None,
+    unit: str = "samples",
 ) -> LocalCritical:
     """The local critical batch at one checkpoint from its branch curves (module docstring).
 
     ``windows``: batch -> its own window where longer than ``window_samples`` (the controls must
-    reach the longest). ``level_seeds``: as in `control_level`."""
+    reach the longest). ``level_seeds``, ``unit``: as in `control_level`."""
     own = {
         float(b): float(v) for b, v in (windows or {}).items() if v > window_samples and b != reference_batch
     }
     args = (checkpoint_samples, start_value, curves, reference_batch)
     levels = {
-        v: control_level(*args, v, higher_is_better, level_seeds)
+        v: control_level(*args, v, higher_is_better, level_seeds, unit=unit)
         for v in {float(window_samples), *own.values()}
     }
     level = levels[float(window_samples)]

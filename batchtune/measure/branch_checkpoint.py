@@ -161,7 +161,8 @@ class AtCheckpoint:
         self.windows: dict[float, float] = {}  # batch -> its window, for the batches branched
         self.cover(self.w)
         t = recipe.target
-        control_level(c, start, self.curves, self.b0, self.w, t.higher_is_better)  # raises if no progress
+        # raises if no progress
+        control_level(c, start, self.curves, self.b0, self.w, t.higher_is_better, unit=recipe.sample_unit)
 
     @property
     def curves(self) -> list[BranchCurve]:
@@ -243,7 +244,8 @@ class AtCheckpoint:
         wb = self.window(cand.batch_responses)
         self.windows[cand.batch_responses] = wb
         self.cover(wb)
-        lv = control_level(c, self.start, self.curves, self.b0, wb, t.higher_is_better, self.seeds)
+        unit = self.recipe.sample_unit
+        lv = control_level(c, self.start, self.curves, self.b0, wb, t.higher_is_better, self.seeds, unit=unit)
         budget = c + math.ceil(self.recipe.branch.max_window_factor * wb)
         mine: list[int] = []
         todo = list(self.seeds)
@@ -288,4 +290,5 @@ class AtCheckpoint:
             confidence=t.confidence,
             windows=self.windows,
             level_seeds=self.seeds,
+            unit=self.recipe.sample_unit,
         )

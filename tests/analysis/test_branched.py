@@ -55,6 +55,11 @@ def test_a_plateau_after_the_checkpoint_is_a_clear_error_not_a_zero_ratio() -> N
     ]
     with pytest.raises(AnalysisError, match="no progress in the window after the checkpoint at 4096"):
         local_critical_batch(4096, 1.5, flat, reference_batch=8, window_samples=1024, higher_is_better=False)
+    # a pre-training probe's axis is tokens, and its errors say so
+    with pytest.raises(AnalysisError, match="checkpoint at 4096 tokens .* window of 1024 tokens later"):
+        local_critical_batch(
+            4096, 1.5, flat, reference_batch=8, window_samples=1024, higher_is_better=False, unit="tokens"
+        )
 
 
 def test_fit_progress_recovers_a_power_trend() -> None:
