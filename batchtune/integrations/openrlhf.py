@@ -117,10 +117,15 @@ def emit_openrlhf(
         values["--vllm.gpu_memory_utilization"] = rec.gpu_memory_utilization
     if legacy_flags:
         values = {_LEGACY.get(k, k): v for k, v in values.items()}
+    constant = (
+        "set --lr_scheduler constant (one scheduler for actor and critic before 0.10.2)"
+        if legacy_flags
+        else "set --actor.lr_scheduler constant (and --critic.lr_scheduler)"
+    )
     notes = [
         f"{P} prompts x {G} = {P * G} responses per rollout; "
         f"{rec.mini_batches} optimiser step(s) per rollout",
-        "set --actor.lr_scheduler constant (and --critic.lr_scheduler) to keep the LR the probe measured",
+        f"{constant} to keep the LR the probe measured (the default decays it: cosine_with_min_lr)",
     ]
     notes += micro_note("train.micro_batch_size", train_batch // num_gpus, rec.micro_batch_per_gpu)
     if not rec.lr_known:

@@ -194,6 +194,9 @@ def emit_trl(rec: RecommendationInput, num_gpus: int) -> EmittedConfig:
     }
     if rec.lr_known:
         values["learning_rate"] = rec.lr
+    # GRPOConfig's default is TrainingArguments' linear decay to 0 over max_steps: the probe measured
+    # a constant LR
+    values["lr_scheduler_type"] = "constant"
     if rec.gpu_memory_utilization:
         values["vllm_gpu_memory_utilization"] = rec.gpu_memory_utilization
     notes = [

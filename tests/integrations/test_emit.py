@@ -83,12 +83,14 @@ def test_trl_values_and_grpoconfig_accepts_them(tmp_path):
         "num_generations": 8,
         "generation_batch_size": 128,
         "learning_rate": 1e-6,
+        "lr_scheduler_type": "constant",  # GRPOConfig's default decays the LR to 0 over max_steps
         "num_iterations": 1,
     }
     one = emit("trl", rec(prompts=4, group_size=4, mini_batches=2, micro_batch_per_gpu=4), num_gpus=1)
     assert one.values["gradient_accumulation_steps"] == 2 and one.values["generation_batch_size"] == 16
     cfg = trl.GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **one.values)
     assert cfg.steps_per_generation == 4  # one generation of 16 feeds 2 optimiser steps of 2 x 4
+    assert cfg.lr_scheduler_type == "constant"  # the probe's LR, held
     assert "GRPOConfig(" in one.text and "--num_generations 4" in one.text
 
 
@@ -131,6 +133,12 @@ def test_openrlhf_values_both_flag_styles():
     assert legacy["--rollout_batch_size"] == 128 and legacy["--micro_train_batch_size"] == 8
     assert legacy["--actor_learning_rate"] == 5e-7 and legacy["--critic_learning_rate"] == 9e-6
     assert legacy["--advantage_estimator"] == "gae"
+    # the constant-LR note names the scheduler flag of the same OpenRLHF generation
+    assert any("--actor.lr_scheduler constant" in n for n in out.notes)
+    old = emit("openrlhf", r, num_gpus=8, legacy_flags=True).notes
+    assert any("--lr_scheduler constant" in n for n in old) and not any(
+        "--actor.lr_scheduler" in n for n in old
+    )
 
 
 def test_openrlhf_rules():
@@ -152,7 +160,7 @@ def test_bad_input():
 @pytest.mark.parametrize("trainer", ["verl", "trl", "openrlhf"])
 def test_unknown_lr_is_left_out_with_a_note(trainer):
     out = emit(trainer, rec(lr=float("nan")), num_gpus=8)  # a winner from measurements without LRs
-    assert not any("lr" in k.lower() or "learning_rate" in k for k in out.values)
+    assert not any(("lr" in k.lower() and "scheduler" not in k) or "learning_rate" in k for k in out.values)
     assert any("no learning rate" in n for n in out.notes) and "# the recommendation carries" in out.text
 
 
