@@ -158,6 +158,10 @@ def _nanogpt(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> li
             f"gradient_accumulation_steps = {u.batch_seqs // micro}  # total over {gpus} GPU(s)",
             f"learning_rate = {u.lr:.4g}",
             f"max_iters = {total_steps}  # cumulative: iter_num is restored on resume",
+            # train.py saves ckpt.pt only where iter_num % eval_interval == 0 (and the val loss
+            # improved, unless always_save_checkpoint), then trains one more step before it stops
+            f"eval_interval = {total_steps}  # it saves only when it evaluates: at this stage's end",
+            "always_save_checkpoint = True  # save there even if the val loss did not improve",
             "decay_lr = False  # hold learning_rate (nanoGPT then skips warmup: add it to stage 1)",
         ]
         if u.weight_decay is not None:
@@ -166,7 +170,7 @@ def _nanogpt(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> li
 
 
 def _hf(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> list[str]:
-    lines, total_steps = [], 0
+    lines, total_steps, consumed = [], 0, 0  # consumed: sequences trained, whole steps
     for i, u in enumerate(units, 1):
         total_steps += u.steps
         wd = f", weight_decay={u.weight_decay:g}" if u.weight_decay is not None else ""
@@ -182,9 +186,11 @@ def _hf(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> list[st
         if i > 1:
             lines.append(
                 f"# trainer.train(resume_from_checkpoint=<stage {i - 1}: checkpoint-{total_steps - u.steps}>)"
-                " after deleting its scheduler.pt (else the previous stage's LR is restored), with the"
-                f" dataset started {u.start_tokens // seq_len:,} sequences in"
+                " after deleting its scheduler.pt (else the previous stage's LR is restored; without it"
+                " the Trainer skips optimizer.pt too, so Adam's moments start afresh, and a DeepSpeed"
+                f" run fails), with the dataset started {consumed:,} sequences in"
             )
+        consumed += u.steps * u.batch_seqs
     return lines
 
 
@@ -222,6 +228,7 @@ def _torchtitan(units: list[StageUnits], seq_len: int, micro: int) -> list[str]:
             "",
             "[checkpoint]",
             "enable = true",
+            "last_save_model_only = false  # its default saves the model alone at the last step",
         ]
         if i > 1:
             lines += [

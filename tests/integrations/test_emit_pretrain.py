@@ -41,10 +41,15 @@ def test_nanogpt_and_hf():
     assert "gradient_accumulation_steps = 128  # total over 8 GPU(s)" in nano
     assert "max_iters = 59605  #" in nano and "max_iters = 89408  #" in nano
     assert "weight_decay = 0.1" in nano
+    # nanoGPT saves only where iter_num % eval_interval == 0: each stage's end must be one
+    assert "eval_interval = 59605  #" in nano and "eval_interval = 89408  #" in nano
+    assert nano.count("always_save_checkpoint = True") == 2
     hf = emit_pretrain("hf", STAGES, **kw)
     assert "per_device_train_batch_size=4, gradient_accumulation_steps=16, max_steps=59605," in hf
     assert "gradient_accumulation_steps=32, max_steps=89408" in hf and "ignore_data_skip=True" in hf
-    assert "scheduler.pt" in hf
+    assert "scheduler.pt" in hf and "Adam's moments start afresh" in hf
+    # stage 2 starts where stage 1's whole steps left the data: 59,605 steps x 512 sequences
+    assert f"dataset started {59605 * 512:,} sequences in" in hf
 
 
 def test_bad_requests():
@@ -70,9 +75,16 @@ def test_torchtitan_toml_per_stage():
         "global_batch_size": 512,
         "steps": 59605,
     }
-    assert one["optimizer"] == {"lr": 3e-4} and one["checkpoint"] == {"enable": True}
+    # torchtitan's default saves the model alone at the last step, which stage 2 could not load
+    assert one["optimizer"] == {"lr": 3e-4}
+    assert one["checkpoint"] == {"enable": True, "last_save_model_only": False}
     assert one["lr_scheduler"] == {"warmup_steps": 0, "decay_ratio": 0.0}
     assert two["training"]["global_batch_size"] == 1024 and two["training"]["steps"] == 59605 + 29803
     assert two["optimizer"] == {"lr": 4.243e-4, "weight_decay": 0.1}
-    assert two["checkpoint"] == {"enable": True, "load_step": 59605, "exclude_from_loading": ["lr_scheduler"]}
+    assert two["checkpoint"] == {
+        "enable": True,
+        "last_save_model_only": False,
+        "load_step": 59605,
+        "exclude_from_loading": ["lr_scheduler"],
+    }
     assert "--training.num_tokens_per_train_step 4194304" in files[1]
