@@ -68,6 +68,7 @@ class Origin:
     samples: int = 0
     step: int = 0
     path: str = ""
+    lr: float = 0.0  # the LR of the run that saved it (0: not recorded)
 
     def base_step(self, mode: str) -> int:
         """The trainer's step count from which this run's steps count: the checkpoint's when the
@@ -81,9 +82,24 @@ def origin(spec: RunSpec) -> Origin:
     meta = Path(spec.resume_from) / CHECKPOINT_META
     try:
         d = json.loads(meta.read_text())
-        return Origin(int(d["samples"]), int(d["step"]), str(d["path"]))
+        return Origin(int(d["samples"]), int(d["step"]), str(d["path"]), float(d.get("lr", 0.0)))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RunFailed("failed", f"cannot read the checkpoint record {meta}: {exc}") from None
+
+
+def _check_resumed_lr(logged: float, lr: float, start: Origin) -> None:
+    """Fail a resumed run whose trainer logs the LR of the run that saved the checkpoint instead of
+    its own: its checkpoint restored the LR scheduler (verl's 'extra' content, TRL's scheduler.pt,
+    OpenRLHF's DeepSpeed state), so a branch at 2x the batch trains at the trunk's LR and its ratio
+    measures the wrong thing. Only an LR the log states counts (else the run's own is recorded)."""
+    if start.lr <= 0 or abs(lr - start.lr) <= 0.01 * lr or abs(logged - start.lr) > 1e-4 * start.lr:
+        return
+    raise RunFailed(
+        "failed",
+        f"the trainer logs lr {logged:.4g} after resuming, the checkpoint's, not this run's {lr:.4g}: "
+        "the checkpoint restored its LR scheduler; resume the model and optimiser only "
+        "(backend.command_resume_args; docs/branched.md, 'Your own trainer')",
+    )
 
 
 def trainer_step(start: Origin, samples: int, batch: int, mode: str) -> int | None:
@@ -369,7 +385,7 @@ class CommandBackend:
                     f"the trainer wrote no checkpoint at its step {step} ({at} samples): expected "
                     f"{where} (backend.checkpoint_path); check backend.command_save_args",
                 )
-            meta = {"samples": at, "step": step, "path": str(where.resolve())}
+            meta = {"samples": at, "step": step, "path": str(where.resolve()), "lr": spec.candidate.lr}
             atomic_write_text(checkpoint_path(spec.checkpoint_dir, at) / CHECKPOINT_META, json.dumps(meta))
 
     @staticmethod
@@ -414,4 +430,6 @@ class CommandBackend:
             if k <= 0:
                 continue  # a trainer that logs its state at the resume point: the trunk's record
             out.append(dataclasses.replace(s, step=start.step + k, samples=start.samples + k * n))
+        if out and (len(out) > 1 or not partial):
+            _check_resumed_lr(out[-1].lr, spec.candidate.lr, start)
         return out

@@ -33,6 +33,7 @@ TRAIN = textwrap.dedent(
     p.add_argument("--ckpt_dir", default="")
     p.add_argument("--resume", default="")
     p.add_argument("--sleep", type=float, default=0.0)
+    p.add_argument("--restore_lr", action="store_true")  # as a restored LR scheduler does
     a = p.parse_args()
     n = a.prompts * a.group_size
     w_true = np.random.default_rng(1234).normal(size=8)
@@ -42,6 +43,8 @@ TRAIN = textwrap.dedent(
     if a.resume:
         st = json.load(open(a.resume))
         w, m, v, step = np.array(st["w"]), np.array(st["m"]), np.array(st["v"]), st["step"]
+        if a.restore_lr:
+            a.lr = st["lr"]
         if st["seed"] == a.seed:
             rng.bit_generator.state = st["rng"]
         else:
@@ -63,7 +66,7 @@ TRAIN = textwrap.dedent(
             if a.save_every and step % a.save_every == 0:
                 os.makedirs(a.ckpt_dir, exist_ok=True)
                 st = {"w": w.tolist(), "m": m.tolist(), "v": v.tolist(), "step": step, "seed": a.seed,
-                      "rng": rng.bit_generator.state}
+                      "rng": rng.bit_generator.state, "lr": a.lr}
                 json.dump(st, open(os.path.join(a.ckpt_dir, f"step_{step}.json"), "w"))
             log.write(json.dumps(row) + "\\n")  # after the save, as verl and TRL log after saving
             log.flush()
@@ -95,10 +98,12 @@ def _backend_sets(tmp_path: Path, **backend) -> list[str]:
     return ["backend.training=command", *(f"backend.{k}={json.dumps(v)}" for k, v in fields.items())]
 
 
-def make_spec(tmp_path: Path, prompts: int, seed: int, max_samples: int, **extra) -> RunSpec:
-    recipe = load_recipe(None, [f"budget.max_samples={max_samples}", "candidates.group_size=4"])
-    recipe = load_recipe(None, [f"budget.max_samples={max_samples}", *_backend_sets(tmp_path)])
-    cand = Candidate(f"P{prompts}xG4", prompts, 4, 0.05, "sqrt")
+def make_spec(
+    tmp_path: Path, prompts: int, seed: int, max_samples: int, lr: float = 0.05, backend=None, **extra
+) -> RunSpec:
+    sets = _backend_sets(tmp_path, **(backend or {}))
+    recipe = load_recipe(None, [f"budget.max_samples={max_samples}", *sets])
+    cand = Candidate(f"P{prompts}xG4", prompts, 4, lr, "sqrt")
     rid = f"{cand.label}-s{seed}-{len(list(tmp_path.glob('runs/*')))}"
     return RunSpec(rid, cand, seed, recipe, tmp_path / "runs" / rid, 0.05, 8, **extra)
 
@@ -129,6 +134,26 @@ def test_trunk_saves_and_a_branch_resumes_on_the_cumulative_samples_axis(tmp_pat
     other = run(make_spec(tmp_path, 2, 4, 48, resume_from=ckpts / "ckpt-16"))
     assert [s.samples for s in other] == [24, 32, 40, 48]
     assert [s.metrics["reward"] for s in other] != pytest.approx([s.metrics["reward"] for s in same])
+
+
+def test_a_resumed_run_at_the_checkpoints_lr_instead_of_its_own_fails_saying_why(tmp_path):
+    """verl (its 'extra' content), TRL (scheduler.pt) and OpenRLHF (DeepSpeed) restore the LR
+    scheduler with the checkpoint: a branch at 2x the batch then trains at the trunk's LR, and its
+    ratio measures something else. A log that says so fails the run; the control (same LR) and a
+    trainer that takes the new LR pass."""
+    ckpts = tmp_path / "ckpts"
+    run(make_spec(tmp_path, 2, 3, 48, save_at_samples=(16,), checkpoint_dir=ckpts))
+    assert json.loads((ckpts / "ckpt-16" / CHECKPOINT_META).read_text())["lr"] == 0.05
+    restores = {"command_resume_args": ["--resume", "{resume_from}", "--restore_lr"]}
+    wide = make_spec(tmp_path, 4, 3, 64, lr=0.0707, backend=restores, resume_from=ckpts / "ckpt-16")
+    with pytest.raises(
+        RunFailed, match=r"logs lr 0.05 after resuming, the checkpoint's, not this run's 0.0707"
+    ):
+        run(wide)
+    same = run(make_spec(tmp_path, 2, 3, 48, backend=restores, resume_from=ckpts / "ckpt-16"))
+    assert len(same) == 4
+    own = run(make_spec(tmp_path, 4, 3, 64, lr=0.0707, resume_from=ckpts / "ckpt-16"))
+    assert [s.lr for s in own] == [0.0707] * 3
 
 
 def test_missing_pieces_are_clear_errors(tmp_path):
@@ -262,3 +287,8 @@ def test_smoke_of_a_branched_recipe_checks_that_its_trainer_saves_and_resumes(tm
     bad = workflow_ci.smoke(None, bad_path, str(tmp_path / "bad"))
     stage = {s.name: s for s in bad.stages}["branches"]
     assert not bad.ok and stage.status == "failed" and "nope_" in stage.detail, stage
+    # resume arguments that bring back the trunk's LR: the larger batch's step fails the stage
+    restores = [*sets, 'backend.command_resume_args=["--resume", "{resume_from}", "--restore_lr"]']
+    lr_back = workflow_ci.smoke(None, restores, str(tmp_path / "lr"))
+    stage = {s.name: s for s in lr_back.stages}["branches"]
+    assert stage.status == "failed" and "the checkpoint restored its LR scheduler" in stage.detail, stage
