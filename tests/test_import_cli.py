@@ -159,3 +159,17 @@ def test_two_logs_of_one_candidate_at_one_seed_are_refused_before_anything_is_wr
     other_lr = [*args[:4], "--lr", "2e-4", *args[6:]]  # the label is the candidate's, whatever its LR
     lr = runner.invoke(app, ["import-logs", logs[1], "-r", str(tmp_path / "r"), *other_lr, "--seed", "0"])
     assert lr.exit_code == 2 and "--seed N" in lr.output
+
+
+def test_two_runs_of_one_file_at_one_seed_are_refused_naming_both(tmp_path):
+    """A CSV with a run column and no seed column (or a W&B panel export): every run got seed 0, the
+    check compared files only, and recommend, report and check then all stopped on the pair."""
+    rows = ["run,prompts,group_size,lr,step,score"]
+    rows += [f"{r},4,8,1e-4,{k},{min(1.0, 0.1 * k)}" for r in ("a", "b") for k in range(1, 12)]
+    log = tmp_path / "sweep.csv"
+    log.write_text("\n".join(rows) + "\n")
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    out = CliRunner().invoke(app, [*args, "--target", "0.6"])
+    assert out.exit_code == 2, out.output
+    assert "runs 'a' and 'b' of" in out.output and "both P4xG8 at seed 0" in out.output
+    assert not (tmp_path / "r" / "runs").exists()

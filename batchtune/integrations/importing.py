@@ -68,20 +68,25 @@ def check_run_ids(runs: Sequence[Any], store: ResultsStore) -> None:
                 f"{store.root} already holds run {run.run_id!r} from {old}; {run.source} is another run: "
                 "give it its own id with --run-id NAME"
             )
-    _check_seeds(runs, {(r.candidate, r.seed): r.source for r in stored})
+    _check_seeds(runs, {(r.candidate, r.seed): (r.run_id, r.source) for r in stored})
 
 
-def _check_seeds(runs: Sequence[Any], stored: dict[tuple[str, int], str]) -> None:
+def _check_seeds(runs: Sequence[Any], stored: dict[tuple[str, int], tuple[str, str]]) -> None:
     """Two runs of one candidate (the analysis groups runs by its label) are two seeds: with the same
-    seed (every file of one import gets --seed's value) the analysis could not pair them, and
-    recommend stopped on it."""
+    seed (every file of one import gets --seed's value; runs of one file without a seed column get
+    0) the analysis could not pair them, and recommend stopped on it."""
     seen = dict(stored)
     for run in runs:
-        other = seen.setdefault((run.candidate, run.seed), run.source)
-        if other != run.source:
+        other_id, other_src = seen.setdefault((run.candidate, run.seed), (run.run_id, run.source))
+        if other_id != run.run_id:
+            where = (
+                f"runs {other_id!r} and {run.run_id!r} of {run.source}"
+                if other_src == run.source
+                else f"{other_src} and {run.source}"
+            )
             raise InputError(
-                f"{other} and {run.source} are both {run.candidate} at seed {run.seed}: import each with "
-                "its own --seed N (or --map seed=KEY where the log says it)"
+                f"{where} are both {run.candidate} at seed {run.seed}: give each its own seed "
+                "(--map seed=KEY where the log says it, else import each with its own --seed N)"
             )
 
 
