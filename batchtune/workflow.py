@@ -291,11 +291,15 @@ def throughput_for(
                 f"{store.root} has no generation and training profile; run `batchtune profile-gen` first"
             )
     parallel: dict[str, int] = {}
-    for run in (
-        store.runs() if runs is None else runs
-    ):  # the most runs that shared the machine with any run of a candidate
+    probed: set[str] = set()  # candidates with a run of batchtune's own (not imported from a log)
+    every = store.runs() if runs is None else runs
+    for run in every:  # the most runs that shared the machine with any run of a candidate
         parallel[run.candidate] = max(parallel.get(run.candidate, 0), run.parallel_runs)
-    model = throughput_from_probe(eff.candidates, other, parallel, profile=cfg.backend.training != "pretrain")
+        if run.source == "probe":
+            probed.add(run.candidate)
+    logged = {run.candidate for run in every} - probed
+    pretrain = cfg.backend.training == "pretrain"
+    model = throughput_from_probe(eff.candidates, other, parallel, profile=not pretrain, logged_other=logged)
     if cfg.backend.training == "nqm":  # its step times are computed from a time model, not measured
         model = dataclasses.replace(model, source=model.source.replace("probe timings", SIMULATED_TIMINGS))
     return model

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from batchtune.cli import app
@@ -61,7 +62,7 @@ def test_import_then_recommend(tmp_path):
     by = {c["name"]: c for c in data["candidates"]}
     assert by["P4xG8"]["samples_to_target"] == __import__("pytest").approx(2000, rel=0.06)
     assert by["P64xG8"]["status"] == "deviates"
-    assert data["throughput_source"] == "probe timings"
+    assert data["throughput_source"] == "timings from the imported logs"
     # 16 prompts: same samples, more throughput per response than 4 prompts; 64 needs 3x samples
     assert data["recommended"]["prompts"] == 16
 
@@ -173,3 +174,25 @@ def test_two_runs_of_one_file_at_one_seed_are_refused_naming_both(tmp_path):
     assert out.exit_code == 2, out.output
     assert "runs 'a' and 'b' of" in out.output and "both P4xG8 at seed 0" in out.output
     assert not (tmp_path / "r" / "runs").exists()
+
+
+def test_the_step_time_a_log_records_beyond_generation_and_update_counts_in_the_ranking(tmp_path):
+    """An imported log's other_s (verl's timing_s/step less gen and update, a wall clock) was stored
+    and then dropped: the ranking added the recipe's 0 instead, and logs with only a wall clock had
+    no ranking at all. 30 s of fixed overhead per step favours larger batches."""
+    rng = np.random.default_rng(0)
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, rng)
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join([lines[0] + ",other_s", *(ln + ",30" for ln in lines[1:])]) + "\n")
+    runner = CliRunner()
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    assert runner.invoke(app, [*args, "--target", "0.6"]).exit_code == 0
+    out = runner.invoke(app, ["recommend", "--results", str(tmp_path / "r"), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["throughput_source"] == "timings from the imported logs"
+    by = {c["name"]: c for c in data["candidates"]}
+    assert by["P4xG8"]["other_s_per_step"] == pytest.approx(30.0)
+    n = 32
+    assert by["P4xG8"]["responses_per_s"] == pytest.approx(n / (0.5 + 0.002 * n + 0.01 * n + 30), rel=1e-3)

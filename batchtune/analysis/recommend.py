@@ -7,7 +7,7 @@ profile of this hardware, from the timings the probe recorded, or from the measu
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,25 +115,31 @@ def throughput_from_probe(
     parallel_runs: Mapping[str, int] | None = None,
     *,
     profile: bool = True,
+    logged_other: Collection[str] = (),
 ) -> ThroughputModel:
     """Θ(N) = N / (median gen_s + median train_s + other_s) per step, as the probe measured them.
 
     Evaluation time on the held-out set is not part of training, so the probe's own other_s is left
     out; ``other_s`` (reward, reference log-probs, weight sync) comes from the recipe. Runs that
     shared cores (``parallel_runs``, see ``contention_note``; ``profile`` as there) are flagged in
-    the source and a note.
+    the source and a note. ``logged_other``: candidates whose runs were imported from a trainer's
+    logs, whose own time per step beyond generation and update (verl's timing_s/step less both, a
+    wall clock) is what the run paid, and replaces ``other_s``.
     """
     per: dict[str, Throughput] = {}
     for c in cands:
-        if c.gen_s_per_step + c.train_s_per_step + other_s <= 0:
+        other = c.other_s_per_step if c.label in logged_other else other_s
+        if c.gen_s_per_step + c.train_s_per_step + other <= 0:
             continue
-        e2e = end_to_end_throughput(c.batch_responses, c.gen_s_per_step, c.train_s_per_step, other_s)
-        per[c.label] = Throughput(e2e.responses_per_s, c.gen_s_per_step, c.train_s_per_step, other_s)
+        e2e = end_to_end_throughput(c.batch_responses, c.gen_s_per_step, c.train_s_per_step, other)
+        per[c.label] = Throughput(e2e.responses_per_s, c.gen_s_per_step, c.train_s_per_step, other)
     if not per:
         raise AnalysisError("no timings to predict throughput from: run `batchtune profile-gen` first")
     note = contention_note(parallel_runs or {}, profile=profile)
     if note:
         return ThroughputModel("probe timings, contended", True, per, notes=(note,))
+    if per and set(per) <= set(logged_other):
+        return ThroughputModel("timings from the imported logs", True, per)
     alone = parallel_runs and all(v == 1 for v in parallel_runs.values())
     return ThroughputModel("probe timings, each run alone" if alone else "probe timings", True, per)
 
