@@ -196,3 +196,16 @@ def test_the_step_time_a_log_records_beyond_generation_and_update_counts_in_the_
     assert by["P4xG8"]["other_s_per_step"] == pytest.approx(30.0)
     n = 32
     assert by["P4xG8"]["responses_per_s"] == pytest.approx(n / (0.5 + 0.002 * n + 0.01 * n + 30), rel=1e-3)
+
+
+def test_imported_runs_that_cannot_be_ranked_get_no_advice_to_rerun_a_probe(tmp_path):
+    """The advice said "the probe is unfinished (0 of 8 planned runs finished); rerun the same
+    `batchtune probe` command" of runs no probe made."""
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, np.random.default_rng(0))
+    runner = CliRunner()
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    assert runner.invoke(app, [*args, "--target", "7"]).exit_code == 0
+    out = runner.invoke(app, ["recommend", "--results", str(tmp_path / "r")])
+    assert out.exit_code == 3, out.output
+    assert "imported from logs" in out.output and "batchtune probe" not in out.output

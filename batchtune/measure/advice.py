@@ -14,6 +14,12 @@ def why_not_ranked(message: str, store: ResultsStore, cfg: Recipe, eff: Any) -> 
     """``message``, told what the results directory says: runs that stopped at the probe's own
     target (budget.stop_at_target) cannot reach a target past it, and an unfinished probe is
     finished by rerunning it; 'run longer' and 'fewer than two candidates' alone misled."""
+    runs = store.runs()
+    if runs and all(r.source != "probe" for r in runs):  # no probe made these: none to rerun
+        return (
+            f"{message} (the runs here were imported from logs: import more runs or seeds, or set a "
+            "target they reach with --set target.value=X)"
+        )
     manifest = store.read_manifest() or {}
     recipe_table = manifest.get("recipe")
     probed: dict[str, Any] = recipe_table if isinstance(recipe_table, dict) else {}
@@ -22,7 +28,7 @@ def why_not_ranked(message: str, store: ResultsStore, cfg: Recipe, eff: Any) -> 
     ref = eff.get(eff.reference).estimate
     old = target.get("value", t.value) if isinstance(target, dict) else t.value
     beyond = isinstance(old, int | float) and (t.value > old if t.higher_is_better else t.value < old)
-    stopped = [r.status == "reached_target" for r in store.runs() if r.candidate == eff.reference]
+    stopped = [r.status == "reached_target" for r in runs if r.candidate == eff.reference]
     if (
         isinstance(target, dict)
         and isinstance(budget, dict)
