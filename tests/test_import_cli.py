@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from batchtune.cli import app
+from batchtune.records import ResultsStore
 
 
 def _write_sweep(path, rng):
@@ -209,3 +210,17 @@ def test_imported_runs_that_cannot_be_ranked_get_no_advice_to_rerun_a_probe(tmp_
     out = runner.invoke(app, ["recommend", "--results", str(tmp_path / "r")])
     assert out.exit_code == 3, out.output
     assert "imported from logs" in out.output and "batchtune probe" not in out.output
+
+
+def test_a_log_of_every_tenth_step_counts_the_time_of_all_ten(tmp_path):
+    """TRL logs every logging_steps (10 by default): each entry's step time stands for ten steps, and
+    the run's time was a tenth of what it ran (the probe-cost line read 18 min of a 3 h run)."""
+    rows = ["run,prompts,group_size,lr,step,score,gen_s,train_s"]
+    rows += [f"a,4,8,1e-4,{k},{min(1.0, 0.001 * k)},3.0,1.0" for k in range(10, 1510, 10)]
+    log = tmp_path / "every10.csv"
+    log.write_text("\n".join(rows) + "\n")
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    out = CliRunner().invoke(app, [*args, "--target", "0.6"])
+    assert out.exit_code == 0, out.output
+    (run,) = ResultsStore(tmp_path / "r").runs()
+    assert run.steps == 1500 and run.wall_s == pytest.approx(1500 * 4.0)

@@ -148,9 +148,15 @@ class ImportedRun:
 
     def to_records(self, backend: str = "import") -> tuple[RunRecord, list[StepRecord]]:
         last = self.steps[-1]
-        gen_s = sum(s.gen_s for s in self.steps)
-        train_s = sum(s.train_s for s in self.steps)
-        other_s = sum(s.other_s for s in self.steps)
+        # a logged entry's timings are per step, and it may stand for several (TRL's logging_steps):
+        # each counts for the steps since the entry before it
+        covers, prev = [], 0
+        for s in self.steps:
+            covers.append(max(1, s.step - prev))
+            prev = max(prev, s.step)
+        gen_s = sum(k * s.gen_s for k, s in zip(covers, self.steps, strict=True))
+        train_s = sum(k * s.train_s for k, s in zip(covers, self.steps, strict=True))
+        other_s = sum(k * s.other_s for k, s in zip(covers, self.steps, strict=True))
         record = RunRecord(
             run_id=self.run_id,
             candidate=self.candidate,
@@ -162,7 +168,7 @@ class ImportedRun:
             base_lr=self.lr,
             reference_batch=self.batch_responses,
             status="completed",
-            steps=len(self.steps),
+            steps=max(len(self.steps), last.step),
             samples=last.samples,
             tokens=last.tokens,
             wall_s=gen_s + train_s + other_s,
