@@ -4,6 +4,7 @@ pre-commit hook runs; and check's exit codes on every shipped example (in proces
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -126,6 +127,24 @@ def test_bad_input_and_missing_evidence(tmp_path: Path, monkeypatch) -> None:
     empty.mkdir()
     res = CliRunner().invoke(app, ["check", str(ok), "--results", str(empty)])
     assert res.exit_code in (2, 3), res.output
+
+
+def test_a_check_that_cannot_run_still_writes_its_junit_and_json(tmp_path: Path, monkeypatch) -> None:
+    """Exit 2 wrote no JUnit file, so a CI job read the previous run's passing report."""
+    monkeypatch.chdir(ROOT)
+    junit = tmp_path / "j.xml"
+    junit.write_text("<testsuites><testsuite tests='4' failures='0'/></testsuites>")  # a stale pass
+    bad = tmp_path / "x.toml"
+    bad.write_text("prompts = 8\n")
+    res = CliRunner().invoke(app, ["check", str(bad), "--results", EVIDENCE, "--junit", str(junit), "--json"])
+    assert res.exit_code == 2, res.output
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and suite.get("errors") == "1"
+    (case,) = suite.iter("testcase")
+    error = case.find("error")
+    assert error is not None and error.get("type") == "batchtune.bad_input" and case.get("file") == str(bad)
+    data = json.loads(res.stdout)
+    assert data["status"] == "error" and data["exit_code"] == 2 and data["error"]
 
 
 def test_check_carries_the_evidences_own_weak_evidence_warning_as_a_note(tmp_path: Path, monkeypatch) -> None:

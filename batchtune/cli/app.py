@@ -120,6 +120,9 @@ OutOpt = Annotated[
 ]
 
 
+_OUTPUT_OPTIONS = frozenset({"junit", "out"})  # paths a command writes, never reads
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn expected failures into one line on stderr and an exit code; nothing else prints a trace."""
 
@@ -131,8 +134,9 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             _error_line(str(exc))
             raise typer.Exit(exc.exit_code) from None
         except UnicodeDecodeError as exc:  # a reader that did not name its file: name the inputs
-            given = [*args, *kwargs.values()]
-            given += [p for v in kwargs.values() if isinstance(v, list) for p in v]
+            inputs = {k: v for k, v in kwargs.items() if k not in _OUTPUT_OPTIONS}
+            given = [*args, *inputs.values()]
+            given += [p for v in inputs.values() if isinstance(v, list) for p in v]
             files = [str(v) for v in given if isinstance(v, Path)]
             _error_line(f"{', '.join(files) or 'an input file'} is not UTF-8 text (byte {exc.start})")
             raise typer.Exit(2) from None

@@ -25,6 +25,7 @@ from batchtune.cli.app import (
     console,
     handle_errors,
 )
+from batchtune.errors import BatchtuneError
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 from batchtune.records import atomic_write_text
 
@@ -149,7 +150,14 @@ def check(
 
     given = {"lr": lr_tolerance, "time": time_tolerance, "waste": waste_tolerance}
     tol = dc.replace(CheckTolerances(), **{k: v for k, v in given.items() if v is not None})
-    tc, result = workflow_ci.check(config, fmt, results, measurements, baseline, tol, lr_rule)
+    try:
+        tc, result = workflow_ci.check(config, fmt, results, measurements, baseline, tol, lr_rule)
+    except BatchtuneError as exc:  # a CI gate must not leave an earlier run's report in place
+        if junit is not None:
+            atomic_write_text(junit, report.junit_error_xml(str(config), exc))
+        if json_out:
+            _print_json({"status": "error", "exit_code": exc.exit_code, "error": str(exc)})
+        raise
     if junit is not None:
         atomic_write_text(junit, report.junit_xml(tc, result))
     if report.write_step_summary(tc, result) is not None or os.environ.get("GITHUB_ACTIONS") == "true":

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from batchtune.analysis.check import FAIL, INSUFFICIENT, PASS, SKIPPED, WARN, CheckResult
+from batchtune.errors import BatchtuneError
 from batchtune.integrations.trainer_configs import TrainerConfig
 from batchtune.records import naming
 from batchtune.report.json import num
@@ -108,6 +109,20 @@ def junit_xml(tc: TrainerConfig, result: CheckResult) -> str:
             ET.SubElement(case, "skipped", message=it.message)
         elif it.status == WARN:
             ET.SubElement(case, "system-out").text = f"warning: {text}"
+    testsuites = ET.Element("testsuites", name="batchtune")
+    testsuites.append(suite)
+    ET.indent(testsuites)
+    return ET.tostring(testsuites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def junit_error_xml(config: str, exc: BatchtuneError) -> str:
+    """The JUnit report of a check that could not run (bad input, exit 2; no evidence, exit 3): one
+    <testcase> with an <error>, so that a CI job reads this run's outcome, not an earlier report."""
+    suite = ET.Element("testsuite", name="batchtune check", tests="1", failures="0", errors="1", skipped="0")
+    case = ET.SubElement(suite, "testcase", classname="batchtune.check", name="check")
+    case.set("file", config)
+    kind = "batchtune.bad_input" if exc.exit_code == 2 else f"batchtune.exit_{exc.exit_code}"
+    ET.SubElement(case, "error", message=str(exc), type=kind).text = str(exc)
     testsuites = ET.Element("testsuites", name="batchtune")
     testsuites.append(suite)
     ET.indent(testsuites)
