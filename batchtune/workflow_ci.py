@@ -52,7 +52,9 @@ def check(
     if lr_rule not in ("auto", *LR_RULES_CHECKABLE):
         raise InputError(f"--lr-rule {lr_rule!r}: choose auto, {', '.join(LR_RULES_CHECKABLE)}")
     tc = read_trainer_config(config, fmt)
-    base_value, base_unit = _read_baseline(baseline) if baseline is not None else (None, None)
+    base_value, base_unit, base_target = (
+        _read_baseline(baseline) if baseline is not None else (None, None, None)
+    )
     source = str(results or measurements)
     try:
         rec, _, _ = recommend_from_args(
@@ -69,6 +71,18 @@ def check(
             "(verl, TRL, OpenRLHF); compare a pre-training config with `recommend --emit megatron` instead"
         )
     eff, n = rec.efficiency, float(tc.batch_responses)
+    target = {"metric": eff.metric, "target": eff.target, "higher_is_better": eff.higher_is_better}
+    notes = list(tc.notes)
+    if base_target is not None and base_target != target:  # a time to another target compares nothing
+        raise InputError(
+            f"the baseline {baseline} predicted the time to {_target_text(base_target)}, these results "
+            f"are read to {_target_text(target)}: compare with a baseline of the same target (regenerate it)"
+        )
+    if baseline is not None and base_target is None:
+        notes.append(
+            f"the baseline {baseline} does not record its target (an older batchtune wrote it): its "
+            "time is compared as if it were to the same target; regenerate it to have that checked"
+        )
     ranked = {r.name: r for r in rec.ranking.candidates}
     main = sorted(
         (c for c in eff.candidates if c.family == "main" and c.label in ranked),
@@ -82,7 +96,6 @@ def check(
         for c in main
     ]
     ref = eff.get(eff.reference)
-    notes = list(tc.notes)
     notes += [f"the evidence's own pick rests on thin evidence: {why}" for why in rec.evidence]
     rule = lr_rule
     if rule == "auto":
@@ -111,11 +124,16 @@ def check(
         check_concurrency(tc.generation_concurrency, rec.throughput.knee, n),
         check_time(predicted, unit, base_value, base_unit, tol.time, why),
     )
-    return tc, CheckResult(items, predicted, unit, tuple(notes))
+    return tc, CheckResult(items, predicted, unit, tuple(notes), target)
 
 
-def _read_baseline(path: Path) -> tuple[float, str]:
-    """The predicted time-to-target stored by an earlier `batchtune check --json`."""
+def _target_text(t: dict[str, Any]) -> str:
+    return f"{t['metric']} {'>=' if t['higher_is_better'] else '<='} {t['target']:g}"
+
+
+def _read_baseline(path: Path) -> tuple[float, str, dict[str, Any] | None]:
+    """The predicted time-to-target stored by an earlier `batchtune check --json`: value, unit and
+    the target it was predicted to (None from a baseline written before it was recorded)."""
     from batchtune import codec
 
     if not path.is_file():
@@ -129,7 +147,14 @@ def _read_baseline(path: Path) -> tuple[float, str]:
     value = codec.as_float(t.get("value"), f"{path}: predicted_time_to_target.value")
     if not (value > 0):
         raise InputError(f"{path}: the baseline has no finite time-to-target ({t.get('value')!r})")
-    return value, t["unit"]
+    target = t.get("target")
+    if target is not None and not (
+        isinstance(target, dict) and {"metric", "target", "higher_is_better"} <= set(target)
+    ):
+        raise InputError(
+            f"{path}: predicted_time_to_target.target is not {{metric, target, higher_is_better}}"
+        )
+    return value, t["unit"], target
 
 
 # ---- smoke ---------------------------------------------------------------------------------------

@@ -147,6 +147,33 @@ def test_a_check_that_cannot_run_still_writes_its_junit_and_json(tmp_path: Path,
     assert data["status"] == "error" and data["exit_code"] == 2 and data["error"]
 
 
+def test_a_baseline_of_another_target_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """The baseline stored a time and its unit only: a time to loss 1.0 was compared with a time to
+    another target, and "0.53x the baseline" passed. It now records its target, and a baseline of
+    another target is bad input; one written before it recorded one is not compared silently."""
+    monkeypatch.chdir(ROOT)
+    config, base = (
+        "examples/ci/verl/ppo_trainer.yaml",
+        json.loads(Path("examples/ci/baseline.json").read_text()),
+    )
+    assert base["predicted_time_to_target"]["target"] == {
+        "metric": "loss",
+        "target": 1.0,
+        "higher_is_better": False,
+    }
+    other = tmp_path / "other.json"
+    base["predicted_time_to_target"]["target"]["target"] = 0.5
+    other.write_text(json.dumps(base))
+    res = CliRunner().invoke(app, ["check", config, "--results", EVIDENCE, "--baseline", str(other)])
+    assert res.exit_code == 2 and "loss <= 0.5" in res.output and "loss <= 1" in res.output, res.output
+    old = tmp_path / "old.json"
+    del base["predicted_time_to_target"]["target"]
+    old.write_text(json.dumps(base))
+    res = CliRunner().invoke(app, ["check", config, "--results", EVIDENCE, "--baseline", str(old), "--json"])
+    assert res.exit_code == 0, res.output
+    assert any("does not record its target" in n for n in json.loads(res.stdout)["notes"])
+
+
 def test_check_carries_the_evidences_own_weak_evidence_warning_as_a_note(tmp_path: Path, monkeypatch) -> None:
     """A gate built on a probe whose own pick rests on thin evidence says so (a note, same exit code)."""
     import dataclasses

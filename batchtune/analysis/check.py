@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,7 @@ class CheckResult:
     predicted_time: float | None  # T(N) in ``time_unit``; None when it cannot be predicted
     time_unit: str  # "s", or "x reference" when only throughput ratios are known
     notes: tuple[str, ...] = ()
+    target: dict[str, Any] | None = None  # {metric, target, higher_is_better} the time is to
 
     @property
     def exit_code(self) -> int:

@@ -76,7 +76,11 @@ def check_to_dict(tc: TrainerConfig, result: CheckResult) -> dict[str, Any]:
             }
             for it in result.items
         ],
-        "predicted_time_to_target": {"value": num(result.predicted_time), "unit": result.time_unit},
+        "predicted_time_to_target": {
+            "value": num(result.predicted_time),
+            "unit": result.time_unit,
+            "target": result.target,
+        },
         "notes": list(result.notes),
     }
 
