@@ -61,6 +61,10 @@ CANDIDATE_KEYS: dict[str, tuple[type, ...]] = {
     "note": (str,),
 }
 CURVE_KEYS: dict[str, tuple[type, ...]] = {"seed": (int,), "samples": (list,), "metric": (list,)}
+LR_RULES_GIVEN = ("given", "sqrt", "linear", "none", "table")  # how each candidate's LR was chosen
+_POSITIVE = ("prompts", "group_size", "samples_to_target", "responses_per_s", "throughput_ratio")
+# an LR of 0 (or none given) means "not known": the winner's LR is then not emitted
+_NONNEGATIVE = ("lr", "critic_lr", "gen_s_per_step", "train_s_per_step", "other_s_per_step")
 
 
 @dataclass(frozen=True)
@@ -157,8 +161,27 @@ def load_measurements(path: str | Path) -> Measurements:
         has_r = "samples_to_target" in c or "curve" in c
         if not has_r:
             errors.append(f"{where}: give samples_to_target or curve")
-        if not any(k in c for k in ("responses_per_s", "throughput_ratio", "gen_s_per_step")):
+        elif "samples_to_target" in c and "curve" in c:
+            errors.append(f"{where}: give samples_to_target or curve, not both (one would be ignored)")
+        thr = [k for k in ("responses_per_s", "throughput_ratio", "gen_s_per_step") if k in c]
+        if not thr:
             errors.append(f"{where}: give responses_per_s, throughput_ratio or gen_s_per_step")
+        elif len(thr) > 1:
+            errors.append(f"{where}: give one of {', '.join(thr)}, not several (one would be ignored)")
+        rule = c.get("lr_rule", "given")
+        if rule not in LR_RULES_GIVEN:
+            errors.append(f"{where}.lr_rule: {rule!r} is not one of {', '.join(LR_RULES_GIVEN)}")
+        for key in (*_POSITIVE, *_NONNEGATIVE):
+            v = c.get(key)
+            if isinstance(v, (int, float)) and not (
+                math.isfinite(v) and (v > 0 if key in _POSITIVE else v >= 0)
+            ):
+                errors.append(
+                    f"{where}.{key}: {v!r} must be a finite number {'> 0' if key in _POSITIVE else '>= 0'}"
+                )
+        seeds = [cv.get("seed") for cv in c.get("curve", []) if isinstance(cv, dict) and "seed" in cv]
+        if len(set(seeds)) != len(seeds):
+            errors.append(f"{where}.curve: seeds repeat ({seeds}); each curve is one seed")
         for j, curve in enumerate(c.get("curve", []) if isinstance(c.get("curve"), list) else []):
             if not isinstance(curve, dict):
                 errors.append(f"{where}.curve[{j}]: expected a table")
@@ -169,14 +192,24 @@ def load_measurements(path: str | Path) -> Measurements:
                 errors.append(f"{where}.curve[{j}]: samples and metric need the same non-zero length")
             elif not all(_is_num(v) for v in [*s, *m]):
                 errors.append(f"{where}.curve[{j}]: samples and metric must be numbers")
+            elif not all(math.isfinite(v) and v >= 0 for v in s) or any(
+                b < a for a, b in zip(s, s[1:], strict=False)
+            ):
+                errors.append(f"{where}.curve[{j}].samples: must be finite, >= 0 and never decrease")
         ci = c.get("samples_ci")
         if ci is not None and (len(ci) != 2 or not all(_is_num(v) for v in ci)):
             errors.append(f"{where}.samples_ci: expected [low, high] numbers")
-        positive = ("prompts", "group_size", "samples_to_target", "responses_per_s")
-        if any(isinstance(c.get(k, 1), (int, float)) and c.get(k, 1) <= 0 for k in positive):
-            errors.append(f"{where}: prompts, group_size, samples_to_target, responses_per_s must be > 0")
     if study_raw.get("algorithm", Study.algorithm) not in ("grpo", "ppo"):
         errors.append(f"study.algorithm: {study_raw['algorithm']!r} is not 'grpo' or 'ppo'")
+    for key, ok, what in (
+        ("tolerance", lambda v: 0 <= v < math.inf, ">= 0"),
+        ("confidence", lambda v: 0 < v < 1, "in (0, 1)"),
+        ("ema_alpha", lambda v: 0 <= v < 1, "in [0, 1)"),
+        ("target", math.isfinite, "finite"),
+    ):
+        v = study_raw.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not ok(v):
+            errors.append(f"study.{key}: {v!r} must be {what}")
     if any("curve" in c for c in cands_raw if isinstance(c, dict)) and "target" not in study_raw:
         errors.append("study.target: required when a candidate gives curves")
     if errors:

@@ -44,6 +44,10 @@ def test_curves_per_seed(tmp_path):
     assert rec.ranking.winner == "P32xG8"  # ~same samples at 3x the throughput
 
 
+_OK2 = (  # two valid candidates
+    "[[candidate]]\nprompts=128\ngroup_size=8\nlr_rule='sqrt'\nsamples_to_target=1000\nresponses_per_s=10\n"
+    "[[candidate]]\nprompts=256\ngroup_size=8\nlr_rule='sqrt'\nsamples_to_target=1000\nthroughput_ratio=1.5\n"
+)
 BAD = {
     "unknown key": (
         "[study]\nfoo = 1\n[[candidate]]\nprompts=1\ngroup_size=2\nsamples_to_target=5\n"
@@ -66,6 +70,47 @@ BAD = {
         "prompts: wrong type",
     ),
     "not toml": ("[[candidate\n", "not valid TOML"),
+    # accepted before, and changed the answer or failed later with exit 3 and no file named
+    "unknown lr rule": (
+        _OK2.replace("lr_rule='sqrt'", "lr_rule='cubic'", 1),
+        "lr_rule: 'cubic' is not one of",
+    ),
+    "two throughputs": (
+        _OK2.replace("responses_per_s=10", "responses_per_s=10\nthroughput_ratio=2"),
+        "not several",
+    ),
+    "value and curve": (
+        "[study]\ntarget=1\n"
+        + _OK2.replace("responses_per_s=10", "responses_per_s=10\ncurve=[{samples=[1], metric=[1]}]"),
+        "not both",
+    ),
+    "samples go back": (
+        "[study]\ntarget=1\n"
+        + _OK2.replace(
+            "samples_to_target=1000\nresponses_per_s=10",
+            "responses_per_s=10\ncurve=[{samples=[8, 4], metric=[0, 1]}]",
+        ),
+        "never decrease",
+    ),
+    "repeated seed": (
+        "[study]\ntarget=1\n"
+        + _OK2.replace(
+            "samples_to_target=1000\nresponses_per_s=10",
+            "responses_per_s=10\ncurve=[{seed=0, samples=[4], metric=[1]},\n"
+            "{seed=0, samples=[4], metric=[1]}]",
+        ),
+        "seeds repeat",
+    ),
+    "zero ratio": (_OK2.replace("throughput_ratio=1.5", "throughput_ratio=0"), "throughput_ratio: 0 must be"),
+    "nan ratio": (
+        _OK2.replace("throughput_ratio=1.5", "throughput_ratio=nan"),
+        "throughput_ratio: nan must be",
+    ),
+    "inf samples": (
+        _OK2.replace("samples_to_target=1000", "samples_to_target=inf", 1),
+        "samples_to_target: inf",
+    ),
+    "negative tolerance": ("[study]\ntolerance=-0.5\n" + _OK2, "study.tolerance: -0.5 must be >= 0"),
 }
 
 
