@@ -224,3 +224,15 @@ def test_a_log_of_every_tenth_step_counts_the_time_of_all_ten(tmp_path):
     assert out.exit_code == 0, out.output
     (run,) = ResultsStore(tmp_path / "r").runs()
     assert run.steps == 1500 and run.wall_s == pytest.approx(1500 * 4.0)
+
+
+def test_a_target_metric_no_run_logs_is_refused_at_import(tmp_path):
+    """A misspelt --metric (or a column of text) imported with exit 0; only recommend failed."""
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, np.random.default_rng(0))
+    runner = CliRunner()
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--target", "0.6"]
+    out = runner.invoke(app, [*args, "--metric", "scroe"])
+    assert out.exit_code == 2 and "'scroe': no run logs it" in out.output and "score" in out.output
+    assert not (tmp_path / "r" / "runs").exists()
+    assert runner.invoke(app, [*args, "--metric", "score"]).exit_code == 0

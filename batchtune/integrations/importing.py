@@ -90,6 +90,23 @@ def _check_seeds(runs: Sequence[Any], stored: dict[tuple[str, int], tuple[str, s
             )
 
 
+def _check_metric_logged(metric: str, runs: Sequence[Any], store: ResultsStore) -> None:
+    """The target metric the user named is logged by some run (imported now or before), else the
+    import stops before writing: recommend would only fail on it later."""
+    keys: set[str] = set()
+    steps = [s for run in runs for s in run.steps]
+    steps += [s for r in store.runs() for s in store.steps(r.run_id)]
+    for s in steps:
+        if metric in s.metrics:
+            return
+        keys.update(s.metrics)
+    shown = ", ".join(sorted(keys)[:12]) + (", ..." if len(keys) > 12 else "")
+    raise InputError(
+        f"--metric {metric!r}: no run logs it as a number (numeric keys logged: {shown or 'none'}); "
+        "name one of them, or map it with --map"
+    )
+
+
 def import_logs(
     paths: Sequence[Path],
     fmt: str,
@@ -109,6 +126,8 @@ def import_logs(
     manifest = store.read_manifest()
     base = manifest["recipe"] if manifest else {}
     recipe = recipe_from_dict(apply_overrides(base, target_overrides), "import-logs")  # checked first
+    if any(o.startswith("target.metric=") for o in target_overrides):  # named here: must be logged
+        _check_metric_logged(recipe.target.metric, runs, store)
     result = import_runs(store, runs)  # validates every run before writing any
     if manifest is None:
         store.write_manifest({"recipe": recipe.to_dict(), "source": "import-logs", "created": time.time()})
