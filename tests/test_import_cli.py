@@ -236,3 +236,21 @@ def test_a_target_metric_no_run_logs_is_refused_at_import(tmp_path):
     assert out.exit_code == 2 and "'scroe': no run logs it" in out.output and "score" in out.output
     assert not (tmp_path / "r" / "runs").exists()
     assert runner.invoke(app, [*args, "--metric", "score"]).exit_code == 0
+
+
+def test_a_third_imported_seed_is_not_called_sequential_seeding(tmp_path):
+    """Imported seeds outside the stored recipe's budget.seeds were counted as sequential seeding
+    ("3 (+1 seq.)" and a note on what it spent), a probe mechanism that never ran here."""
+    rng = np.random.default_rng(0)
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, rng)
+    lines = log.read_text().splitlines()
+    more = [ln.replace("-s1,", "-s2,").replace(",1,", ",2,", 1) for ln in lines[1:] if "-s1," in ln]
+    log.write_text("\n".join([*lines, *more]) + "\n")
+    runner = CliRunner()
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    assert runner.invoke(app, [*args, "--target", "0.6"]).exit_code == 0
+    assert {r.seed for r in ResultsStore(tmp_path / "r").runs()} == {0, 1, 2}
+    out = runner.invoke(app, ["recommend", "--results", str(tmp_path / "r"), "--json"])
+    data = json.loads(out.stdout)
+    assert not any("sequential seeding" in n for n in data["notes"]), data["notes"]

@@ -110,8 +110,8 @@ def extra_seed_counts(runs: Sequence[RunData], seeds: Sequence[int]) -> dict[str
     """Per candidate label, the finished runs whose seed is not a planned one (the extra seeds)."""
     planned = set(seeds)
     out: dict[str, int] = {}
-    for r in runs:
-        if r.record.seed not in planned:
+    for r in runs:  # an imported run's seed is the log's, not a round of sequential seeding
+        if r.record.seed not in planned and r.record.source == "probe":
             out[r.record.candidate] = out.get(r.record.candidate, 0) + 1
     return out
 
@@ -124,7 +124,7 @@ def with_extra_seeds(
     if not counts:
         return eff
     planned = set(seeds)
-    spent = sum(r.record.samples for r in runs if r.record.seed not in planned)
+    spent = sum(r.record.samples for r in runs if r.record.seed not in planned and r.record.source == "probe")
     shown = ", ".join(f"{c.label} +{counts[c.label]}" for c in eff.candidates if counts.get(c.label, 0) > 0)
     note = (
         f"sequential seeding (budget.max_extra_seeds): extra seeds where a verdict was inconclusive, "
