@@ -170,7 +170,8 @@ def _b_min(
         return (lower, upper), fit, resid, fit, source, notes
     value = math.sqrt(lower * upper) if lower is not None else upper
     if lower is None:
-        notes.append(f"every measured batch reached the target: B_min <= {upper:.4g}")
+        which = "every measured batch" if ok.all() else "the smallest measured batch"
+        notes.append(f"{which} reached the target: B_min <= {upper:.4g}")
     return (lower, upper), None, resid, value, "bracket", notes
 
 

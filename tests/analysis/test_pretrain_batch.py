@@ -84,3 +84,15 @@ def test_bad_input_raises():
         estimate_batches([1, 2], [[1, 2]], 3.0)
     with pytest.raises(AnalysisError):
         estimate_batches([1, 2, 3], [[1, 2]], 3.0)
+
+
+def test_the_b_min_note_does_not_claim_every_batch_reached_when_a_larger_one_did_not():
+    """L=3 of a user's CSV: the two largest batches never reached it, and the note under the table
+    that showed them as '-' said 'every measured batch reached the target'."""
+    grid = np.array([1.0, 2.0, 4.0, 8.0]) * 1024
+    steps = np.array([[400.0, 220.0, np.inf, np.inf]])
+    est = estimate_batches(grid, steps, 3.0)
+    assert not any("every measured batch" in n for n in est.notes)
+    assert any("the smallest measured batch reached the target" in n for n in est.notes)
+    every = estimate_batches(grid, np.array([[400.0, 220.0, 130.0, 90.0]]), 3.0)
+    assert any("every measured batch reached the target" in n for n in every.notes)
