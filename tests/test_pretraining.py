@@ -86,3 +86,36 @@ def test_no_batch_reaching_any_target_shows_the_table_and_exits_3(tmp_path):
     out = CliRunner().invoke(app, [*base, "--targets", "2.9,0.5"])  # one target reached: a schedule
     assert out.exit_code == 0, out.output
     assert "--step-batch-size-schedule" in out.stdout
+
+
+def test_a_diverged_run_is_data_and_repeated_steps_or_seeds_are_refused(tmp_path):
+    """A loss of inf or nan refused the whole file ("out of range"); a run name with two seeds
+    merged them into one curve, and a step logged twice was read as two points."""
+    log = tmp_path / "runs.csv"
+    _write(log, seeds=(0, 1))
+    lines = log.read_text().splitlines()
+    big = f"B{BATCHES[-1]:.0f}-s0,"
+    at = [i for i, ln in enumerate(lines) if ln.startswith(big)]
+    cut = at[len(at) // 3]
+    step = lines[cut].split(",")[2]
+
+    def inf_loss(ln: str) -> str:
+        run, b, st, _, seed = ln.split(",")
+        return ",".join([run, b, st, "inf", seed])
+
+    diverged = [*lines[:cut], *(inf_loss(ln) if ln.startswith(big) else ln for ln in lines[cut:])]
+    log.write_text("\n".join(diverged) + "\n")
+    out = CliRunner().invoke(app, ["pretrain", str(log), "--targets", "2.9", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)["analysis"]
+    assert any(f"run {big[:-1]} diverged at step {step}" in n for n in data["notes"]), data["notes"]
+    twice = tmp_path / "twice.csv"
+    twice.write_text("\n".join([*lines, lines[1]]) + "\n")
+    out = CliRunner().invoke(app, ["pretrain", str(twice)])
+    assert out.exit_code == 2 and "logs step" in out.output and "twice" in out.output
+    seeds = tmp_path / "seeds.csv"
+    seeds.write_text(
+        "\n".join([*lines[:3], lines[3].replace("-s0,", "-s0,").rsplit(",", 1)[0] + ",7"]) + "\n"
+    )
+    out = CliRunner().invoke(app, ["pretrain", str(seeds)])
+    assert out.exit_code == 2 and "has seeds 0 and 7" in out.output, out.output

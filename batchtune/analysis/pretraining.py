@@ -35,6 +35,7 @@ class PretrainRun:
     steps: np.ndarray
     loss: np.ndarray
     seed: int | None = None
+    diverged_at: float | None = None  # the step of its first non-finite loss; the rows after it are dropped
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ def read_runs(paths: Sequence[Path], columns: dict[str, str]) -> list[PretrainRu
     names = {c: columns.get(c, c) for c in (*COLUMNS, *OPTIONAL_COLUMNS)}
     rows: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     seeds: dict[str, int] = {}
+    seen: dict[str, set[float]] = defaultdict(set)  # the steps each run logged
     for path in paths:
         p = Path(path)
         if not p.is_file():
@@ -85,26 +87,46 @@ def read_runs(paths: Sequence[Path], columns: dict[str, str]) -> list[PretrainRu
                 except (TypeError, ValueError):
                     raise InputError(f"{p}:{i}: column {col!r}: {row[col]!r} is not a number") from None
                 low = {"batch_tokens": 0.0, "step": -1.0}.get(logical, -math.inf)  # batch > 0, step >= 0
+                if logical == "loss" and not math.isfinite(values[-1]):
+                    continue  # a diverged run's loss (inf, nan): data, kept as where it diverged
                 if not (math.isfinite(values[-1]) and values[-1] > low):
                     raise InputError(f"{p}:{i}: column {col!r}: {row[col]!r} is out of range")
             run = str(row.get(names["run"], p.stem))
-            rows[run].append((values[0], values[1], values[2]))
             if row.get(names["seed"]) not in (None, ""):
                 try:
-                    seeds[run] = int(float(row[names["seed"]]))
+                    seed = int(float(row[names["seed"]]))
                 except (TypeError, ValueError):
                     raise InputError(
                         f"{p}:{i}: column {names['seed']!r}: {row[names['seed']]!r} is not a seed"
                     ) from None
+                if seeds.setdefault(run, seed) != seed:
+                    raise InputError(
+                        f"{p}:{i}: run {run!r} has seeds {seeds[run]} and {seed}: give each seed its "
+                        "own run name"
+                    )
+            if values[1] in seen[run]:
+                raise InputError(
+                    f"{p}:{i}: run {run!r} logs step {values[1]:g} twice; give each run (and each "
+                    "resumed attempt) its own rows"
+                )
+            seen[run].add(values[1])
+            rows[run].append((values[0], values[1], values[2]))
     runs = []
     for name, vals in rows.items():
         arr = np.asarray(sorted(vals, key=lambda v: v[1]))
         if len(set(arr[:, 0])) != 1:
             raise InputError(f"run {name!r} changes its batch_tokens; give each batch its own run name")
+        bad = ~np.isfinite(arr[:, 2])
+        diverged = float(arr[bad, 1][0]) if bad.any() else None
+        if diverged is not None:  # nothing after the first non-finite loss is training
+            arr = arr[arr[:, 1] < diverged]
         tokens_ok = arr[:, 1] > 0  # step 0 (before training) carries no tokens
         runs.append(
-            PretrainRun(name, float(arr[0, 0]), arr[tokens_ok, 1], arr[tokens_ok, 2], seeds.get(name))
-        )
+            PretrainRun(
+                name, float(arr[0, 0]) if arr.size else float(vals[0][0]), arr[tokens_ok, 1],
+                arr[tokens_ok, 2], seeds.get(name), diverged,
+            )
+        )  # fmt: skip
     if len({r.batch_tokens for r in runs}) < 3:
         raise InputError("need runs at 3 or more batch sizes to fit the steps-data trade-off")
     return runs
@@ -154,7 +176,22 @@ def analyse(
     """B_opt and B_min per target (the grid estimators, docs/pretraining.md §5) and the schedule.
 
     Without targets, four levels between what most runs and what only the best runs reached."""
-    paired, notes = pair_seeds(runs)
+    empty = [r.name for r in runs if r.steps.size == 0]  # diverged before its first logged loss
+    paired, notes = pair_seeds([r for r in runs if r.steps.size])
+    if empty:
+        notes.append(
+            f"left out {', '.join(empty)}: no finite loss after step 0 (diverged at once); such a "
+            "batch reached no target, which its table row cannot show"
+        )
+    notes = [
+        *(
+            f"run {r.name} diverged at step {r.diverged_at:g} (a non-finite loss): it counts as never "
+            "reaching a loss it had not reached by then"
+            for r, _ in paired
+            if r.diverged_at is not None
+        ),
+        *notes,
+    ]
     curves = [
         GridCurve(r.batch_tokens, seed, tuple(r.steps * r.batch_tokens), tuple(r.loss.astype(float)))
         for r, seed in paired
