@@ -254,3 +254,15 @@ def test_a_third_imported_seed_is_not_called_sequential_seeding(tmp_path):
     out = runner.invoke(app, ["recommend", "--results", str(tmp_path / "r"), "--json"])
     data = json.loads(out.stdout)
     assert not any("sequential seeding" in n for n in data["notes"]), data["notes"]
+
+
+def test_the_same_file_by_its_absolute_path_is_skipped_not_another_run(tmp_path, monkeypatch):
+    """Imported once as a relative path, again as an absolute one: "... is another run"."""
+    monkeypatch.chdir(tmp_path)
+    _write_sweep(tmp_path / "sweep.csv", np.random.default_rng(0))
+    args = ["--format", "csv", "-r", "r", "--metric", "score", "--target", "0.6", "--json"]
+    runner = CliRunner()
+    assert runner.invoke(app, ["import-logs", "sweep.csv", *args]).exit_code == 0
+    again = runner.invoke(app, ["import-logs", str(tmp_path / "sweep.csv"), *args])
+    assert again.exit_code == 0, again.output
+    assert len(json.loads(again.stdout)["skipped"]) == 6

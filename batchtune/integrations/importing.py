@@ -48,12 +48,23 @@ def expand_paths(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two sources name one file: a path typed relative one time and absolute the next is
+    the same file (a relative one is read from the working directory)."""
+    if a == b:
+        return True
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
 def check_run_ids(runs: Sequence[Any], store: ResultsStore) -> None:
     """Two different runs never share an id silently: not within one import, and not with a run of
     another file already in the results directory (the same file imported again is skipped)."""
     seen: dict[str, str] = {}
     for run in runs:
-        if run.run_id in seen and seen[run.run_id] != run.source:
+        if run.run_id in seen and not _same_file(seen[run.run_id], run.source):
             raise InputError(
                 f"run id {run.run_id!r} is taken by both {seen[run.run_id]} and {run.source}: import them "
                 "one at a time with --run-id NAME each (or name their folders apart)"
@@ -63,7 +74,7 @@ def check_run_ids(runs: Sequence[Any], store: ResultsStore) -> None:
     existing = {r.run_id: r.source for r in stored}
     for run in runs:
         old = existing.get(run.run_id)
-        if old is not None and old != run.source:
+        if old is not None and not _same_file(old, run.source):
             raise InputError(
                 f"{store.root} already holds run {run.run_id!r} from {old}; {run.source} is another run: "
                 "give it its own id with --run-id NAME"
@@ -81,7 +92,7 @@ def _check_seeds(runs: Sequence[Any], stored: dict[tuple[str, int], tuple[str, s
         if other_id != run.run_id:
             where = (
                 f"runs {other_id!r} and {run.run_id!r} of {run.source}"
-                if other_src == run.source
+                if _same_file(other_src, run.source)
                 else f"{other_src} and {run.source}"
             )
             raise InputError(
