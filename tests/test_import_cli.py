@@ -266,3 +266,31 @@ def test_the_same_file_by_its_absolute_path_is_skipped_not_another_run(tmp_path,
     again = runner.invoke(app, ["import-logs", str(tmp_path / "sweep.csv"), *args])
     assert again.exit_code == 0, again.output
     assert len(json.loads(again.stdout)["skipped"]) == 6
+
+
+@pytest.mark.parametrize(
+    ("make", "extra", "says"),
+    [
+        (lambda d: d.mkdir() or d, [], "is a folder"),  # read as "no such file"
+        (lambda d: d, ["--prompts", "-3"], "--prompts -3: must be a positive count"),  # ignored before
+        (lambda d: d, ["--lr", "-1e-4"], "--lr -0.0001: must be a finite number"),
+    ],
+)
+def test_folders_and_negative_options_are_named_as_such(tmp_path, make, extra, says):
+    log = tmp_path / "sweep.csv"
+    if not extra:
+        path = make(tmp_path / "adir")
+    else:
+        _write_sweep(log, np.random.default_rng(0))
+        path = log
+    out = CliRunner().invoke(
+        app, ["import-logs", str(path), "--format", "csv", "-r", str(tmp_path / "r"), *extra]
+    )
+    assert out.exit_code == 2 and says in out.output, out.output
+
+
+def test_a_negative_or_infinite_lr_in_the_log_is_refused(tmp_path):
+    log = tmp_path / "lr.csv"
+    log.write_text("step,prompts,group_size,lr,score\n1,8,8,-1e-6,0.1\n2,8,8,1e-6,0.2\n")
+    out = CliRunner().invoke(app, ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r")])
+    assert out.exit_code == 2 and "lr.csv:2: column 'lr': -1e-06 must be a finite number > 0" in out.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ from batchtune.cli.app import (
     console,
     handle_errors,
 )
-from batchtune.errors import BatchtuneError
+from batchtune.errors import BatchtuneError, InputError
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 from batchtune.records import atomic_write_text
 
@@ -210,6 +211,15 @@ def import_logs_cmd(
     from batchtune.integrations.common import RunInfo
     from batchtune.integrations.importing import import_logs, parse_mapping
 
+    for name, v in (
+        ("--prompts", prompts),
+        ("--group-size", group_size),
+        ("--samples-per-step", samples_per_step),
+    ):
+        if v < 0:
+            raise InputError(f"{name} {v}: must be a positive count (0: the log's own)")
+    if not (math.isfinite(lr) and lr >= 0):
+        raise InputError(f"--lr {lr}: must be a finite number > 0 (0: the log's own)")
     info = RunInfo(
         prompts=prompts,
         group_size=group_size,

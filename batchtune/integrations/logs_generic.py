@@ -119,6 +119,11 @@ def read_table(
     path = Path(path)
     info = info or RunInfo()
     fmt = fmt or ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl")
+    if path.is_dir():
+        raise InputError(
+            f"{path} is a folder: give the log file in it (folders are read with --format verl, trl "
+            "or tensorboard)"
+        )
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     text = path.read_text()
@@ -180,6 +185,12 @@ def read_table(
                 required = logical != "samples" or not has["step"]
                 required = required and (logical != "step" or not has["samples"])
                 v = number(line, cols[logical], row.get(cols[logical]), required, integer)
+                if (
+                    v is not None
+                    and logical in ("lr", "prompts", "group_size")
+                    and not (math.isfinite(v) and v > 0)
+                ):
+                    raise InputError(f"{where}: column {cols[logical]!r}: {v!r} must be a finite number > 0")
                 if v is not None:
                     values[logical] = v
         for logical in ("grad_norm", "critic_grad_norm", "tokens", "gen_s", "train_s", "other_s"):

@@ -199,6 +199,8 @@ def _args_flat(text: str, path: Path) -> Flat:
 
 def _read_flat(path: Path, fmt: str) -> tuple[Flat, str]:
     """The file's settings and what shape they were in (mapping or args)."""
+    if path.is_dir():
+        raise InputError(f"trainer config {path} is a folder: give the config file")
     if not path.is_file():
         raise InputError(f"trainer config {path} not found")
     text = path.read_text()
