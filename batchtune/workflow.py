@@ -91,7 +91,9 @@ def _plot_skipped(what: str, exc: OSError) -> str:
     return f"{what} plot not written ({exc.strerror or exc}: {exc.filename or 'the plots directory'})"
 
 
-def _plot_probe(store: ResultsStore, efficiency: Any) -> Path | None:
+def _plot_probe(store: ResultsStore, efficiency: Any, plots_dir: Path | None = None) -> Path | None:
+    """The learning curves of the store's runs against the samples axis, into ``plots_dir``
+    (default: the store's own)."""
     from batchtune.measure.probe import load_run_data
     from batchtune.report.plots import plot_learning_curves
 
@@ -104,12 +106,13 @@ def _plot_probe(store: ResultsStore, efficiency: Any) -> Path | None:
     order = [c for c in efficiency.candidates if c.label in curves]
     if not order:
         return None
-    store.plots_dir.mkdir(parents=True, exist_ok=True)
+    where = plots_dir or store.plots_dir
+    where.mkdir(parents=True, exist_ok=True)
     return plot_learning_curves(  # legend: the batch N and the LR it ran at, then the label
         {f"N={c.batch_responses}, lr {c.lr:.3g} ({c.label})": curves[c.label] for c in order},
         efficiency.target,
         efficiency.metric,
-        store.plots_dir / "learning_curves.png",
+        where / "learning_curves.png",
     )
 
 
@@ -144,6 +147,11 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
         plots = [p for p in plots if p.name != "time_to_target.png"]
         with contextlib.suppress(OSError):  # best effort, as the probe's plot
             plots.insert(0, _plot_time(out / "plots", rec))
+    if not any(p.name == "learning_curves.png" for p in plots) and store.runs():  # imported runs
+        with contextlib.suppress(OSError):  # best effort, as the probe's plot
+            curves = _plot_probe(store, eff, out / "plots" if elsewhere else None)
+            if curves is not None:
+                plots.insert(0, curves)
     sections = build_sections(eff, rec, plots, missing)
     title = f"batchtune report: {Path(results).name}"
     from batchtune.measure.branched import branched_store

@@ -294,3 +294,17 @@ def test_a_negative_or_infinite_lr_in_the_log_is_refused(tmp_path):
     log.write_text("step,prompts,group_size,lr,score\n1,8,8,-1e-6,0.1\n2,8,8,1e-6,0.2\n")
     out = CliRunner().invoke(app, ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r")])
     assert out.exit_code == 2 and "lr.csv:2: column 'lr': -1e-06 must be a finite number > 0" in out.output
+
+
+def test_the_report_of_imported_runs_draws_their_learning_curves(tmp_path):
+    """Learning curves were drawn by `probe` only: a report of imported logs had none."""
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, np.random.default_rng(0))
+    runner = CliRunner()
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    assert runner.invoke(app, [*args, "--target", "0.6"]).exit_code == 0
+    out = runner.invoke(app, ["report", str(tmp_path / "r"), "--out", str(tmp_path / "rep")])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "rep" / "plots" / "learning_curves.png").is_file()
+    assert "learning_curves.png" in (tmp_path / "rep" / "report.md").read_text()
+    assert not (tmp_path / "r" / "plots" / "learning_curves.png").exists()  # the results stay as they were
