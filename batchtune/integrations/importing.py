@@ -97,7 +97,8 @@ def _check_seeds(runs: Sequence[Any], stored: dict[tuple[str, int], tuple[str, s
             )
             raise InputError(
                 f"{where} are both {run.candidate} at seed {run.seed}: give each its own seed "
-                "(--map seed=KEY where the log says it, else import each with its own --seed N)"
+                "(--map seed=KEY where the log says it, else import each with its own --seed N); runs "
+                "of different batches need their own --prompts and --group-size, one import each"
             )
 
 

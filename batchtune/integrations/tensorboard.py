@@ -23,7 +23,12 @@ TENSORBOARD_KEYS = merge_keys(OPENRLHF_KEYS, VERL_KEYS, TRL_KEYS, LogKeys(step_s
 
 
 def _event_dirs(path: Path) -> list[Path]:
-    if path.is_file():
+    if path.is_file():  # a run's event file stands for its folder; another file for nothing
+        if not path.name.startswith("events.out.tfevents."):
+            raise InputError(
+                f"{path} is not a TensorBoard event file (events.out.tfevents.*): give the run's "
+                "folder or its event file"
+            )
         return [path.parent]
     if not path.is_dir():
         raise InputError(f"{path}: no such file or folder")

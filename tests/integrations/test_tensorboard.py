@@ -63,3 +63,9 @@ def test_tensorboard_key_mapping_and_errors(tmp_path):
         read_log(tmp_path / "empty", "tensorboard", info)
     with pytest.raises(InputError, match="no such file or folder"):
         read_log(tmp_path / "missing", "tensorboard", info)
+    # another file of the run's folder stood for the folder, and imported its run
+    (tmp_path / "tb" / "README.txt").write_text("notes")
+    with pytest.raises(InputError, match="README.txt is not a TensorBoard event file"):
+        read_log(tmp_path / "tb" / "README.txt", "tensorboard", info)
+    (event,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    assert len(read_log(event, "tensorboard", info)) == 1  # its event file does
