@@ -183,6 +183,7 @@ LOGS: dict[str, tuple[str, bytes, str]] = {
     "wandb_non_utf8": ("wandb", b"\xff\xfe\x00", "not UTF-8"),
     "trl_not_json": ("trl", b"{not json", "trl"),
     "tensorboard_not_events": ("tensorboard", b"garbage", "no scalars"),
+    "tensorboard_other_file": ("tensorboard", b"{}", "is not a TensorBoard event file"),
 }
 
 
@@ -190,6 +191,8 @@ LOGS: dict[str, tuple[str, bytes, str]] = {
 def test_import_malformed_log(tmp_path, name):
     fmt, data, fragment = LOGS[name]
     path = tmp_path / f"log.{'csv' if fmt in ('csv', 'wandb') else 'jsonl'}"
+    if name == "tensorboard_not_events":  # an event file's name, garbage inside
+        path = tmp_path / "events.out.tfevents.1.host"
     path.write_bytes(data)
     args = ["import-logs", str(path), "-f", fmt, "-r", str(tmp_path / "res"), "--prompts", "4"]
     _check([*args, "--group-size", "8", "--lr", "1e-3"], fragment, tmp_path)
