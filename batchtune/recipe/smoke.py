@@ -68,7 +68,8 @@ def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
     )
     unchecked = (
         "branches: that a branch continues the trunk's weights rather than starting over (a trainer "
-        "that accepts its resume arguments and ignores them passes this smoke)"
+        "that accepts its resume arguments and ignores them passes this smoke); a branch that "
+        "logs the checkpoint's LR instead of its own does fail it"
     )
     return r(
         plan,
