@@ -44,6 +44,15 @@ class RunsFailed(AnalysisError):
     exited non-zero): the message carries the runs' reasons, not a missing metric."""
 
 
+class NotRanked(AnalysisError):
+    """Samples-to-target was analysed but no time-to-target ranking can be made (e.g. the reference
+    never reached the target). Carries the analysis so a report can still show it."""
+
+    def __init__(self, message: str, efficiency: Any):
+        super().__init__(message)
+        self.efficiency = efficiency
+
+
 class ThroughputMissing(AnalysisError):
     """Samples-to-target is known but no throughput is: the critical batch stands, the ranking waits.
 

@@ -20,7 +20,7 @@ from batchtune.analysis.recommend import (
     throughput_from_probe,
     throughput_from_profile,
 )
-from batchtune.errors import AnalysisError, InputError, ThroughputMissing
+from batchtune.errors import AnalysisError, InputError, NotRanked, ThroughputMissing
 from batchtune.events import ProbeEvents, SweepProgress
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
@@ -124,7 +124,7 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
     results directory), from the results' recommendation, or its sample efficiency alone when no
     throughput source exists. Returns (html, markdown) paths. With ``out_dir`` elsewhere nothing is
     written into the results directory: the time-to-target plot goes to ``out_dir``/plots."""
-    from batchtune.errors import ThroughputMissing
+    from batchtune.errors import NotRanked, ThroughputMissing
     from batchtune.report.html import build_sections, to_html, to_markdown
 
     store = ResultsStore(results)
@@ -137,7 +137,7 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
             None, [], results, None, "auto", None, 8, plot=not elsewhere, command="report"
         )
         eff, missing = rec.efficiency, ""
-    except ThroughputMissing as exc:
+    except (ThroughputMissing, NotRanked) as exc:  # the curves and the efficiency still tell
         rec, eff, missing = None, exc.efficiency, str(exc)
     pngs = sorted(store.plots_dir.glob("*.png"), key=lambda p: p.stat().st_mtime)
     throughput = [p for p in pngs if p.name.startswith("throughput-")][-1:]  # the latest profile
@@ -362,7 +362,7 @@ def recommend_for_recipe(
         except AnalysisError as exc:
             from batchtune.measure.advice import why_not_ranked
 
-            raise AnalysisError(why_not_ranked(str(exc), store, cfg, eff)) from None
+            raise NotRanked(why_not_ranked(str(exc), store, cfg, eff), eff) from None
     else:  # what the search left unmeasured, and a batch schedule from the critical batch's progress
         from batchtune.analysis.branched_summary import with_schedule
         from batchtune.measure.branched import thin_evidence, unmeasured

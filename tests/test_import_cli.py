@@ -308,3 +308,19 @@ def test_the_report_of_imported_runs_draws_their_learning_curves(tmp_path):
     assert (tmp_path / "rep" / "plots" / "learning_curves.png").is_file()
     assert "learning_curves.png" in (tmp_path / "rep" / "report.md").read_text()
     assert not (tmp_path / "r" / "plots" / "learning_curves.png").exists()  # the results stay as they were
+
+
+def test_a_report_is_written_when_no_ranking_can_be_made(tmp_path):
+    """A reference that never reached the target: report wrote nothing (exit 3), where its curves
+    would show how far the runs got. It now writes the curves and the reason; recommend still exits 3."""
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, np.random.default_rng(0))
+    runner = CliRunner()
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    assert runner.invoke(app, [*args, "--target", "7"]).exit_code == 0
+    out = runner.invoke(app, ["report", str(tmp_path / "r"), "--out", str(tmp_path / "rep")])
+    assert out.exit_code == 0, out.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "No time-to-target ranking: the reference P4xG8 never reached score >= 7" in md
+    assert (tmp_path / "rep" / "plots" / "learning_curves.png").is_file()
+    assert runner.invoke(app, ["recommend", "--results", str(tmp_path / "r")]).exit_code == 3
