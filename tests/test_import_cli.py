@@ -293,7 +293,10 @@ def test_a_negative_or_infinite_lr_in_the_log_is_refused(tmp_path):
     log = tmp_path / "lr.csv"
     log.write_text("step,prompts,group_size,lr,score\n1,8,8,-1e-6,0.1\n2,8,8,1e-6,0.2\n")
     out = CliRunner().invoke(app, ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r")])
-    assert out.exit_code == 2 and "lr.csv:2: column 'lr': -1e-06 must be a finite number > 0" in out.output
+    assert out.exit_code == 2 and "lr.csv:2: column 'lr': -1e-06 must be a finite number >= 0" in out.output
+    log.write_text("step,prompts,group_size,lr,score\n1,8,8,1e-6,0.1\n2,8,8,0.0,0.2\n")  # decayed to 0
+    ok = CliRunner().invoke(app, ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r")])
+    assert ok.exit_code == 0, ok.output
 
 
 def test_the_report_of_imported_runs_draws_their_learning_curves(tmp_path):

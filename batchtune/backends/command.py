@@ -87,16 +87,20 @@ def origin(spec: RunSpec) -> Origin:
         raise RunFailed("failed", f"cannot read the checkpoint record {meta}: {exc}") from None
 
 
-def _check_resumed_lr(logged: float, lr: float, start: Origin) -> None:
-    """Fail a resumed run whose trainer logs the LR of the run that saved the checkpoint instead of
-    its own: its checkpoint restored the LR scheduler (verl's 'extra' content, TRL's scheduler.pt,
-    OpenRLHF's DeepSpeed state), so a branch at 2x the batch trains at the trunk's LR and its ratio
-    measures the wrong thing. Only an LR the log states counts (else the run's own is recorded)."""
-    if start.lr <= 0 or abs(lr - start.lr) <= 0.01 * lr or abs(logged - start.lr) > 1e-4 * start.lr:
+def _check_resumed_lr(logged: list[float], lr: float, start: Origin) -> None:
+    """Fail a resumed run whose trainer logs the LR of the run that saved the checkpoint at every
+    step instead of its own: its checkpoint restored the LR scheduler (verl's 'extra' content, TRL's
+    scheduler.pt, OpenRLHF's DeepSpeed state), so a branch at 2x the batch trains at the trunk's LR
+    and its ratio measures the wrong thing. Only an LR the log states counts (else the run's own is
+    recorded); a fresh warmup passes the trunk's LR on one step, not on all of them."""
+    if start.lr <= 0 or abs(lr - start.lr) <= 0.01 * lr:
         return
+    if not logged or any(abs(x - start.lr) > 1e-4 * start.lr for x in logged):
+        return
+    last = logged[-1]
     raise RunFailed(
         "failed",
-        f"the trainer logs lr {logged:.4g} after resuming, the checkpoint's, not this run's {lr:.4g}: "
+        f"the trainer logs lr {last:.4g} after resuming, the checkpoint's, not this run's {lr:.4g}: "
         "the checkpoint restored its LR scheduler; resume the model and optimiser only "
         "(backend.command_resume_args; docs/branched.md, 'Your own trainer')",
     )
@@ -431,5 +435,5 @@ class CommandBackend:
                 continue  # a trainer that logs its state at the resume point: the trunk's record
             out.append(dataclasses.replace(s, step=start.step + k, samples=start.samples + k * n))
         if out and (len(out) > 1 or not partial):
-            _check_resumed_lr(out[-1].lr, spec.candidate.lr, start)
+            _check_resumed_lr([s.lr for s in out], spec.candidate.lr, start)
         return out

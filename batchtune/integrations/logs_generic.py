@@ -185,12 +185,12 @@ def read_table(
                 required = logical != "samples" or not has["step"]
                 required = required and (logical != "step" or not has["samples"])
                 v = number(line, cols[logical], row.get(cols[logical]), required, integer)
-                if (
-                    v is not None
-                    and logical in ("lr", "prompts", "group_size")
-                    and not (math.isfinite(v) and v > 0)
-                ):
-                    raise InputError(f"{where}: column {cols[logical]!r}: {v!r} must be a finite number > 0")
+                floor = {"lr": 0.0, "prompts": 1.0, "group_size": 1.0}.get(logical)  # an LR decays to 0
+                if v is not None and floor is not None and not (math.isfinite(v) and v >= floor):
+                    need = ">= 0" if logical == "lr" else "> 0"
+                    raise InputError(
+                        f"{where}: column {cols[logical]!r}: {v!r} must be a finite number {need}"
+                    )
                 if v is not None:
                     values[logical] = v
         for logical in ("grad_norm", "critic_grad_norm", "tokens", "gen_s", "train_s", "other_s"):

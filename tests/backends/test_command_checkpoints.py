@@ -292,3 +292,16 @@ def test_smoke_of_a_branched_recipe_checks_that_its_trainer_saves_and_resumes(tm
     lr_back = workflow_ci.smoke(None, restores, str(tmp_path / "lr"))
     stage = {s.name: s for s in lr_back.stages}["branches"]
     assert stage.status == "failed" and "the checkpoint restored its LR scheduler" in stage.detail, stage
+
+
+def test_the_resumed_lr_check_fails_only_a_run_at_the_checkpoints_lr_throughout():
+    """A fresh warmup under the linear rule passes the trunk's LR on its way up: one step at it is
+    not a restored scheduler; every step at it is."""
+    from batchtune.backends.command import Origin, _check_resumed_lr
+
+    start = Origin(16, 2, "ckpt", lr=0.05)
+    _check_resumed_lr([0.025, 0.05, 0.075, 0.1], 0.1, start)  # warming up to its own 0.1
+    _check_resumed_lr([0.05], 0.0505, start)  # within 1% of the trunk's: the control, say
+    _check_resumed_lr([0.1, 0.1], 0.1, Origin(16, 2, "ckpt"))  # an old record without its LR
+    with pytest.raises(RunFailed, match="logs lr 0.05 after resuming"):
+        _check_resumed_lr([0.05, 0.05, 0.05], 0.1, start)
