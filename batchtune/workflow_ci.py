@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,10 @@ def check(
             "(verl, TRL, OpenRLHF); compare a pre-training config with `recommend --emit megatron` instead"
         )
     eff, n = rec.efficiency, float(tc.batch_responses)
-    target = {"metric": eff.metric, "target": eff.target, "higher_is_better": eff.higher_is_better}
+    value = eff.target if math.isfinite(eff.target) else None  # as JSON holds it (NaN: null)
+    target = {"metric": eff.metric, "target": value, "higher_is_better": eff.higher_is_better}
     notes = list(tc.notes)
-    if base_target is not None and base_target != target:  # a time to another target compares nothing
+    if base_target is not None and not _same_target(base_target, target):  # compares nothing
         raise InputError(
             f"the baseline {baseline} predicted the time to {_target_text(base_target)}, these results "
             f"are read to {_target_text(target)}: compare with a baseline of the same target (regenerate it)"
@@ -127,8 +129,17 @@ def check(
     return tc, CheckResult(items, predicted, unit, tuple(notes), target)
 
 
+def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    x, y = a["target"], b["target"]
+    same_value = (x is None and y is None) or (
+        x is not None and y is not None and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+    )
+    return a["metric"] == b["metric"] and a["higher_is_better"] == b["higher_is_better"] and same_value
+
+
 def _target_text(t: dict[str, Any]) -> str:
-    return f"{t['metric']} {'>=' if t['higher_is_better'] else '<='} {t['target']:g}"
+    value = "(none)" if t["target"] is None else f"{t['target']:g}"
+    return f"{t['metric']} {'>=' if t['higher_is_better'] else '<='} {value}"
 
 
 def _read_baseline(path: Path) -> tuple[float, str, dict[str, Any] | None]:
@@ -149,10 +160,17 @@ def _read_baseline(path: Path) -> tuple[float, str, dict[str, Any] | None]:
         raise InputError(f"{path}: the baseline has no finite time-to-target ({t.get('value')!r})")
     target = t.get("target")
     if target is not None and not (
-        isinstance(target, dict) and {"metric", "target", "higher_is_better"} <= set(target)
+        isinstance(target, dict)
+        and isinstance(target.get("metric"), str)
+        and isinstance(target.get("higher_is_better"), bool)
+        and (
+            target.get("target") is None
+            or (isinstance(target["target"], int | float) and not isinstance(target["target"], bool))
+        )
     ):
         raise InputError(
-            f"{path}: predicted_time_to_target.target is not {{metric, target, higher_is_better}}"
+            f"{path}: predicted_time_to_target.target is not {{metric: text, target: a number or null, "
+            "higher_is_better: true or false}"
         )
     return value, t["unit"], target
 

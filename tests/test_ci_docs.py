@@ -172,6 +172,48 @@ def test_a_baseline_of_another_target_is_refused(tmp_path: Path, monkeypatch) ->
     res = CliRunner().invoke(app, ["check", config, "--results", EVIDENCE, "--baseline", str(old), "--json"])
     assert res.exit_code == 0, res.output
     assert any("does not record its target" in n for n in json.loads(res.stdout)["notes"])
+    typed = tmp_path / "typed.json"
+    base["predicted_time_to_target"]["target"] = {
+        "metric": "loss",
+        "target": "1.0",
+        "higher_is_better": False,
+    }
+    typed.write_text(json.dumps(base))
+    res = CliRunner().invoke(app, ["check", config, "--results", EVIDENCE, "--baseline", str(typed)])
+    assert res.exit_code == 2 and "target: a number or null" in res.output, res.output
+
+
+def test_a_baseline_without_a_target_value_round_trips(tmp_path: Path, monkeypatch) -> None:
+    """Measurements without study.target have a NaN target, written as null: fed back as the
+    baseline it crashed check (exit 70), NaN never equalling null."""
+    monkeypatch.chdir(ROOT)
+    config = tmp_path / "v.yaml"
+    config.write_text(
+        "data:\n  train_batch_size: 1024\nactor_rollout_ref:\n  rollout:\n    n: 8\n"
+        "  actor:\n    optim:\n      lr: 1.0e-6\n"
+    )
+    measured = ["check", str(config), "-f", "verl", "-m", "recipes/hunyuan-grpo-measurements.toml"]
+    first = CliRunner().invoke(app, [*measured, "--json"])
+    base = tmp_path / "base.json"
+    base.write_text(first.stdout)
+    assert json.loads(first.stdout)["predicted_time_to_target"]["target"]["target"] is None
+    again = CliRunner().invoke(app, [*measured, "--baseline", str(base), "--json"])
+    assert again.exit_code == first.exit_code, again.output
+    (time,) = [c for c in json.loads(again.stdout)["checks"] if c["name"] == "time_to_target"]
+    assert time["status"] == "pass", time
+
+
+def test_a_config_that_is_not_text_still_writes_the_junit_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    junit = tmp_path / "j.xml"
+    junit.write_text("<testsuites><testsuite tests='4' failures='0'/></testsuites>")  # a stale pass
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"\xff\xfe\x00")
+    res = CliRunner().invoke(app, ["check", str(bad), "--results", EVIDENCE, "--junit", str(junit), "--json"])
+    assert res.exit_code == 2, res.output
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and suite.get("errors") == "1"
+    assert json.loads(res.stdout)["status"] == "error"
 
 
 def test_check_carries_the_evidences_own_weak_evidence_warning_as_a_note(tmp_path: Path, monkeypatch) -> None:

@@ -152,7 +152,13 @@ def check(
     given = {"lr": lr_tolerance, "time": time_tolerance, "waste": waste_tolerance}
     tol = dc.replace(CheckTolerances(), **{k: v for k, v in given.items() if v is not None})
     try:
-        tc, result = workflow_ci.check(config, fmt, results, measurements, baseline, tol, lr_rule)
+        try:
+            tc, result = workflow_ci.check(config, fmt, results, measurements, baseline, tol, lr_rule)
+        except UnicodeDecodeError as exc:  # as handle_errors words it, but through the report below
+            inputs = ", ".join(str(p) for p in (config, measurements, baseline) if p is not None)
+            raise InputError(f"{inputs}: not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            raise InputError(f"{exc.filename or config}: {exc.strerror or exc}") from None
     except BatchtuneError as exc:  # a CI gate must not leave an earlier run's report in place
         if junit is not None:
             atomic_write_text(junit, report.junit_error_xml(str(config), exc))
