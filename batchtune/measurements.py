@@ -179,7 +179,12 @@ def load_measurements(path: str | Path) -> Measurements:
                 errors.append(
                     f"{where}.{key}: {v!r} must be a finite number {'> 0' if key in _POSITIVE else '>= 0'}"
                 )
-        seeds = [cv.get("seed") for cv in c.get("curve", []) if isinstance(cv, dict) and "seed" in cv]
+        listed = c.get("curve")
+        seeds = [  # of the right type: a wrong one is reported by _check
+            cv["seed"]
+            for cv in (listed if isinstance(listed, list) else [])
+            if isinstance(cv, dict) and isinstance(cv.get("seed"), int) and not isinstance(cv["seed"], bool)
+        ]
         if len(set(seeds)) != len(seeds):
             errors.append(f"{where}.curve: seeds repeat ({seeds}); each curve is one seed")
         for j, curve in enumerate(c.get("curve", []) if isinstance(c.get("curve"), list) else []):

@@ -101,6 +101,14 @@ BAD = {
         ),
         "seeds repeat",
     ),
+    "seed not a number": (  # crashed with exit 70: an unhashable seed met the repeat check
+        "[study]\ntarget=1\n"
+        + _OK2.replace(
+            "samples_to_target=1000\nresponses_per_s=10",
+            "responses_per_s=10\ncurve=[{seed=[1], samples=[4], metric=[1]}]",
+        ),
+        "seed: wrong type",
+    ),
     "zero ratio": (_OK2.replace("throughput_ratio=1.5", "throughput_ratio=0"), "throughput_ratio: 0 must be"),
     "nan ratio": (
         _OK2.replace("throughput_ratio=1.5", "throughput_ratio=nan"),

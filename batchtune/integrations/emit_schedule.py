@@ -37,10 +37,18 @@ from batchtune.recipe.schema import Recipe
 
 
 def resume_note(
-    trainer: str, prev: int, steps: int, total: int, consumed: int, base: RecommendationInput, **options: Any
+    trainer: str,
+    prev: int,
+    steps: int,
+    total: int,
+    consumed: tuple[int, int],
+    base: RecommendationInput,
+    **options: Any,
 ) -> str:
     """How stage ``prev + 1`` resumes from stage ``prev``'s checkpoint (module docstring): ``steps``
-    the optimiser steps before it, ``total`` those at its end, ``consumed`` the samples trained on."""
+    the optimiser steps before it, ``total`` those at its end, ``consumed`` the (samples, prompts)
+    trained on, in whole steps."""
+    samples, prompts = consumed
     if trainer == "verl":
         roles = ["actor_rollout_ref.actor", *(["critic"] if base.algorithm == "ppo" else [])]
         contents = " ".join(f"{r}.checkpoint.load_contents=['model','optimizer']" for r in roles)
@@ -52,7 +60,7 @@ def resume_note(
     if trainer == "trl":
         return (
             f"trainer.train(resume_from_checkpoint=<stage {prev}: checkpoint-{steps}>) with"
-            f" max_steps={total}, ignore_data_skip=True and the dataset started {consumed:,} samples in;"
+            f" max_steps={total}, ignore_data_skip=True and the dataset started {samples:,} samples in;"
             f" delete the checkpoint's scheduler.pt first, or it restores stage {prev}'s LR (the Trainer"
             " then starts Adam's moments afresh: it loads optimizer.pt only beside scheduler.pt; under"
             " DeepSpeed a missing scheduler.pt fails, so there keep it and the old LR)"
@@ -60,9 +68,8 @@ def resume_note(
     load = (
         "--load_checkpoint --ckpt_path" if options.get("legacy_flags") else "--ckpt.load_enable --ckpt.path"
     )
-    prompts = consumed // max(1, base.group_size)
     return (
-        f"{load} <stage {prev} checkpoint dir> (it restores total_consumed_prompts, here about {prompts:,},"
+        f"{load} <stage {prev} checkpoint dir> (it restores total_consumed_prompts, here {prompts:,},"
         f" and stage {prev}'s LR scheduler through DeepSpeed: OpenRLHF has no flag to skip it, so this"
         f" stage runs at stage {prev}'s LR); stop the stage at its step {total} checkpoint (no step limit)"
     )
@@ -77,7 +84,7 @@ def emit_schedule(
         "# stage | from samples | to samples | batch (P x G) | lr | steps",
     ]
     blocks: list[str] = []
-    total_steps = consumed = 0
+    total_steps = samples = prompts = 0
     for i, st in enumerate(schedule.stages):
         steps = max(1, math.ceil(st.steps))
         lines.append(
@@ -88,10 +95,12 @@ def emit_schedule(
         text = emit(trainer, spec, num_gpus, **options).text
         head = f"# ---- stage {i + 1}: {st.label} until {st.end_samples:,.0f} samples ({steps:,} steps)"
         if i:
-            note = resume_note(trainer, i, total_steps, total_steps + steps, consumed, base, **options)
+            done = (samples, prompts)
+            note = resume_note(trainer, i, total_steps, total_steps + steps, done, base, **options)
             head += "\n# resume: " + note
         total_steps += steps
-        consumed += steps * st.prompts * st.group_size  # whole steps: past the stage's end
+        samples += steps * st.prompts * st.group_size  # whole steps: past the stage's end
+        prompts += steps * st.prompts
         blocks.append(f"{head}\n{text.rstrip()}")
     return "\n".join(lines) + "\n" + "\n".join(blocks) + "\n"
 

@@ -68,3 +68,23 @@ def test_the_data_offset_of_a_resumed_stage_counts_the_whole_steps_trained():
     first = cmp.stages[0]
     steps = max(1, math.ceil(first.steps))
     assert f"started {steps * first.prompts * first.group_size:,} samples in" in trl[0]
+
+
+def test_openrlhf_counts_the_prompts_of_each_stage_at_its_own_group_size():
+    """total_consumed_prompts was every stage's samples over the winner's G: wrong once G changes."""
+    cands = [
+        ScheduleCandidate(f"P{n // g}xG{g}", n // g, g, 1e-6 * (n / 8) ** 0.5, n / (1 + 0.01 * n))
+        for n in LADDER
+        for g in [8 if n < 128 else 16]
+    ]
+    segs = [
+        Segment(20000.0, {float(n): (b + n) / (b + 8.0) for n in LADDER}, b)
+        for b in (8.0, 60.0, 400.0, 3000.0)
+    ]
+    cmp = compare_schedule(segs, cands, reference="P1xG8", tol=0.1)
+    assert len({st.group_size for st in cmp.stages}) == 2, cmp.stages
+    notes = _resumes(emit_schedule("openrlhf", cmp, RecommendationInput(8, 16, 1e-6), num_gpus=8))
+    prompts = 0
+    for st, note in zip(cmp.stages, notes, strict=False):
+        prompts += max(1, math.ceil(st.steps)) * st.prompts
+        assert f"total_consumed_prompts, here {prompts:,}," in note
