@@ -147,7 +147,8 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
         plots = [p for p in plots if p.name != "time_to_target.png"]
         with contextlib.suppress(OSError):  # best effort, as the probe's plot
             plots.insert(0, _plot_time(out / "plots", rec))
-    if not any(p.name == "learning_curves.png" for p in plots) and store.runs():  # imported runs
+    if store.runs():  # redrawn from the runs there now (imported ones: no probe drew them)
+        plots = [p for p in plots if p.name != "learning_curves.png"]
         with contextlib.suppress(OSError):  # best effort, as the probe's plot
             curves = _plot_probe(store, eff, out / "plots" if elsewhere else None)
             if curves is not None:

@@ -327,3 +327,36 @@ def test_a_report_is_written_when_no_ranking_can_be_made(tmp_path):
     assert "No time-to-target ranking: the reference P4xG8 never reached score >= 7" in md
     assert (tmp_path / "rep" / "plots" / "learning_curves.png").is_file()
     assert runner.invoke(app, ["recommend", "--results", str(tmp_path / "r")]).exit_code == 3
+
+
+def test_a_log_that_starts_mid_run_counts_its_first_entry_once(tmp_path):
+    """A resumed run's log starting at step 501 charged its first entry's step time 501 times."""
+    rows = ["run,prompts,group_size,lr,step,score,gen_s,train_s"]
+    rows += [f"a,4,8,1e-4,{k},{0.1 * (k - 500)},1.5,0.5" for k in range(501, 511)]
+    log = tmp_path / "resumed.csv"
+    log.write_text("\n".join(rows) + "\n")
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    assert CliRunner().invoke(app, [*args, "--target", "0.6"]).exit_code == 0
+    (run,) = ResultsStore(tmp_path / "r").runs()
+    assert run.wall_s == pytest.approx(10 * 2.0)
+
+
+def test_report_redraws_the_curves_of_runs_imported_since_the_last_report(tmp_path):
+    import os
+
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, np.random.default_rng(0))
+    lines = log.read_text().splitlines()
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    first.write_text("\n".join(ln for ln in lines if "-s1," not in ln) + "\n")
+    second.write_text("\n".join([lines[0], *(ln for ln in lines if "-s1," in ln)]) + "\n")
+    runner = CliRunner()
+    res = tmp_path / "r"
+    args = ["--format", "csv", "-r", str(res), "--metric", "score", "--target", "0.6"]
+    assert runner.invoke(app, ["import-logs", str(first), *args]).exit_code == 0
+    assert runner.invoke(app, ["report", str(res)]).exit_code == 0
+    png = res / "plots" / "learning_curves.png"
+    before = os.stat(png).st_mtime_ns
+    assert runner.invoke(app, ["import-logs", str(second), *args]).exit_code == 0
+    assert runner.invoke(app, ["report", str(res)]).exit_code == 0
+    assert os.stat(png).st_mtime_ns > before

@@ -216,6 +216,11 @@ PRETRAIN_CSVS: dict[str, tuple[bytes, str]] = {
     "nan_batch": (PRETRAIN.replace("B1000,1000,", "B1000,nan,").encode(), "batch_tokens"),
     "inf_step": (PRETRAIN.replace("B2000,2000,3,", "B2000,2000,inf,").encode(), "step"),
     "text_loss": (PRETRAIN.replace("B2000,2000,3,3.7", "B2000,2000,3,x").encode(), "loss"),
+    "diverged_at_once": (  # one of three batches with no finite loss: too few batches, said why
+        "".join(ln if not ln.startswith("B1000,") else ln.rsplit(",", 1)[0] + ",inf\n"
+                for ln in PRETRAIN.splitlines(keepends=True)).encode(),
+        "diverged at once",
+    ),  # fmt: skip
     "non_utf8": (b"run,batch_tokens,step,loss\n\xff,1,1,1\n", "not UTF-8"),
     "no_loss_column": (b"run,batch_tokens,step\nB1,1000,1\n", "loss"),
     "empty": (b"", "csv"),

@@ -170,8 +170,11 @@ def _b_min(
         return (lower, upper), fit, resid, fit, source, notes
     value = math.sqrt(lower * upper) if lower is not None else upper
     if lower is None:
-        which = "every measured batch" if ok.all() else "the smallest measured batch"
-        notes.append(f"{which} reached the target: B_min <= {upper:.4g}")
+        if first == 0:
+            which = "every measured batch" if ok.all() else "the smallest measured batch"
+            notes.append(f"{which} reached the target: B_min <= {upper:.4g}")
+        else:  # smaller batches did not reach it but were still improving: no lower bound
+            notes.append(f"the smallest batch that reached the target is {upper:.4g}: B_min <= {upper:.4g}")
     return (lower, upper), None, resid, value, "bracket", notes
 
 

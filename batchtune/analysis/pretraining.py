@@ -177,7 +177,13 @@ def analyse(
 
     Without targets, four levels between what most runs and what only the best runs reached."""
     empty = [r.name for r in runs if r.steps.size == 0]  # diverged before its first logged loss
-    paired, notes = pair_seeds([r for r in runs if r.steps.size])
+    kept = [r for r in runs if r.steps.size]
+    if empty and len({r.batch_tokens for r in kept}) < 3:
+        raise InputError(
+            f"need runs at 3 or more batch sizes; {', '.join(empty)} logged no finite loss after step 0 "
+            "(diverged at once) and cannot be read"
+        )
+    paired, notes = pair_seeds(kept)
     if empty:
         notes.append(
             f"left out {', '.join(empty)}: no finite loss after step 0 (diverged at once); such a "

@@ -150,10 +150,13 @@ class ImportedRun:
         last = self.steps[-1]
         # a logged entry's timings are per step, and it may stand for several (TRL's logging_steps):
         # each counts for the steps since the entry before it
-        covers, prev = [], 0
-        for s in self.steps:
-            covers.append(max(1, s.step - prev))
-            prev = max(prev, s.step)
+        covers: list[int] = []
+        for i, s in enumerate(self.steps):
+            if i:
+                covers.append(max(1, s.step - self.steps[i - 1].step))
+            else:  # the first: up to the gap to the next (a log may start mid-run: a resumed one)
+                gap = self.steps[1].step - s.step if len(self.steps) > 1 else 1
+                covers.append(max(1, min(s.step, gap)))
         gen_s = sum(k * s.gen_s for k, s in zip(covers, self.steps, strict=True))
         train_s = sum(k * s.train_s for k, s in zip(covers, self.steps, strict=True))
         other_s = sum(k * s.other_s for k, s in zip(covers, self.steps, strict=True))

@@ -96,3 +96,12 @@ def test_the_b_min_note_does_not_claim_every_batch_reached_when_a_larger_one_did
     assert any("the smallest measured batch reached the target" in n for n in est.notes)
     every = estimate_batches(grid, np.array([[400.0, 220.0, 130.0, 90.0]]), 3.0)
     assert any("every measured batch reached the target" in n for n in every.notes)
+
+
+def test_the_b_min_note_names_the_smallest_reaching_batch_when_a_smaller_one_did_not_reach():
+    grid = np.array([1.0, 2.0, 4.0]) * 1024
+    # 1024 never reached it but was still improving when its budget ran out: no lower bound
+    improving = np.array([[False, True, True]])
+    est = estimate_batches(grid, np.array([[np.inf, 220.0, 130.0]]), 3.0, plateaued_per_seed=improving)
+    assert not any("the smallest measured batch reached" in n for n in est.notes), est.notes
+    assert any("the smallest batch that reached the target is 2048" in n for n in est.notes)
