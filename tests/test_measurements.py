@@ -213,3 +213,13 @@ def test_the_time_table_says_why_when_its_rank_does_not_follow_the_point_t_over_
     )
     out = caption(dataclasses.replace(rec, ranking=dataclasses.replace(rec.ranking, candidates=swapped)))
     assert "rank: by expected time" in out and "expected_time_ratio" in out
+
+
+def test_emit_out_says_when_it_replaced_a_file(tmp_path):
+    path, out = tmp_path / "m.toml", tmp_path / "verl.overrides"
+    path.write_text(_two())
+    args = ["recommend", "-m", str(path), "--emit", "verl", "--gpus", "8", "--out", str(out)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0 and "replaced" not in first.output, first.output
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "(it replaced the file there)" in again.output

@@ -245,10 +245,11 @@ def _show_recommendation(
     efficiency_shown: bool = False,
 ) -> None:
     """``efficiency_shown``: the sample-efficiency table is on screen already (tune's first stage)."""
-    written = None
+    written, replaced = None, False
     if out is not None and trainer is not None and emitted is not None:
         from batchtune.workflow import write_emitted
 
+        replaced = out.exists()
         written = write_emitted(trainer, emitted, emitted_values, out)
     if json_out:
         from batchtune.report.json import recommendation_to_dict
@@ -270,7 +271,8 @@ def _show_recommendation(
 
         render_schedule(console, rec.schedule, rec.efficiency.unit)
     if written is not None:
-        console.print(f"Trainer config written to {written}", highlight=False)
+        again = " (it replaced the file there)" if replaced else ""
+        console.print(f"Trainer config written to {written}{again}", highlight=False)
     if rec.efficiency.total_samples:
         from batchtune.analysis.profile import SIMULATED_DEVICE
         from batchtune.workflow import SIMULATED_TIMINGS
