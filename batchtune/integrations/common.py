@@ -171,7 +171,7 @@ class ImportedRun:
             base_lr=self.lr,
             reference_batch=self.batch_responses,
             status="completed",
-            steps=max(len(self.steps), last.step),
+            steps=max(sum(1 for s in self.steps if s.step > 0), last.step),  # not verl's step 0
             samples=last.samples,
             tokens=last.tokens,
             wall_s=gen_s + train_s + other_s,
@@ -283,10 +283,14 @@ def build_run(
         if "tokens" in v and len_key == "":
             tokens = v["tokens"]
         elif len_key in v:
-            # a logged mean length covers one generation of P*G responses, even when the log counts
-            # several optimiser steps per generation (TRL's steps_per_generation)
-            per_generation = P * G if info.samples_per_step and info.samples_per_step < P * G else 0
-            tokens += v[len_key] * (per_generation or (samples - prev_samples))
+            if info.samples_per_step and info.samples_per_step < P * G:
+                # TRL: one generation of P*G responses feeds several logged optimiser steps, and an
+                # entry's mean length averages the generations since the last entry: those that
+                # began (at a multiple of P*G samples) in between
+                gens = math.ceil(samples / (P * G) - 1e-9) - math.ceil(prev_samples / (P * G) - 1e-9)
+                tokens += v[len_key] * P * G * max(gens, 0)
+            else:
+                tokens += v[len_key] * (samples - prev_samples)
         lr = v.get(lr_key, lr) if lr_key else lr
         gen_s = sum((v[k] for k in gen_keys if k in v and math.isfinite(v[k])), 0.0)
         train_s = sum((v[k] for k in train_keys if k in v and math.isfinite(v[k])), 0.0)

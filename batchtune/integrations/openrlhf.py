@@ -29,10 +29,21 @@ from batchtune.integrations.emit_base import (
 )
 
 OPENRLHF_KEYS = LogKeys(
-    metrics={"reward": ("train/reward",), "eval_reward": ("eval/*",), "loss": ("train/policy_loss",)},
+    # evaluation logs eval_<dataset>_pass1, _pass<n>, lengths and truncation rates
+    # (openrlhf/trainer/ppo_trainer.py, v0.9.10-v0.11.0): pass@1 of the one eval dataset
+    metrics={
+        "reward": ("train/reward",),
+        "eval_reward": ("eval/eval_*_pass1",),
+        "loss": ("train/policy_loss",),
+    },
     grad_norm=("train/actor_grad_norm", "train/grad_norm"),
     critic_grad_norm=("train/critic_grad_norm",),
     lr=("train/actor_lr",),
+    # its own timing (status["timing/..."], logged under train/): generation, the PPO update and
+    # the whole step; the rest (reward, reference, broadcast) is other_s
+    gen_s=("train/timing/generation",),
+    train_s=("train/timing/ppo_train",),
+    step_s=("train/timing/step_total",),
     response_length=("train/response_length",),
 )
 

@@ -45,8 +45,9 @@ TRL_KEYS = LogKeys(
     lr=("learning_rate", "train/learning_rate"),  # trainer_state.json; W&B and TensorBoard add train/
     # TRL times generation and update together: the whole step, imported as train_s so the
     # throughput of the cluster that logged it ranks the runs (recommend --throughput probe)
-    train_s=("step_time",),
-    response_length=("completions/mean_length",),
+    # (TensorBoard and W&B get every key under train/: transformers' rewrite_logs)
+    train_s=("step_time", "train/step_time"),
+    response_length=("completions/mean_length", "train/completions/mean_length"),
 )
 
 

@@ -1,8 +1,8 @@
 """verl (volcengine/verl): reading its JSONL file logger, writing its Hydra overrides.
 
 The file logger (``trainer.logger=['console','file']``; ``verl/utils/tracking.py`` ``FileLogger``)
-appends one line per step, ``{"step": N, "data": {"critic/score/mean": ..., ...}}`` (newer versions
-add ``"elapsed_seconds"``), to ``$VERL_FILE_LOGGER_PATH``, or to
+appends one line per step, ``{"step": N, "data": {"critic/score/mean": ..., ...}}``, to
+``$VERL_FILE_LOGGER_PATH``, or to
 ``$VERL_FILE_LOGGER_ROOT/<project_name>/<experiment_name>.jsonl`` when that is unset. Step N is one
 rollout batch of ``data.train_batch_size`` prompts x ``rollout.n`` responses, so samples consumed =
 N * P * G. Validation before training is logged at step 0. Metric names follow

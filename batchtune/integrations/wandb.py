@@ -33,6 +33,7 @@ from batchtune.integrations.verl import VERL_KEYS
 
 # the trainer's own step first: W&B's _step counts log calls (from 0), not optimiser steps
 STEP_COLUMNS = ("train/global_step", "global_step", "Step", "_step", "step")
+EVAL_STEP_COLUMNS = ("eval/global_step", "global_step")
 WALL_KEY = "wandb/step_wall_s"
 WANDB_KEYS = merge_keys(OPENRLHF_KEYS, VERL_KEYS, TRL_KEYS, LogKeys(step_s=(WALL_KEY,)))
 _SUFFIXES = ("__MIN", "__MAX", "__STEP")
@@ -53,6 +54,9 @@ def read_wandb_csv(path: str | Path, info: RunInfo, keys: LogKeys | None = None)
         raise InputError(
             f"{path}:1: no step column ({', '.join(STEP_COLUMNS)}); columns are {', '.join(header)}"
         )
+    # OpenRLHF logs evaluation in wandb.log calls of their own, with eval/global_step and an empty
+    # train/global_step (openrlhf/utils/logging_utils.py, v0.11.0)
+    fallback_steps = [c for c in EVAL_STEP_COLUMNS if c in header and c != step_col]
     # column -> (run name, key)
     panel = any(" - " in c for c in header if c != step_col)
     layout: dict[str, tuple[str, str]] = {}
@@ -75,6 +79,10 @@ def read_wandb_csv(path: str | Path, info: RunInfo, keys: LogKeys | None = None)
             raise InputError(f"{path}:{line}: {len(cells)} fields, the header has {len(header)}")
         row = dict(zip(header, cells, strict=True))
         raw_step = row[step_col].strip()
+        for other in fallback_steps if not raw_step else ():  # an eval row (OpenRLHF: its own step key)
+            raw_step = row[other].strip()
+            if raw_step:
+                break
         step = as_number(raw_step)
         if step is None or step != int(step) or step < 0:
             raise InputError(f"{path}:{line}: column {step_col!r}: {raw_step!r} is not a step number")

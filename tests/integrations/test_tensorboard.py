@@ -13,7 +13,7 @@ from batchtune.integrations.readers import read_log
 pytest.importorskip("tensorboard")
 
 
-def write_run(folder, rewards, lr=5e-7):
+def write_run(folder, rewards, lr=5e-7, timing=False):
     from torch.utils.tensorboard import SummaryWriter
 
     w = SummaryWriter(log_dir=str(folder))
@@ -23,8 +23,13 @@ def write_run(folder, rewards, lr=5e-7):
         w.add_scalar("train/actor_lr", lr, step, walltime=100.0 + 10.0 * step)
         w.add_scalar("train/critic_lr", 9e-6, step, walltime=100.0 + 10.0 * step)
         w.add_scalar("train/response_length", 50.0, step, walltime=100.0 + 10.0 * step)
-        if step % 2 == 0:
-            w.add_scalar("eval/math_pass1", reward / 2, step, walltime=100.0 + 10.0 * step)
+        if timing:  # ppo_trainer.py's status["timing/..."], logged under train/
+            for key, sec in (("generation", 6.0), ("ppo_train", 3.0), ("step_total", 9.5)):
+                w.add_scalar(f"train/timing/{key}", sec, step, walltime=100.0 + 10.0 * step)
+        if step % 2 == 0:  # every evaluation logs eval_<dataset>_pass1, _pass<n> and lengths
+            w.add_scalar("eval/eval_math_pass1", reward / 2, step, walltime=100.0 + 10.0 * step)
+            w.add_scalar("eval/eval_math_pass4", reward, step, walltime=100.0 + 10.0 * step)
+            w.add_scalar("eval/eval_response_length_mean", 60.0, step, walltime=100.0 + 10.0 * step)
     w.close()
 
 
@@ -44,6 +49,14 @@ def test_openrlhf_tensorboard(tmp_path):
     assert [s.other_s for s in steps] == [0.0, 10.0, 10.0, 10.0]  # wall-clock between logged steps
     assert steps[-1].tokens == 128 * 50
     assert (run.candidate, run.seed, run.run_id) == ("P8xG4", 1, "ppo_0101T10-00")
+
+
+def test_openrlhf_timing_is_read_from_its_own_keys(tmp_path):
+    """OpenRLHF logs its generation, update and whole-step seconds: they were ignored for the wall
+    clock between events (eval and checkpoint time included, the first step lost)."""
+    write_run(tmp_path / "tb" / "run", [0.1, 0.2, 0.3], timing=True)
+    (run,) = read_log(tmp_path / "tb", "tensorboard", RunInfo(prompts=8, group_size=4))
+    assert [(s.gen_s, s.train_s, s.other_s) for s in run.steps] == [(6.0, 3.0, 0.5)] * 3
 
 
 def test_one_run_per_event_folder(tmp_path):

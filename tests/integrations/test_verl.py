@@ -1,7 +1,7 @@
 """verl's JSONL file logger.
 
 The file below is written in the documented format of verl's FileLogger (verl/utils/tracking.py):
-one line per step, {"step": N, "data": {...}} (newer versions add "elapsed_seconds"), with the
+one line per step, {"step": N, "data": {...}} (an extra key, as here, is ignored), with the
 metric names of verl/trainer/ppo/metric_utils.py and the actor/critic workers, and the validation
 before training logged at step 0.
 """
