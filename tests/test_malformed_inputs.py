@@ -217,8 +217,10 @@ PRETRAIN_CSVS: dict[str, tuple[bytes, str]] = {
     "inf_step": (PRETRAIN.replace("B2000,2000,3,", "B2000,2000,inf,").encode(), "step"),
     "text_loss": (PRETRAIN.replace("B2000,2000,3,3.7", "B2000,2000,3,x").encode(), "loss"),
     "diverged_at_once": (  # one of three batches with no finite loss: too few batches, said why
-        "".join(ln if not ln.startswith("B1000,") else ln.rsplit(",", 1)[0] + ",inf\n"
-                for ln in PRETRAIN.splitlines(keepends=True)).encode(),
+        "".join(
+            ln if not ln.startswith("B1000,") else ln.rsplit(",", 1)[0] + ",inf\n"
+            for ln in PRETRAIN.splitlines(keepends=True)
+        ).encode(),
         "diverged at once",
     ),  # fmt: skip
     "non_utf8": (b"run,batch_tokens,step,loss\n\xff,1,1,1\n", "not UTF-8"),

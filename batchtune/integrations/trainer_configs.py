@@ -53,6 +53,8 @@ OPENRLHF_NAMES = {
     "lr": "--actor.adam.lr",
     "train_batch": "--train.batch_size",
 }
+VERL_ROLLOUT_TP = 2  # actor_rollout_ref.rollout.tensor_model_parallel_size's default (rollout.yaml)
+VERL_MAX_NUM_SEQS = 256  # actor_rollout_ref.rollout.max_num_seqs's default
 GENERIC_NAMES = ("prompts", "group_size", "lr", "generation_concurrency")
 
 
@@ -78,6 +80,7 @@ class TrainerConfig:
     generation_concurrency: int | None  # responses decoded at once per engine; None = not set
     settings: dict[str, Setting] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    engines: int = 1  # inference engines a step's responses are split over (verl: GPUs / rollout TP)
 
     @property
     def batch_responses(self) -> int:
@@ -272,15 +275,37 @@ def _verl(flat: Flat, path: Path) -> TrainerConfig:
         _number(flat, (n["group_size"],), path, integer=True), "group size", (n["group_size"],), path
     )
     lr = _number(flat, (n["lr"],), path, integer=False)
-    conc = _number(flat, (n["generation_concurrency"],), path, integer=True)
+    cap = _number(flat, (n["generation_concurrency"],), path, integer=True)
     mini = _number(flat, (n["mini_batch"],), path, integer=True)
     notes = []
     if mini is not None and int(p.value) % int(mini.value) == 0 and mini.value < p.value:
         notes.append(
             f"{int(p.value // mini.value)} actor updates per rollout batch ({n['mini_batch']}="
-            f"{int(mini.value)}): rollouts are reused, which the probe measures only if it did the same"
+            f"{int(mini.value)}): the rollout batch is split into mini-batches, which the probe "
+            "measures only if it did the same"
         )
-    return _build("verl", path, p, g, lr, conc, notes)
+    # max_num_seqs caps each vLLM engine; the step's responses are split over the engines, one per
+    # tensor-parallel group of the rollout's GPUs (verl b178a3cd: agent_loop.py, rollout.yaml)
+    per_node = _number(flat, ("trainer.n_gpus_per_node",), path, integer=True)
+    nodes = _number(flat, ("trainer.nnodes",), path, integer=True)
+    tp = _number(flat, ("actor_rollout_ref.rollout.tensor_model_parallel_size",), path, integer=True)
+    tp_size = int(tp.value) if tp else VERL_ROLLOUT_TP
+    engines = 1
+    if per_node is not None:
+        engines = max(1, int(per_node.value) * (int(nodes.value) if nodes else 1) // max(1, tp_size))
+    else:
+        notes.append("trainer.n_gpus_per_node not in the config: one inference engine assumed")
+    if cap is None:
+        cap = Setting(n["generation_concurrency"], VERL_MAX_NUM_SEQS, None)
+        notes.append(f"{n['generation_concurrency']} not in the config: verl's default {VERL_MAX_NUM_SEQS}")
+    share = math.ceil(p.value * g.value / engines)
+    conc = Setting(cap.name, float(min(cap.value, share)), cap.line)
+    if engines > 1:
+        notes.append(
+            f"{int(p.value * g.value)} responses over {engines} engines (GPUs / rollout TP {tp_size}): "
+            f"at most {share} in flight per engine, {cap.name}={int(cap.value)} caps each"
+        )
+    return _build("verl", path, p, g, lr, conc, notes, engines=engines)
 
 
 def _trl(flat: Flat, path: Path) -> TrainerConfig:
@@ -311,8 +336,18 @@ def _trl(flat: Flat, path: Path) -> TrainerConfig:
         )
     p = Setting(gen.name, gen.value / g.value, gen.line)
     lr = num("learning_rate", integer=False)
-    conc = Setting(gen.name, gen.value // nproc, gen.line)  # each process generates its share at once
-    return _build("trl", path, p, g, lr, conc, notes, batch=gen)
+    # who generates (trl 1.16 grpo_trainer.py, generation/vllm_generation.py): without vLLM each
+    # process its own share; vLLM "server" mode one server for the whole batch (prompts gathered);
+    # "colocate" one engine per tensor-parallel group of processes
+    use_vllm = flat.get("use_vllm", flat.get("--use_vllm", (False, None)))[0]
+    mode = str(flat.get("vllm_mode", flat.get("--vllm_mode", ("server", None)))[0])
+    tp = num("vllm_tensor_parallel_size")
+    engines = nproc
+    if str(use_vllm).lower() in ("true", "1"):
+        engines = 1 if mode == "server" else max(1, nproc // (int(tp.value) if tp else 1))
+        notes.append(f"vLLM in {mode} mode: {engines} engine(s) generate the batch")
+    conc = Setting(gen.name, math.ceil(gen.value / engines), gen.line)  # each engine its share at once
+    return _build("trl", path, p, g, lr, conc, notes, batch=gen, engines=engines)
 
 
 def _openrlhf(flat: Flat, path: Path) -> TrainerConfig:
@@ -353,6 +388,7 @@ def _build(
     conc: Setting | None,
     notes: list[str],
     batch: Setting | None = None,
+    engines: int = 1,
 ) -> TrainerConfig:
     settings = {"prompts": p, "group_size": g, "batch": batch or p}
     if lr is not None:
@@ -368,6 +404,7 @@ def _build(
         generation_concurrency=int(conc.value) if conc else None,
         settings=settings,
         notes=tuple(notes),
+        engines=engines,
     )
 
 

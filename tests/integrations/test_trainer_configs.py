@@ -118,3 +118,25 @@ def test_openrlhf_legacy_flags(tmp_path):
 def test_bad_configs_say_what(tmp_path, name, text, fmt, match):
     with pytest.raises(InputError, match=match):
         read_trainer_config(write(tmp_path, name, text), fmt)
+
+
+def test_generation_concurrency_is_per_engine(tmp_path):
+    """verl's max_num_seqs caps each vLLM engine, and a step's responses are split over GPUs / TP
+    engines; TRL's vLLM server generates the whole batch, colocated engines a TP group's share. The
+    check read max_num_seqs (or each process's share) as the concurrency whatever the layout."""
+    verl = "data:\n  train_batch_size: 16\nactor_rollout_ref:\n  rollout:\n    n: 8\n    max_num_seqs: 256\n"
+    eight = write(
+        tmp_path, "v8.yaml", verl + "    tensor_model_parallel_size: 1\ntrainer:\n  n_gpus_per_node: 8\n"
+    )
+    tc = read_trainer_config(eight)
+    assert (tc.engines, tc.generation_concurrency) == (8, 16)  # 128 responses over 8 engines
+    bare = read_trainer_config(write(tmp_path, "v.yaml", verl.replace("    max_num_seqs: 256\n", "")))
+    assert tc.line_of("generation_concurrency") == 6 and bare.generation_concurrency == 128  # 256 default
+    assert any("verl's default 256" in n for n in bare.notes)
+    trl = "num_generations: 8\ngeneration_batch_size: 128\nnum_processes: 4\n"
+    assert read_trainer_config(write(tmp_path, "t.yaml", trl)).generation_concurrency == 32  # 4 shares
+    server = read_trainer_config(write(tmp_path, "s.yaml", trl + "use_vllm: true\nvllm_mode: server\n"))
+    assert (server.engines, server.generation_concurrency) == (1, 128)
+    colo = trl + "use_vllm: true\nvllm_mode: colocate\nvllm_tensor_parallel_size: 2\n"
+    tp2 = read_trainer_config(write(tmp_path, "c.yaml", colo))
+    assert (tp2.engines, tp2.generation_concurrency) == (2, 64)
