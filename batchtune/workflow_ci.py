@@ -123,7 +123,7 @@ def check(
     items = (
         check_batch(n, eff.critical, batches, rps, tol.waste, ranking),
         check_lr(tc.lr, n, ref.lr, float(ref.batch_responses), rule, tol.lr),
-        check_concurrency(tc.generation_concurrency, rec.throughput.knee, math.ceil(n / tc.engines)),
+        check_concurrency(tc.generation_concurrency, rec.throughput.knee, n, tc.engines),
         check_time(predicted, unit, base_value, base_unit, tol.time, why),
     )
     return tc, CheckResult(items, predicted, unit, tuple(notes), target)

@@ -348,12 +348,16 @@ def check_lr(lr: float | None, n: float, ref_lr: float, ref_batch: float, rule: 
     return CheckItem("lr", PASS, shown, expected, f"lr is {ratio:.2f}x the {rule} rule's {want:.3g}", "lr")
 
 
-def check_concurrency(concurrency: int | None, knee: Knee | None, batch: float | None = None) -> CheckItem:
-    """Generation concurrency against the knee (warn below) and the out-of-memory ceiling (fail).
+def check_concurrency(
+    concurrency: int | None, knee: Knee | None, batch: float | None = None, engines: int = 1
+) -> CheckItem:
+    """Generation concurrency (per engine, as the profile measures it) against the knee (warn
+    below) and the out-of-memory ceiling (fail).
 
     A step of ``batch`` responses cannot have more than ``batch`` in flight, so the knee is capped
     there: every response of the step decoding at once is as far as the step can go (it is also what
-    ``recommend`` emits, ``min(N, largest measured concurrency)``)."""
+    ``recommend`` emits, ``min(N, largest measured concurrency)``). Over ``engines`` engines each
+    gets a share of the step, which the message says (fewer engines, or a larger batch, fill them)."""
     name, role = "generation_concurrency", "generation_concurrency"
     if knee is None:
         return CheckItem(name, SKIPPED, _g(concurrency), "-", "no generation profile in the results", role)
@@ -382,12 +386,18 @@ def check_concurrency(concurrency: int | None, knee: Knee | None, batch: float |
         )
         if capped:
             why = f"the {batch:g} responses of a step (below {why})"
+        split = (
+            f" (the step's {batch:g} responses over {engines} engines: fewer engines or a larger batch "
+            "would fill them)"
+            if engines > 1 and batch
+            else ""
+        )
         return CheckItem(
             name,
             WARN,
             f"{c:g}",
             expected,
-            f"{c:g} responses in flight is below {why}",
+            f"{c:g} responses in flight{' per engine' if engines > 1 else ''} is below {why}{split}",
             role,
         )
     if capped:

@@ -7,11 +7,14 @@ file line of every value so CI annotations can point at it:
 - verl: a YAML config (nested keys) or Hydra-style ``key=value`` override lines (a
   ``python3 -m verl.trainer.main_ppo \\`` script). ``data.train_batch_size`` is P,
   ``actor_rollout_ref.rollout.n`` is G, ``actor_rollout_ref.actor.optim.lr`` the LR,
-  ``actor_rollout_ref.rollout.max_num_seqs`` the concurrency (names as integrations/verl.py emits).
+  ``actor_rollout_ref.rollout.max_num_seqs`` caps each engine's concurrency (names as
+  integrations/verl.py emits); a step's responses are split over GPUs / (rollout TP x PP) engines.
 - trl: ``GRPOConfig`` fields as YAML, JSON or CLI arguments (``--name value``). The generation batch is
   N: ``generation_batch_size``, else ``per_device_train_batch_size * num_processes *
   steps_per_generation`` (steps_per_generation defaults to ``gradient_accumulation_steps``: trl 1.16
-  ``GRPOConfig.__post_init__``); G is ``num_generations``; each process generates its share at once.
+  ``GRPOConfig.__post_init__``); G is ``num_generations``; each process generates its share at once,
+  or with ``use_vllm`` each colocated engine (one per ``vllm_tensor_parallel_size`` processes) or the
+  one ``vllm_mode = "server"`` engine.
 - openrlhf: ``train_ppo_ray`` flag lines, 0.10.2 hierarchical names or the older flat ones
   (``--rollout.batch_size`` / ``--rollout_batch_size`` is P, ``--rollout.n_samples_per_prompt`` G,
   ``--actor.adam.lr`` the LR, as integrations/openrlhf.py emits them).
@@ -55,6 +58,7 @@ OPENRLHF_NAMES = {
 }
 VERL_ROLLOUT_TP = 2  # actor_rollout_ref.rollout.tensor_model_parallel_size's default (rollout.yaml)
 VERL_MAX_NUM_SEQS = 256  # actor_rollout_ref.rollout.max_num_seqs's default
+VERL_GPUS_PER_NODE = 8  # trainer.n_gpus_per_node's default (ppo_trainer.yaml)
 GENERIC_NAMES = ("prompts", "group_size", "lr", "generation_concurrency")
 
 
@@ -262,6 +266,26 @@ def _number(flat: Flat, names: tuple[str, ...], path: Path, *, integer: bool) ->
     return None
 
 
+_TRUE = ("true", "1", "yes", "y", "t")  # HfArgumentParser's spellings of true
+
+
+def _layout(flat: Flat, name: str, default: int, notes: list[str], alias: str = "") -> int:
+    """An optional layout setting (GPUs, parallel sizes): a whole number >= 1, else the trainer's
+    default with a note (a launch script's ``$NNODES`` is not an error: the check only reads it)."""
+    key = name if name in flat else alias if alias and alias in flat else ""
+    if not key:
+        return default
+    raw = flat[key][0]
+    try:
+        value = float(raw) if not isinstance(raw, bool) else math.nan
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        notes.append(f"{key} = {raw!r} is not a number here: the default {default} is assumed")
+        return default
+    return int(value)
+
+
 def _require(s: Setting | None, what: str, names: tuple[str, ...], path: Path) -> Setting:
     if s is None:
         raise InputError(f"{path}: no {what} ({' or '.join(names)}); set it in the config")
@@ -284,28 +308,28 @@ def _verl(flat: Flat, path: Path) -> TrainerConfig:
             f"{int(mini.value)}): the rollout batch is split into mini-batches, which the probe "
             "measures only if it did the same"
         )
-    # max_num_seqs caps each vLLM engine; the step's responses are split over the engines, one per
-    # tensor-parallel group of the rollout's GPUs (verl b178a3cd: agent_loop.py, rollout.yaml)
-    per_node = _number(flat, ("trainer.n_gpus_per_node",), path, integer=True)
-    nodes = _number(flat, ("trainer.nnodes",), path, integer=True)
-    tp = _number(flat, ("actor_rollout_ref.rollout.tensor_model_parallel_size",), path, integer=True)
-    tp_size = int(tp.value) if tp else VERL_ROLLOUT_TP
-    engines = 1
-    if per_node is not None:
-        engines = max(1, int(per_node.value) * (int(nodes.value) if nodes else 1) // max(1, tp_size))
-    else:
-        notes.append("trainer.n_gpus_per_node not in the config: one inference engine assumed")
+    # max_num_seqs caps each vLLM engine; a step's responses are split over the engines, one per
+    # tensor x pipeline parallel group of the rollout's GPUs (verl b178a3cd: agent_loop.py,
+    # rollout.yaml, ppo_trainer.yaml for the defaults)
+    per_node = _layout(flat, "trainer.n_gpus_per_node", VERL_GPUS_PER_NODE, notes)
+    nodes = _layout(flat, "trainer.nnodes", 1, notes)
+    tp = _layout(flat, "actor_rollout_ref.rollout.tensor_model_parallel_size", VERL_ROLLOUT_TP, notes)
+    pp = _layout(flat, "actor_rollout_ref.rollout.pipeline_model_parallel_size", 1, notes)
+    engines = per_node * nodes // (tp * pp)
+    if engines < 1:
+        notes.append(f"{per_node * nodes} GPU(s) cannot hold one engine of TP {tp} x PP {pp}: one assumed")
+        engines = 1
     if cap is None:
         cap = Setting(n["generation_concurrency"], VERL_MAX_NUM_SEQS, None)
         notes.append(f"{n['generation_concurrency']} not in the config: verl's default {VERL_MAX_NUM_SEQS}")
     share = math.ceil(p.value * g.value / engines)
-    conc = Setting(cap.name, float(min(cap.value, share)), cap.line)
+    in_flight = int(min(cap.value, share))
     if engines > 1:
         notes.append(
-            f"{int(p.value * g.value)} responses over {engines} engines (GPUs / rollout TP {tp_size}): "
-            f"at most {share} in flight per engine, {cap.name}={int(cap.value)} caps each"
+            f"{int(p.value * g.value)} responses over {engines} engines (GPUs / rollout TP x PP): at "
+            f"most {share} in flight per engine, {cap.name}={int(cap.value)} caps each"
         )
-    return _build("verl", path, p, g, lr, conc, notes, engines=engines)
+    return _build("verl", path, p, g, lr, cap, notes, engines=engines, in_flight=in_flight)
 
 
 def _trl(flat: Flat, path: Path) -> TrainerConfig:
@@ -339,12 +363,13 @@ def _trl(flat: Flat, path: Path) -> TrainerConfig:
     # who generates (trl 1.16 grpo_trainer.py, generation/vllm_generation.py): without vLLM each
     # process its own share; vLLM "server" mode one server for the whole batch (prompts gathered);
     # "colocate" one engine per tensor-parallel group of processes
+    # (vllm_mode defaults to "colocate" since trl 1.0)
     use_vllm = flat.get("use_vllm", flat.get("--use_vllm", (False, None)))[0]
-    mode = str(flat.get("vllm_mode", flat.get("--vllm_mode", ("server", None)))[0])
-    tp = num("vllm_tensor_parallel_size")
+    mode = str(flat.get("vllm_mode", flat.get("--vllm_mode", ("colocate", None)))[0])
     engines = nproc
-    if str(use_vllm).lower() in ("true", "1"):
-        engines = 1 if mode == "server" else max(1, nproc // (int(tp.value) if tp else 1))
+    if str(use_vllm).strip().lower() in _TRUE:
+        tp = _layout(flat, "vllm_tensor_parallel_size", 1, notes, "--vllm_tensor_parallel_size")
+        engines = 1 if mode == "server" else max(1, nproc // tp)
         notes.append(f"vLLM in {mode} mode: {engines} engine(s) generate the batch")
     conc = Setting(gen.name, math.ceil(gen.value / engines), gen.line)  # each engine its share at once
     return _build("trl", path, p, g, lr, conc, notes, batch=gen, engines=engines)
@@ -389,7 +414,10 @@ def _build(
     notes: list[str],
     batch: Setting | None = None,
     engines: int = 1,
+    in_flight: int | None = None,
 ) -> TrainerConfig:
+    """``in_flight``: the responses one engine decodes at once when that is less than ``conc``, the
+    configured cap (verl's max_num_seqs over a step's share per engine)."""
     settings = {"prompts": p, "group_size": g, "batch": batch or p}
     if lr is not None:
         settings["lr"] = lr
@@ -401,7 +429,7 @@ def _build(
         prompts=int(p.value),
         group_size=int(g.value),
         lr=lr.value if lr else None,
-        generation_concurrency=int(conc.value) if conc else None,
+        generation_concurrency=in_flight if in_flight is not None else int(conc.value) if conc else None,
         settings=settings,
         notes=tuple(notes),
         engines=engines,

@@ -130,13 +130,35 @@ def test_generation_concurrency_is_per_engine(tmp_path):
     )
     tc = read_trainer_config(eight)
     assert (tc.engines, tc.generation_concurrency) == (8, 16)  # 128 responses over 8 engines
+    assert tc.settings["generation_concurrency"].value == 256  # the configured cap, as the file says
+    one = write(
+        tmp_path, "v1.yaml", verl + "    tensor_model_parallel_size: 1\ntrainer:\n  n_gpus_per_node: 1\n"
+    )
+    assert read_trainer_config(one).generation_concurrency == 128  # max_num_seqs 256: the whole step
+    # verl's defaults: 8 GPUs per node, 1 node, rollout TP 2 (4 engines), max_num_seqs 256
     bare = read_trainer_config(write(tmp_path, "v.yaml", verl.replace("    max_num_seqs: 256\n", "")))
-    assert tc.line_of("generation_concurrency") == 6 and bare.generation_concurrency == 128  # 256 default
+    assert (bare.engines, bare.generation_concurrency) == (4, 32)
     assert any("verl's default 256" in n for n in bare.notes)
+    piped = (
+        verl
+        + "    tensor_model_parallel_size: 2\n    pipeline_model_parallel_size: 2\n"
+        + "trainer:\n  n_gpus_per_node: 8\n"
+    )
+    assert read_trainer_config(write(tmp_path, "pp.yaml", piped)).engines == 2
+    # a launch script's shell variable is not a number here, nor an error: the default, with a note
+    script = write(
+        tmp_path,
+        "run.sh",
+        "python3 -m verl.trainer.main_ppo \\\n    data.train_batch_size=16 \\\n"
+        "    actor_rollout_ref.rollout.n=8 \\\n    trainer.nnodes=$NNODES \\\n"
+        "    trainer.n_gpus_per_node=8\n",
+    )
+    env = read_trainer_config(script)
+    assert env.engines == 4 and any("trainer.nnodes = '$NNODES' is not a number here" in n for n in env.notes)
     trl = "num_generations: 8\ngeneration_batch_size: 128\nnum_processes: 4\n"
     assert read_trainer_config(write(tmp_path, "t.yaml", trl)).generation_concurrency == 32  # 4 shares
     server = read_trainer_config(write(tmp_path, "s.yaml", trl + "use_vllm: true\nvllm_mode: server\n"))
     assert (server.engines, server.generation_concurrency) == (1, 128)
-    colo = trl + "use_vllm: true\nvllm_mode: colocate\nvllm_tensor_parallel_size: 2\n"
+    colo = trl + "use_vllm: yes\nvllm_tensor_parallel_size: 2\n"  # colocate: trl's default since 1.0
     tp2 = read_trainer_config(write(tmp_path, "c.yaml", colo))
     assert (tp2.engines, tp2.generation_concurrency) == (2, 64)
