@@ -274,6 +274,7 @@ def build_run(
     lr = info.lr if info.lr > 0 or not logged_lrs else logged_lrs[0]
     steps: list[StepRecord] = []
     prev_samples = 0
+    counted = 0  # samples whose tokens are counted: up to the last entry with a mean length
     tokens = 0.0
     for e in entries:
         v = e.values
@@ -287,10 +288,11 @@ def build_run(
                 # TRL: one generation of P*G responses feeds several logged optimiser steps, and an
                 # entry's mean length averages the generations since the last entry: those that
                 # began (at a multiple of P*G samples) in between
-                gens = math.ceil(samples / (P * G) - 1e-9) - math.ceil(prev_samples / (P * G) - 1e-9)
+                gens = math.ceil(samples / (P * G) - 1e-9) - math.ceil(counted / (P * G) - 1e-9)
                 tokens += v[len_key] * P * G * max(gens, 0)
             else:
-                tokens += v[len_key] * (samples - prev_samples)
+                tokens += v[len_key] * (samples - counted)
+            counted = samples
         lr = v.get(lr_key, lr) if lr_key else lr
         gen_s = sum((v[k] for k in gen_keys if k in v and math.isfinite(v[k])), 0.0)
         train_s = sum((v[k] for k in train_keys if k in v and math.isfinite(v[k])), 0.0)
@@ -321,6 +323,8 @@ def build_run(
         )
         prev_samples = samples
     run_lr = info.lr if info.lr > 0 else max(s.lr for s in steps)
+    if not run_lr > 0:
+        raise InputError(f"{source}: run {run_id!r} logs an lr of 0 at every step; give the run's --lr")
     return ImportedRun(
         run_id=run_id,
         candidate=info.candidate or candidate_label(P, G),

@@ -40,7 +40,12 @@ from batchtune.integrations.emit_base import (
 )
 
 TRL_KEYS = LogKeys(
-    metrics={"reward": ("reward",), "eval_reward": ("eval_reward",), "loss": ("loss",)},
+    # (TensorBoard and W&B: transformers' rewrite_logs writes eval_x as eval/x and x as train/x)
+    metrics={
+        "reward": ("reward", "train/reward"),
+        "eval_reward": ("eval_reward", "eval/reward"),
+        "loss": ("loss", "train/loss"),
+    },
     grad_norm=("grad_norm",),
     lr=("learning_rate", "train/learning_rate"),  # trainer_state.json; W&B and TensorBoard add train/
     # TRL times generation and update together: the whole step, imported as train_s so the

@@ -39,6 +39,11 @@ WANDB_KEYS = merge_keys(OPENRLHF_KEYS, VERL_KEYS, TRL_KEYS, LogKeys(step_s=(WALL
 _SUFFIXES = ("__MIN", "__MAX", "__STEP")
 
 
+def _is_metric(col: str) -> bool:
+    """Not one of W&B's own columns (_step, _runtime, _timestamp) nor a step column."""
+    return not col.startswith("_") and col not in (*STEP_COLUMNS, *EVAL_STEP_COLUMNS)
+
+
 def read_wandb_csv(path: str | Path, info: RunInfo, keys: LogKeys | None = None) -> list[ImportedRun]:
     """Read a W&B CSV export (either shape); ``info`` gives prompts and group_size per step."""
     path = Path(path)
@@ -78,14 +83,16 @@ def read_wandb_csv(path: str | Path, info: RunInfo, keys: LogKeys | None = None)
         if len(cells) != len(header):
             raise InputError(f"{path}:{line}: {len(cells)} fields, the header has {len(header)}")
         row = dict(zip(header, cells, strict=True))
-        raw_step = row[step_col].strip()
+        raw_step, used = row[step_col].strip(), step_col
         for other in fallback_steps if not raw_step else ():  # an eval row (OpenRLHF: its own step key)
-            raw_step = row[other].strip()
+            raw_step, used = row[other].strip(), other
             if raw_step:
                 break
+        if not raw_step and not any(row[col].strip() for col in layout if _is_metric(col)):
+            continue  # a row of W&B's own bookkeeping (_step, _runtime): no step, no metric
         step = as_number(raw_step)
         if step is None or step != int(step) or step < 0:
-            raise InputError(f"{path}:{line}: column {step_col!r}: {raw_step!r} is not a step number")
+            raise InputError(f"{path}:{line}: column {used!r}: {raw_step!r} is not a step number")
         per_run: dict[str, dict[str, float]] = {}
         for col, (run, key) in layout.items():
             raw = row[col]

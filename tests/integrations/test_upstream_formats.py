@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from batchtune.errors import InputError
 from batchtune.integrations.common import RunInfo
 from batchtune.integrations.readers import read_log
 
@@ -69,3 +70,44 @@ def test_verl_step_zero_validation_is_not_a_training_step(tmp_path):
     (run,) = read_log(path, "verl", RunInfo(prompts=8, group_size=4))
     record, _ = run.to_records()
     assert record.steps == 5
+
+
+def test_wandb_bookkeeping_rows_are_skipped_and_a_bad_step_names_its_column(tmp_path):
+    head = "_step,_runtime,train/global_step,train/reward,eval/global_step,eval/reward"
+    path = tmp_path / "h.csv"
+    path.write_text("\n".join([head, "0,5,1,0.3,,", "1,9,,,,", "2,12,2,0.4,,"]) + "\n")
+    (run,) = read_log(path, "wandb", RunInfo(prompts=8, group_size=4, lr=1e-6))
+    assert [s.step for s in run.steps] == [1, 2]
+    path.write_text("\n".join([head, "0,5,1,0.3,,", "1,9,,,x,0.2"]) + "\n")
+    with pytest.raises(InputError, match="column 'eval/global_step': 'x' is not a step number"):
+        read_log(path, "wandb", RunInfo(prompts=8, group_size=4, lr=1e-6))
+
+
+def test_trl_tokens_skip_no_generation_behind_an_entry_without_a_length(tmp_path):
+    """An eval entry between two logging steps moved the count on: a generation before it went
+    uncounted."""
+    log = [
+        {"step": k, "reward": 0.1, "learning_rate": 1e-6, "completions/mean_length": 100.0}
+        for k in (10, 20, 30)
+    ]
+    log.insert(1, {"step": 15, "eval_reward": 0.2})
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 30, "log_history": log}))
+    (run,) = read_log(path, "trl", RunInfo(prompts=8, group_size=16, samples_per_step=32))
+    # generations of 128 completions start every 4 steps of 32: 8 by step 30 (7 before the fix)
+    assert run.steps[-1].tokens == 8 * 128 * 100
+
+
+def test_a_run_whose_lr_is_zero_throughout_is_refused(tmp_path):
+    path = tmp_path / "z.csv"
+    path.write_text("step,prompts,group_size,lr,score\n1,8,8,0,0.1\n2,8,8,0,0.2\n")
+    with pytest.raises(InputError, match="logs an lr of 0 at every step; give the run's --lr"):
+        read_log(path, "csv", RunInfo())
+
+
+def test_trl_eval_and_loss_under_their_tensorboard_and_wandb_names(tmp_path):
+    head = "train/global_step,train/reward,train/loss,eval/reward,train/learning_rate"
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join([head, "1,0.1,2.0,,1e-6", "2,0.2,1.9,0.15,1e-6"]) + "\n")
+    (run,) = read_log(path, "wandb", RunInfo(prompts=2, group_size=4))
+    assert run.steps[1].metrics["eval_reward"] == pytest.approx(0.15) and run.steps[1].metrics["loss"] == 1.9
