@@ -282,6 +282,14 @@ def test_smoke_of_a_branched_recipe_checks_that_its_trainer_saves_and_resumes(tm
     stage = {s.name: s for s in good.stages}["branches"]
     assert stage.status == "ok" and "resumed from it" in stage.detail, stage
     assert any("ignores them passes this smoke" in u for u in good.unchecked)
+
+
+@pytest.mark.slow  # ~8 s: two more smokes through the trainer script
+def test_smoke_of_a_branched_recipe_fails_on_a_missing_checkpoint_or_a_restored_lr(tmp_path):
+    from batchtune import workflow_ci
+
+    sets = [*_backend_sets(tmp_path), "probe.mode=branched", "candidates.prompts=[1, 2]"]
+    sets += ["target.metric=reward"]
     # a checkpoint template that names no file the trainer writes: the branches stage fails, saying so
     bad_path = [*sets, 'backend.checkpoint_path="{output_dir}/ckpts/nope_{step}.json"']
     bad = workflow_ci.smoke(None, bad_path, str(tmp_path / "bad"))
