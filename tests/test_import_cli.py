@@ -29,6 +29,15 @@ def _write_sweep(path, rng):
     path.write_text("\n".join(rows) + "\n")
 
 
+def _import_sweep(tmp_path, target: str) -> None:
+    """The generic sweep imported into ``tmp_path / "r"``, read to score >= ``target``."""
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, np.random.default_rng(0))
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    out = CliRunner().invoke(app, [*args, "--target", target])
+    assert out.exit_code == 0, out.output
+
+
 def test_import_then_recommend(tmp_path):
     rng = np.random.default_rng(0)
     log = tmp_path / "sweep.csv"
@@ -202,11 +211,8 @@ def test_the_step_time_a_log_records_beyond_generation_and_update_counts_in_the_
 def test_imported_runs_that_cannot_be_ranked_get_no_advice_to_rerun_a_probe(tmp_path):
     """The advice said "the probe is unfinished (0 of 8 planned runs finished); rerun the same
     `batchtune probe` command" of runs no probe made."""
-    log = tmp_path / "sweep.csv"
-    _write_sweep(log, np.random.default_rng(0))
     runner = CliRunner()
-    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
-    assert runner.invoke(app, [*args, "--target", "7"]).exit_code == 0
+    _import_sweep(tmp_path, "7")
     out = runner.invoke(app, ["recommend", "--results", str(tmp_path / "r")])
     assert out.exit_code == 3, out.output
     assert "imported from logs" in out.output and "batchtune probe" not in out.output
@@ -301,11 +307,8 @@ def test_a_negative_or_infinite_lr_in_the_log_is_refused(tmp_path):
 
 def test_the_report_of_imported_runs_draws_their_learning_curves(tmp_path):
     """Learning curves were drawn by `probe` only: a report of imported logs had none."""
-    log = tmp_path / "sweep.csv"
-    _write_sweep(log, np.random.default_rng(0))
     runner = CliRunner()
-    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
-    assert runner.invoke(app, [*args, "--target", "0.6"]).exit_code == 0
+    _import_sweep(tmp_path, "0.6")
     out = runner.invoke(app, ["report", str(tmp_path / "r"), "--out", str(tmp_path / "rep")])
     assert out.exit_code == 0, out.output
     assert (tmp_path / "rep" / "plots" / "learning_curves.png").is_file()
@@ -316,11 +319,8 @@ def test_the_report_of_imported_runs_draws_their_learning_curves(tmp_path):
 def test_a_report_is_written_when_no_ranking_can_be_made(tmp_path):
     """A reference that never reached the target: report wrote nothing (exit 3), where its curves
     would show how far the runs got. It now writes the curves and the reason; recommend still exits 3."""
-    log = tmp_path / "sweep.csv"
-    _write_sweep(log, np.random.default_rng(0))
     runner = CliRunner()
-    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
-    assert runner.invoke(app, [*args, "--target", "7"]).exit_code == 0
+    _import_sweep(tmp_path, "7")
     out = runner.invoke(app, ["report", str(tmp_path / "r"), "--out", str(tmp_path / "rep")])
     assert out.exit_code == 0, out.output
     md = (tmp_path / "rep" / "report.md").read_text()
