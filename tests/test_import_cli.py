@@ -360,3 +360,26 @@ def test_report_redraws_the_curves_of_runs_imported_since_the_last_report(tmp_pa
     assert runner.invoke(app, ["import-logs", str(second), *args]).exit_code == 0
     assert runner.invoke(app, ["report", str(res)]).exit_code == 0
     assert os.stat(png).st_mtime_ns > before
+
+
+def test_an_untimed_evaluation_entry_does_not_pull_the_step_time_down(tmp_path):
+    """TRL logs an evaluation at eval_steps in an entry of its own, without step_time: its zeros
+    entered the per-step medians (5 of every 7 entries here: the median step time read 0)."""
+    runner = CliRunner()
+    for p in (4, 16):
+        log = [
+            {"step": k, "reward": min(1.0, 0.01 * k * p), "learning_rate": 1e-6, "step_time": 4.0}
+            for k in range(5, 105, 5)
+        ]
+        log += [{"step": k, "eval_reward": 0.5} for k in range(1, 100, 2)]  # odd steps: never merged
+        run = tmp_path / f"P{p}"
+        run.mkdir()
+        (run / "trainer_state.json").write_text(json.dumps({"global_step": 100, "log_history": log}))
+        args = ["import-logs", str(run), "--format", "trl", "-r", str(tmp_path / "r"), "--prompts", str(p)]
+        args += ["--group-size", "8", "--metric", "reward", "--target", "0.5"]
+        assert runner.invoke(app, args).exit_code == 0
+    out = runner.invoke(app, ["recommend", "--results", str(tmp_path / "r"), "--json"])
+    assert out.exit_code == 0, out.output
+    assert {c["train_s_per_step"] for c in json.loads(out.stdout)["candidates"]} == {4.0}
+    # and the run's time counts each timed entry for the 5 steps it stands for, evaluations or not
+    assert {r.wall_s for r in ResultsStore(tmp_path / "r").runs()} == {100 * 4.0}

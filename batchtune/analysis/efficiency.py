@@ -223,6 +223,9 @@ def candidates_from_runs(
                 crossings, confidence=confidence, seed_ids=[r.record.seed for r in usable]
             )
         steps = [s for r in group for s in r.steps if s.step > 0 or s.samples > 0]
+        # per-step times from the steps that were timed: an imported log's evaluation-only entry
+        # carries none, and its zeros would pull the medians down
+        timed = [s for s in steps if s.gen_s + s.train_s + s.other_s > 0] or steps
         out.append(
             CandidateEfficiency(
                 label=lab,
@@ -235,9 +238,9 @@ def candidates_from_runs(
                 verdict=None,
                 n_runs=len(group),
                 failures=failures,
-                gen_s_per_step=_median([s.gen_s for s in steps]),
-                train_s_per_step=_median([s.train_s for s in steps]),
-                other_s_per_step=_median([s.other_s for s in steps]),
+                gen_s_per_step=_median([s.gen_s for s in timed]),
+                train_s_per_step=_median([s.train_s for s in timed]),
+                other_s_per_step=_median([s.other_s for s in timed]),
                 samples_consumed=sum(r.record.samples for r in group),
                 wall_s=sum(r.record.wall_s for r in group),
                 critic_lr=rec0.critic_lr,

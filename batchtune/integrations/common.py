@@ -148,18 +148,20 @@ class ImportedRun:
 
     def to_records(self, backend: str = "import") -> tuple[RunRecord, list[StepRecord]]:
         last = self.steps[-1]
-        # a logged entry's timings are per step, and it may stand for several (TRL's logging_steps):
-        # each counts for the steps since the entry before it
+        # a timed entry's timings are per step, and it may stand for several (TRL's logging_steps):
+        # each counts for the steps since the timed entry before it (an evaluation-only entry in
+        # between carries no timings and stands for none)
+        timed = [s for s in self.steps if s.gen_s + s.train_s + s.other_s > 0]
         covers: list[int] = []
-        for i, s in enumerate(self.steps):
+        for i, s in enumerate(timed):
             if i:
-                covers.append(max(1, s.step - self.steps[i - 1].step))
+                covers.append(max(1, s.step - timed[i - 1].step))
             else:  # the first: up to the gap to the next (a log may start mid-run: a resumed one)
-                gap = self.steps[1].step - s.step if len(self.steps) > 1 else 1
+                gap = timed[1].step - s.step if len(timed) > 1 else 1
                 covers.append(max(1, min(s.step, gap)))
-        gen_s = sum(k * s.gen_s for k, s in zip(covers, self.steps, strict=True))
-        train_s = sum(k * s.train_s for k, s in zip(covers, self.steps, strict=True))
-        other_s = sum(k * s.other_s for k, s in zip(covers, self.steps, strict=True))
+        gen_s = sum(k * s.gen_s for k, s in zip(covers, timed, strict=True))
+        train_s = sum(k * s.train_s for k, s in zip(covers, timed, strict=True))
+        other_s = sum(k * s.other_s for k, s in zip(covers, timed, strict=True))
         record = RunRecord(
             run_id=self.run_id,
             candidate=self.candidate,
