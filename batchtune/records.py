@@ -97,6 +97,11 @@ class StepRecord:
     train_s: float = 0.0  # seconds in forward/backward/optimiser step
     other_s: float = 0.0  # reward, reference log-probs, evaluation
 
+    @property
+    def timed(self) -> bool:
+        """Whether it carries step times (an imported log's evaluation-only entry carries none)."""
+        return self.gen_s + self.train_s + self.other_s > 0
+
 
 @dataclass(frozen=True)
 class RunRecord:

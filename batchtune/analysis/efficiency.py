@@ -223,9 +223,7 @@ def candidates_from_runs(
                 crossings, confidence=confidence, seed_ids=[r.record.seed for r in usable]
             )
         steps = [s for r in group for s in r.steps if s.step > 0 or s.samples > 0]
-        # per-step times from the steps that were timed: an imported log's evaluation-only entry
-        # carries none, and its zeros would pull the medians down
-        timed = [s for s in steps if s.gen_s + s.train_s + s.other_s > 0] or steps
+        timed = [s for s in steps if s.timed] or steps  # untimed entries' zeros would pull them down
         out.append(
             CandidateEfficiency(
                 label=lab,

@@ -151,7 +151,7 @@ class ImportedRun:
         # a timed entry's timings are per step, and it may stand for several (TRL's logging_steps):
         # each counts for the steps since the timed entry before it (an evaluation-only entry in
         # between carries no timings and stands for none)
-        timed = [s for s in self.steps if s.gen_s + s.train_s + s.other_s > 0]
+        timed = [s for s in self.steps if s.timed]
         covers: list[int] = []
         for i, s in enumerate(timed):
             if i:

@@ -108,12 +108,17 @@ def add_seeds(
 
 def extra_seed_counts(runs: Sequence[RunData], seeds: Sequence[int]) -> dict[str, int]:
     """Per candidate label, the finished runs whose seed is not a planned one (the extra seeds)."""
-    planned = set(seeds)
     out: dict[str, int] = {}
-    for r in runs:  # an imported run's seed is the log's, not a round of sequential seeding
-        if r.record.seed not in planned and r.record.source == "probe":
-            out[r.record.candidate] = out.get(r.record.candidate, 0) + 1
+    for r in _extra(runs, seeds):
+        out[r.record.candidate] = out.get(r.record.candidate, 0) + 1
     return out
+
+
+def _extra(runs: Sequence[RunData], seeds: Sequence[int]) -> list[RunData]:
+    """The probe's runs at seeds it did not plan (an imported run's seed is the log's, not a round
+    of sequential seeding)."""
+    planned = set(seeds)
+    return [r for r in runs if r.record.seed not in planned and r.record.source == "probe"]
 
 
 def with_extra_seeds(
@@ -123,8 +128,7 @@ def with_extra_seeds(
     counts = extra_seed_counts(runs, seeds)
     if not counts:
         return eff
-    planned = set(seeds)
-    spent = sum(r.record.samples for r in runs if r.record.seed not in planned and r.record.source == "probe")
+    spent = sum(r.record.samples for r in _extra(runs, seeds))
     shown = ", ".join(f"{c.label} +{counts[c.label]}" for c in eff.candidates if counts.get(c.label, 0) > 0)
     note = (
         f"sequential seeding (budget.max_extra_seeds): extra seeds where a verdict was inconclusive, "
