@@ -24,22 +24,13 @@ file line of every value so CI annotations can point at it:
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from batchtune.errors import InputError
+from batchtune.integrations.config_files import Flat, read_flat
 from batchtune.integrations.openrlhf import _LEGACY as OPENRLHF_LEGACY
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 CONFIG_FORMATS = ("verl", "trl", "openrlhf", "generic")
 
@@ -99,135 +90,6 @@ class TrainerConfig:
         return s.name if s else role
 
 
-# ---- flattening a file into name -> (value, line) -------------------------------------------------
-
-Flat = dict[str, tuple[Any, int | None]]
-
-
-def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
-    else:
-        out[prefix] = obj
-
-
-def _yaml_flat(text: str, path: Path) -> Flat | None:
-    """Nested YAML mapping -> dotted keys with the line of each scalar; None if not a mapping."""
-    import yaml
-
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise InputError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(node, yaml.MappingNode):
-        return None
-    out: Flat = {}
-
-    def walk(n: Any, prefix: str) -> None:
-        if isinstance(n, yaml.MappingNode):
-            for k, v in n.value:
-                walk(v, f"{prefix}.{k.value}" if prefix else str(k.value))
-        elif isinstance(n, yaml.ScalarNode):
-            value = yaml.safe_load(n.value) if n.style is None else n.value
-            out[prefix] = (value, n.start_mark.line + 1)
-        else:
-            out[prefix] = (None, n.start_mark.line + 1)
-
-    walk(node, "")
-    return out
-
-
-def _line_of_key(lines: list[str], key: str, pattern: str) -> int | None:
-    rx = re.compile(pattern.format(key=re.escape(key)))
-    return next((i for i, ln in enumerate(lines, 1) if rx.search(ln)), None)
-
-
-def _json_flat(text: str, path: Path) -> Flat:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object of settings")
-    flat: dict[str, Any] = {}
-    _flatten(data, "", flat)
-    lines = text.splitlines()
-    return {k: (v, _line_of_key(lines, k.split(".")[-1], r'"{key}"\s*:')) for k, v in flat.items()}
-
-
-def _toml_flat(text: str, path: Path) -> Flat:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML ({exc})") from None
-    flat: dict[str, Any] = {}
-    _flatten(data, "", flat)
-    lines = text.splitlines()
-    return {k: (v, _line_of_key(lines, k.split(".")[-1], r"^\s*{key}\s*=")) for k, v in flat.items()}
-
-
-def _args_flat(text: str, path: Path) -> Flat:
-    """Command lines: ``--flag value``, ``--flag=value`` and Hydra ``key=value`` (``+``/``++`` kept
-    off), across backslash continuations; comments after ``#`` ignored; the last value wins."""
-    out: Flat = {}
-    pending: tuple[str, int] | None = None
-    for i, raw in enumerate(text.splitlines(), 1):
-        line = raw.rstrip()
-        if line.endswith("\\"):
-            line = line[:-1]
-        try:
-            tokens = shlex.split(line, comments=True)
-        except ValueError as exc:
-            raise InputError(f"{path}:{i}: cannot split into arguments ({exc})") from None
-        for tok in tokens:
-            if pending is not None and not tok.startswith("--"):
-                out[pending[0]] = (tok, pending[1])
-                pending = None
-                continue
-            if pending is not None:  # a flag with no value: a switch
-                out[pending[0]] = (True, pending[1])
-                pending = None
-            if tok.startswith("--"):
-                name, eq, value = tok.partition("=")
-                if eq:
-                    out[name] = (value, i)
-                else:
-                    pending = (name, i)
-            elif "=" in tok and not tok.startswith("-"):
-                name, _, value = tok.partition("=")
-                out[name.lstrip("+~")] = (value, i)
-    if pending is not None:
-        out[pending[0]] = (True, pending[1])
-    return out
-
-
-def _read_flat(path: Path, fmt: str) -> tuple[Flat, str]:
-    """The file's settings and what shape they were in (mapping or args)."""
-    if path.is_dir():
-        raise InputError(f"trainer config {path} is a folder: give the config file")
-    if not path.is_file():
-        raise InputError(f"trainer config {path} not found")
-    text = path.read_text()
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        return _json_flat(text, path), "mapping"
-    if suffix == ".toml":
-        return _toml_flat(text, path), "mapping"
-    if suffix in (".yaml", ".yml") or fmt in ("verl", "trl"):
-        try:
-            flat = _yaml_flat(text, path)
-        except InputError:
-            if suffix in (".yaml", ".yml"):
-                raise
-            flat = None
-        if flat is not None:
-            return flat, "mapping"
-    return _args_flat(text, path), "args"
-
-
 def detect_format(flat: Flat) -> str | None:
     keys = set(flat)
     if any(k.startswith(("actor_rollout_ref.", "data.train_batch_size")) for k in keys):
@@ -269,21 +131,17 @@ def _number(flat: Flat, names: tuple[str, ...], path: Path, *, integer: bool) ->
 _TRUE = ("true", "1", "yes", "y", "t")  # HfArgumentParser's spellings of true
 
 
-def _layout(flat: Flat, name: str, default: int, notes: list[str], alias: str = "") -> int:
-    """An optional layout setting (GPUs, parallel sizes): a whole number >= 1, else the trainer's
-    default with a note (a launch script's ``$NNODES`` is not an error: the check only reads it)."""
-    key = name if name in flat else alias if alias and alias in flat else ""
-    if not key:
-        return default
-    raw = flat[key][0]
+def _layout(flat: Flat, path: Path, names: tuple[str, ...], default: int, notes: list[str]) -> int:
+    """An optional layout setting (GPUs, parallel sizes), else the trainer's default; one that is not
+    a positive whole number here (a launch script's ``$NNODES``) is the default too, with a note: the
+    check only reads it."""
     try:
-        value = float(raw) if not isinstance(raw, bool) else math.nan
-    except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and value >= 1 and value == int(value)):
-        notes.append(f"{key} = {raw!r} is not a number here: the default {default} is assumed")
+        s = _number(flat, names, path, integer=True)
+    except InputError:
+        key = next(n for n in names if n in flat)
+        notes.append(f"{key} = {flat[key][0]!r} is not a number here: the default {default} is assumed")
         return default
-    return int(value)
+    return int(s.value) if s else default
 
 
 def _require(s: Setting | None, what: str, names: tuple[str, ...], path: Path) -> Setting:
@@ -311,10 +169,11 @@ def _verl(flat: Flat, path: Path) -> TrainerConfig:
     # max_num_seqs caps each vLLM engine; a step's responses are split over the engines, one per
     # tensor x pipeline parallel group of the rollout's GPUs (verl b178a3cd: agent_loop.py,
     # rollout.yaml, ppo_trainer.yaml for the defaults)
-    per_node = _layout(flat, "trainer.n_gpus_per_node", VERL_GPUS_PER_NODE, notes)
-    nodes = _layout(flat, "trainer.nnodes", 1, notes)
-    tp = _layout(flat, "actor_rollout_ref.rollout.tensor_model_parallel_size", VERL_ROLLOUT_TP, notes)
-    pp = _layout(flat, "actor_rollout_ref.rollout.pipeline_model_parallel_size", 1, notes)
+    rollout = "actor_rollout_ref.rollout"
+    per_node = _layout(flat, path, ("trainer.n_gpus_per_node",), VERL_GPUS_PER_NODE, notes)
+    nodes = _layout(flat, path, ("trainer.nnodes",), 1, notes)
+    tp = _layout(flat, path, (f"{rollout}.tensor_model_parallel_size",), VERL_ROLLOUT_TP, notes)
+    pp = _layout(flat, path, (f"{rollout}.pipeline_model_parallel_size",), 1, notes)
     engines = per_node * nodes // (tp * pp)
     if engines < 1:
         notes.append(f"{per_node * nodes} GPU(s) cannot hold one engine of TP {tp} x PP {pp}: one assumed")
@@ -368,7 +227,7 @@ def _trl(flat: Flat, path: Path) -> TrainerConfig:
     mode = str(flat.get("vllm_mode", flat.get("--vllm_mode", ("colocate", None)))[0])
     engines = nproc
     if str(use_vllm).strip().lower() in _TRUE:
-        tp = _layout(flat, "vllm_tensor_parallel_size", 1, notes, "--vllm_tensor_parallel_size")
+        tp = _layout(flat, path, ("vllm_tensor_parallel_size", "--vllm_tensor_parallel_size"), 1, notes)
         engines = 1 if mode == "server" else max(1, nproc // tp)
         notes.append(f"vLLM in {mode} mode: {engines} engine(s) generate the batch")
     conc = Setting(gen.name, math.ceil(gen.value / engines), gen.line)  # each engine its share at once
@@ -444,7 +303,7 @@ def read_trainer_config(path: str | Path, fmt: str = "auto") -> TrainerConfig:
     if fmt != "auto" and fmt not in CONFIG_FORMATS:
         raise InputError(f"--format {fmt!r}: choose auto, {', '.join(CONFIG_FORMATS)}")
     p = Path(path)
-    flat, _ = _read_flat(p, fmt)
+    flat, _ = read_flat(p, fmt)
     if fmt == "auto":
         guessed = detect_format(flat)
         if guessed is None:

@@ -1,0 +1,146 @@
+"""A trainer config file flattened into ``dotted.name -> (value, line)`` for `batchtune check`: YAML
+(nested keys), JSON, TOML, or command lines (``--flag value``, ``--flag=value``, Hydra
+``key=value`` across backslash continuations). The line of each value lets CI annotations point at it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from batchtune.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+Flat = dict[str, tuple[Any, int | None]]
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    else:
+        out[prefix] = obj
+
+
+def _yaml_flat(text: str, path: Path) -> Flat | None:
+    """Nested YAML mapping -> dotted keys with the line of each scalar; None if not a mapping."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise InputError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    out: Flat = {}
+
+    def walk(n: Any, prefix: str) -> None:
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                walk(v, f"{prefix}.{k.value}" if prefix else str(k.value))
+        elif isinstance(n, yaml.ScalarNode):
+            value = yaml.safe_load(n.value) if n.style is None else n.value
+            out[prefix] = (value, n.start_mark.line + 1)
+        else:
+            out[prefix] = (None, n.start_mark.line + 1)
+
+    walk(node, "")
+    return out
+
+
+def _line_of_key(lines: list[str], key: str, pattern: str) -> int | None:
+    rx = re.compile(pattern.format(key=re.escape(key)))
+    return next((i for i, ln in enumerate(lines, 1) if rx.search(ln)), None)
+
+
+def _json_flat(text: str, path: Path) -> Flat:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object of settings")
+    flat: dict[str, Any] = {}
+    _flatten(data, "", flat)
+    lines = text.splitlines()
+    return {k: (v, _line_of_key(lines, k.split(".")[-1], r'"{key}"\s*:')) for k, v in flat.items()}
+
+
+def _toml_flat(text: str, path: Path) -> Flat:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+    flat: dict[str, Any] = {}
+    _flatten(data, "", flat)
+    lines = text.splitlines()
+    return {k: (v, _line_of_key(lines, k.split(".")[-1], r"^\s*{key}\s*=")) for k, v in flat.items()}
+
+
+def _args_flat(text: str, path: Path) -> Flat:
+    """Command lines: ``--flag value``, ``--flag=value`` and Hydra ``key=value`` (``+``/``++`` kept
+    off), across backslash continuations; comments after ``#`` ignored; the last value wins."""
+    out: Flat = {}
+    pending: tuple[str, int] | None = None
+    for i, raw in enumerate(text.splitlines(), 1):
+        line = raw.rstrip()
+        if line.endswith("\\"):
+            line = line[:-1]
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError as exc:
+            raise InputError(f"{path}:{i}: cannot split into arguments ({exc})") from None
+        for tok in tokens:
+            if pending is not None and not tok.startswith("--"):
+                out[pending[0]] = (tok, pending[1])
+                pending = None
+                continue
+            if pending is not None:  # a flag with no value: a switch
+                out[pending[0]] = (True, pending[1])
+                pending = None
+            if tok.startswith("--"):
+                name, eq, value = tok.partition("=")
+                if eq:
+                    out[name] = (value, i)
+                else:
+                    pending = (name, i)
+            elif "=" in tok and not tok.startswith("-"):
+                name, _, value = tok.partition("=")
+                out[name.lstrip("+~")] = (value, i)
+    if pending is not None:
+        out[pending[0]] = (True, pending[1])
+    return out
+
+
+def read_flat(path: Path, fmt: str) -> tuple[Flat, str]:
+    """The file's settings and what shape they were in (mapping or args)."""
+    if path.is_dir():
+        raise InputError(f"trainer config {path} is a folder: give the config file")
+    if not path.is_file():
+        raise InputError(f"trainer config {path} not found")
+    text = path.read_text()
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return _json_flat(text, path), "mapping"
+    if suffix == ".toml":
+        return _toml_flat(text, path), "mapping"
+    if suffix in (".yaml", ".yml") or fmt in ("verl", "trl"):
+        try:
+            flat = _yaml_flat(text, path)
+        except InputError:
+            if suffix in (".yaml", ".yml"):
+                raise
+            flat = None
+        if flat is not None:
+            return flat, "mapping"
+    return _args_flat(text, path), "args"
