@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from batchtune import __version__
-from batchtune.errors import BatchtuneError, Terminated
+from batchtune.errors import BatchtuneError, InputError, Terminated
 
 TyperCommand = typer.core.TyperCommand
 
@@ -123,6 +123,18 @@ OutOpt = Annotated[
 _OUTPUT_OPTIONS = frozenset({"junit", "out"})  # paths a command writes, never reads
 
 
+def as_input_error(exc: UnicodeDecodeError | OSError, given: list[Any]) -> InputError:
+    """An environment failure as bad input (exit 2), in one line: a reader that did not name its
+    file is told the input paths among ``given`` (a command's arguments: the paths it writes,
+    ``--out`` and ``--junit``, are left out: ``_OUTPUT_OPTIONS``); a disk full, a file-size limit, a
+    read-only or vanished file names the file."""
+    if isinstance(exc, UnicodeDecodeError):
+        paths = [*given, *(p for v in given if isinstance(v, list) for p in v)]
+        files = [str(v) for v in paths if isinstance(v, Path)]
+        return InputError(f"{', '.join(files) or 'an input file'} is not UTF-8 text (byte {exc.start})")
+    return InputError(f"{exc.filename or 'a file'}: {exc.strerror or exc}")
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn expected failures into one line on stderr and an exit code; nothing else prints a trace."""
 
@@ -133,16 +145,9 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except BatchtuneError as exc:
             _error_line(str(exc))
             raise typer.Exit(exc.exit_code) from None
-        except UnicodeDecodeError as exc:  # a reader that did not name its file: name the inputs
-            inputs = {k: v for k, v in kwargs.items() if k not in _OUTPUT_OPTIONS}
-            given = [*args, *inputs.values()]
-            given += [p for v in inputs.values() if isinstance(v, list) for p in v]
-            files = [str(v) for v in given if isinstance(v, Path)]
-            _error_line(f"{', '.join(files) or 'an input file'} is not UTF-8 text (byte {exc.start})")
-            raise typer.Exit(2) from None
-        except OSError as exc:  # disk full, file-size limit, read-only or vanished files: the environment
-            where = exc.filename or "a file"
-            _error_line(f"{where}: {exc.strerror or exc}")
+        except (UnicodeDecodeError, OSError) as exc:
+            inputs = [v for k, v in kwargs.items() if k not in _OUTPUT_OPTIONS]
+            _error_line(str(as_input_error(exc, [*args, *inputs])))
             raise typer.Exit(2) from None
         except Terminated as exc:
             err_console.print(f"{exc}: rerun the same command to resume; finished runs are kept")

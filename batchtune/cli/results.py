@@ -23,6 +23,7 @@ from batchtune.cli.app import (
     _show_efficiency_only,
     _show_recommendation,
     app,
+    as_input_error,
     console,
     handle_errors,
 )
@@ -152,19 +153,18 @@ def check(
     given = {"lr": lr_tolerance, "time": time_tolerance, "waste": waste_tolerance}
     tol = dc.replace(CheckTolerances(), **{k: v for k, v in given.items() if v is not None})
     try:
-        try:
-            tc, result = workflow_ci.check(config, fmt, results, measurements, baseline, tol, lr_rule)
-        except UnicodeDecodeError as exc:  # as handle_errors words it, but through the report below
-            inputs = ", ".join(str(p) for p in (config, measurements, baseline) if p is not None)
-            raise InputError(f"{inputs}: not UTF-8 text (byte {exc.start})") from None
-        except OSError as exc:
-            raise InputError(f"{exc.filename or config}: {exc.strerror or exc}") from None
-    except BatchtuneError as exc:  # a CI gate must not leave an earlier run's report in place
+        tc, result = workflow_ci.check(config, fmt, results, measurements, baseline, tol, lr_rule)
+    except (BatchtuneError, UnicodeDecodeError, OSError) as exc:  # a CI gate must not leave an
+        error = (  # earlier run's report in place: this one says why it could not run
+            exc
+            if isinstance(exc, BatchtuneError)
+            else as_input_error(exc, [config, results, measurements, baseline])
+        )
         if junit is not None:
-            atomic_write_text(junit, report.junit_error_xml(str(config), exc))
+            atomic_write_text(junit, report.junit_error_xml(str(config), error))
         if json_out:
-            _print_json({"status": "error", "exit_code": exc.exit_code, "error": str(exc)})
-        raise
+            _print_json({"status": "error", "exit_code": error.exit_code, "error": str(error)})
+        raise error from None
     if junit is not None:
         atomic_write_text(junit, report.junit_xml(tc, result))
     if report.write_step_summary(tc, result) is not None or os.environ.get("GITHUB_ACTIONS") == "true":

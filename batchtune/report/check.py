@@ -113,6 +113,10 @@ def junit_xml(tc: TrainerConfig, result: CheckResult) -> str:
             ET.SubElement(case, "skipped", message=it.message)
         elif it.status == WARN:
             ET.SubElement(case, "system-out").text = f"warning: {text}"
+    return _document(suite)
+
+
+def _document(suite: ET.Element) -> str:
     testsuites = ET.Element("testsuites", name="batchtune")
     testsuites.append(suite)
     ET.indent(testsuites)
@@ -127,10 +131,7 @@ def junit_error_xml(config: str, exc: BatchtuneError) -> str:
     case.set("file", config)
     kind = "batchtune.bad_input" if exc.exit_code == 2 else f"batchtune.exit_{exc.exit_code}"
     ET.SubElement(case, "error", message=str(exc), type=kind).text = str(exc)
-    testsuites = ET.Element("testsuites", name="batchtune")
-    testsuites.append(suite)
-    ET.indent(testsuites)
-    return ET.tostring(testsuites, encoding="unicode", xml_declaration=True) + "\n"
+    return _document(suite)
 
 
 def _md(text: str) -> str:
