@@ -322,7 +322,6 @@ def _smoke_branches(cfg: Recipe) -> tuple[str, Any]:
     shows the state was restored; the command backend counts a resumed trainer's steps from the
     checkpoint itself, so for it this checks the checkpoint file and the save/resume arguments, not
     that the trainer continued the trunk's weights (said under "not checked here")."""
-    import math
     import shutil
 
     from batchtune import backends

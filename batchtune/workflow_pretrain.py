@@ -1,17 +1,85 @@
-"""What `tune` and `recommend` do differently for a pre-training recipe (backend.training =
-"pretrain"): it is ranked by time-to-target only from a branched probe (its grid is read by
-`batchtune probe`: B_opt and B_min per target loss), with the probe's own step times as the
-throughput (nothing is generated), and its pick is emitted for pre-training frameworks
-(integrations/emit_pretrain.py), not for RL trainers.
+"""The pre-training workflow: `probe` of a pre-training recipe's grid, `pretrain` on loss logs you
+already have, and what `tune` and `recommend` do differently for a pre-training recipe
+(backend.training = "pretrain"): it is ranked by time-to-target only from a branched probe (its
+grid is read by `batchtune probe`: B_opt and B_min per target loss), with the probe's own step
+times as the throughput (nothing is generated), and its pick is emitted for pre-training
+frameworks (integrations/emit_pretrain.py), not for RL trainers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
+from typing import Any
 
 from batchtune.analysis.recommend import Recommendation
 from batchtune.errors import InputError
+from batchtune.events import ProbeEvents
+from batchtune.recipe.load import apply_overrides, recipe_from_dict
 from batchtune.recipe.schema import Recipe
+from batchtune.records import ResultsStore
+
+
+def pretrain_probe(cfg: Recipe, progress: ProbeEvents | None = None) -> Any:
+    """Run (or resume) the pre-training grid of a ``backend.training = "pretrain"`` recipe, analyse
+    it and draw B_opt and B_min against the target loss; returns measure.pretrain_probe's result."""
+    from batchtune.measure.pretrain_probe import run_pretrain_probe
+    from batchtune.report.pretrain_grid import plot_bopt_bmin
+
+    result = run_pretrain_probe(cfg, progress)
+    plot = plot_bopt_bmin(result.analysis, ResultsStore(cfg.run.results_dir).plots_dir / "bopt_bmin.png")
+    return dataclasses.replace(result, plot_path=plot)
+
+
+PRETRAIN_BASE_LR = 3e-4  # `pretrain --base-lr` when neither it nor optimizer.lr is given
+# `pretrain` takes logs, not a recipe: the recipe keys it reads, with the option each stands for
+PRETRAIN_SET_KEYS = {
+    "pretrain.targets": "--targets",
+    "lr_scaling.rule": "--rule",
+    "optimizer.lr": "--base-lr",
+}
+
+
+def pretrain(
+    paths: list[Path],
+    targets: str | None,
+    base_lr: float | None,
+    rule: str | None,
+    mapping: list[str],
+    overrides: list[str] | None = None,
+) -> Any:
+    """Fit the pre-training curves of loss logs; returns analysis.pretraining's result. ``overrides``
+    (``--set``) may give PRETRAIN_SET_KEYS, checked by the recipe's own types and ranges; anything
+    else, or a key also given by its option, is refused."""
+    from batchtune.analysis.pretraining import analyse, read_runs
+    from batchtune.errors import RecipeError
+    from batchtune.integrations.importing import parse_mapping
+
+    data = apply_overrides({}, list(overrides or []))
+    given = {
+        f"{sec}.{k}": v for sec, table in data.items() if isinstance(table, dict) for k, v in table.items()
+    }
+    unknown = [k for k in data if not isinstance(data[k], dict)] + sorted(set(given) - set(PRETRAIN_SET_KEYS))
+    if unknown:
+        raise RecipeError(
+            f"--set {', '.join(unknown)}: pretrain reads logs, not a recipe; it takes only "
+            + ", ".join(f"{k} (or {opt})" for k, opt in PRETRAIN_SET_KEYS.items())
+        )
+    cfg = recipe_from_dict(data, "--set")  # the recipe's own type and range checks
+    flags = {"pretrain.targets": targets, "lr_scaling.rule": rule, "optimizer.lr": base_lr}
+    both = [f"{k} and {PRETRAIN_SET_KEYS[k]}" for k in given if flags[k] is not None]
+    if both:
+        raise RecipeError(f"give each value once: {', '.join(both)}")
+    try:
+        levels = [float(t) for t in (targets or "").split(",") if t.strip()]
+    except ValueError:
+        raise InputError(f"--targets {targets!r}: expected numbers separated by commas") from None
+    if "pretrain.targets" in given:
+        levels = list(cfg.pretrain.targets)
+    lr = cfg.optimizer.lr if "optimizer.lr" in given else (PRETRAIN_BASE_LR if base_lr is None else base_lr)
+    rule = cfg.lr_scaling.rule if "lr_scaling.rule" in given else (rule or "sqrt")
+    return analyse(read_runs(paths, parse_mapping(mapping)), levels, base_lr=lr, rule=rule)
 
 
 def check_pretrain_ranking(cfg: Recipe, command: str, emit: str | None) -> None:

@@ -71,10 +71,11 @@ def probe(
 
     if cfg.backend.training == "pretrain" and cfg.probe.mode != "branched":
         # a grid of token batches -> B_opt, B_min per target loss
+        from batchtune import workflow_pretrain
         from batchtune.report.pretrain_grid import render_pretrain_grid
 
         with probe_progress(console, enabled=not json_out) as progress:
-            grid = workflow.pretrain_probe(cfg, progress)
+            grid = workflow_pretrain.pretrain_probe(cfg, progress)
         _print_json(grid) if json_out else render_pretrain_grid(console, grid)
         _exit_if_not_estimated(grid.analysis.unreached())
         return

@@ -304,10 +304,10 @@ def pretrain(
     to it (B_opt, with its grid bracket, a checked fit and a paired-seed interval) and the bracket
     of B_min (the smallest batch that reaches it). See docs/pretraining.md.
     """
-    from batchtune import workflow
+    from batchtune import workflow_pretrain
     from batchtune.report.pretrain_grid import render_grid
 
-    result = workflow.pretrain(paths, targets, base_lr, rule, list(map_ or []), list(set_ or []))
+    result = workflow_pretrain.pretrain(paths, targets, base_lr, rule, list(map_ or []), list(set_ or []))
     unreached = result.grid.unreached()  # exit 3 after the table: no schedule to emit
     emitted = None
     if emit is not None and unreached is None:
