@@ -138,7 +138,7 @@ def throughput_from_probe(
     note = contention_note(parallel_runs or {}, profile=profile)
     if note:
         return ThroughputModel("probe timings, contended", True, per, notes=(note,))
-    if per and set(per) <= set(logged_other):
+    if set(per) <= set(logged_other):
         return ThroughputModel("timings from the imported logs", True, per)
     alone = parallel_runs and all(v == 1 for v in parallel_runs.values())
     return ThroughputModel("probe timings, each run alone" if alone else "probe timings", True, per)
