@@ -98,8 +98,7 @@ class StepRecord:
     other_s: float = 0.0  # reward, reference log-probs, evaluation
 
     @property
-    def timed(self) -> bool:
-        """Whether it carries step times (an imported log's evaluation-only entry carries none)."""
+    def timed(self) -> bool:  # an imported log's evaluation-only entry carries no step times
         return self.gen_s + self.train_s + self.other_s > 0
 
 
