@@ -62,7 +62,7 @@ def validate_recipe(recipe: str) -> Recipe:
 def plan_preview(cfg: Recipe, time_steps: int | None = None) -> Any:
     """What the probe of ``cfg`` will cost, before running it: measure.preview.PlanPreview, or for
     probe.mode = "branched" measure.preview_branched.BranchedPlanPreview (upper bounds)."""
-    if cfg.probe.mode == "branched":
+    if cfg.study.branched:
         from batchtune.measure.preview_branched import branched_plan_preview
 
         return branched_plan_preview(cfg, time_steps)
@@ -73,7 +73,7 @@ def plan_preview(cfg: Recipe, time_steps: int | None = None) -> Any:
 
 def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> Any:
     """Run (or resume) the probe, then draw its learning curves; returns measure.probe.ProbeResult."""
-    if cfg.probe.mode == "branched":  # one trunk + short branches: measure.branched.BranchedProbeResult
+    if cfg.study.branched:  # one trunk + short branches: measure.branched.BranchedProbeResult
         from batchtune.measure.branched import run_branched_probe
 
         return run_branched_probe(cfg, progress)
@@ -215,7 +215,7 @@ def throughput_for(
     under its own store)."""
     if source not in ("auto", "profile", "probe"):
         raise InputError(f"--throughput {source!r}: choose auto, profile or probe")
-    if cfg.backend.training == "pretrain":  # no generation: a step is the probe's own training step
+    if cfg.study.pretrain:  # no generation: a step is the probe's own training step
         if source == "profile":
             raise InputError("--throughput profile: a pre-training recipe generates nothing; use probe")
         source = "probe"
@@ -243,7 +243,7 @@ def throughput_for(
         if run.source == "probe":
             probed.add(run.candidate)
     logged = {run.candidate for run in every} - probed
-    pretrain = cfg.backend.training == "pretrain"
+    pretrain = cfg.study.pretrain
     model = throughput_from_probe(eff.candidates, other, parallel, profile=not pretrain, logged_other=logged)
     if cfg.backend.training == "nqm":  # its step times are computed from a time model, not measured
         model = dataclasses.replace(model, source=model.source.replace("probe timings", SIMULATED_TIMINGS))
@@ -270,7 +270,7 @@ def recommend_for_recipe(
     store = ResultsStore(cfg.run.results_dir)
     if not store.exists():
         raise InputError(f"no results in {store.root}: run `batchtune probe` first, or pass --results")
-    if cfg.probe.mode == "branched":
+    if cfg.study.branched:
         from batchtune.measure.branched import run_branched_probe
 
         branched = run_branched_probe(cfg, read_only=True)
@@ -364,7 +364,7 @@ def _emit(
 ) -> tuple[str | None, Any]:
     if trainer is None:
         return None, None
-    if cfg is not None and cfg.backend.training == "pretrain":
+    if cfg is not None and cfg.study.pretrain:
         return emit_pretrain_pick(rec, trainer, gpus, cfg), {}
     from batchtune.integrations.emit import emit_for_recommendation
 

@@ -291,7 +291,7 @@ def _stop_at_failure(kind: str, info: dict[str, Any]) -> None:
 
 
 def _smoke_probe(cfg: Recipe, run_probe: Any) -> tuple[str, Any]:
-    if cfg.backend.training == "pretrain":
+    if cfg.study.pretrain:
         return _smoke_pretrain(cfg)
     try:
         result = run_probe(cfg, None, _stop_at_failure)

@@ -87,13 +87,13 @@ def check_pretrain_ranking(cfg: Recipe, command: str, emit: str | None) -> None:
     pre-training grid, an RL emitter on pre-training, a pre-training emitter on RL."""
     from batchtune.integrations.emit_pretrain import PRETRAIN_TRAINERS
 
-    if cfg.backend.training != "pretrain":
+    if not cfg.study.pretrain:
         if emit in PRETRAIN_TRAINERS:
             raise InputError(
                 f"--emit {emit} is a pre-training framework; an RL recipe's pick emits for verl|trl|openrlhf"
             )
         return
-    if cfg.probe.mode != "branched":
+    if not cfg.study.branched:
         raise InputError(
             f"{command} of a pre-training recipe needs probe.mode = 'branched' (time-to-target from its "
             "branches; add --set probe.mode=branched where a branched probe ran); its grid is read by "

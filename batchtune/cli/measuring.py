@@ -69,7 +69,7 @@ def probe(
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency, render_probe_cost
 
-    if cfg.backend.training == "pretrain" and cfg.probe.mode != "branched":
+    if cfg.study.pretrain and not cfg.study.branched:
         # a grid of token batches -> B_opt, B_min per target loss
         from batchtune import workflow_pretrain
         from batchtune.report.pretrain_grid import render_pretrain_grid
@@ -292,7 +292,7 @@ def tune(
             then = (
                 "Then recommend (ranks by the probe's own step times: pre-training generates nothing to "
                 "profile; seconds)."
-                if cfg.backend.training == "pretrain"
+                if cfg.study.pretrain
                 else "Then profile-gen (generation and training throughput on this machine) and recommend "
                 "(reads both; seconds)."
             )
@@ -310,7 +310,7 @@ def tune(
         render_efficiency(console, result.efficiency)
         _plot_lines(result)
         console.rule("2/3 profile-gen: system efficiency")
-    if cfg.backend.training != "pretrain":
+    if not cfg.study.pretrain:
         _profile(cfg, json_out=json_out, quiet_json=True)
     elif not json_out:  # nothing is generated: the probe's own step times are the throughput
         console.print("pre-training generates nothing: the probe's timed training steps are the throughput")

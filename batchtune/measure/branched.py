@@ -99,7 +99,7 @@ def branched_recipe(recipe: Recipe) -> Recipe:
     ``pretrain.eval_every_tokens``) against its lowest target loss, its runs' budget is
     ``pretrain.max_tokens``, and its candidates are its token batches (measure/plan.py), so samples
     are tokens throughout. Any other recipe is returned as it is."""
-    if recipe.backend.training != "pretrain":
+    if not recipe.study.pretrain:
         return recipe
     p = recipe.pretrain
     target = dataclasses.replace(

@@ -42,7 +42,7 @@ def lr_table(recipe: Recipe) -> dict[int, float]:
 def plan_candidates(recipe: Recipe) -> Plan:
     """The candidates of ``recipe``: P x G for RL recipes; for a pre-training recipe
     (backend.training = "pretrain") its token batches (plan_pretrain)."""
-    if recipe.backend.training == "pretrain":
+    if recipe.study.pretrain:
         return plan_pretrain(recipe)
     c = recipe.candidates
     g = c.group_size

@@ -38,7 +38,7 @@ class PretrainProbeResult:
 
 def run_pretrain_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> PretrainProbeResult:
     t0 = time.perf_counter()
-    if recipe.backend.training != "pretrain":
+    if not recipe.study.pretrain:
         raise InputError("the pre-training probe needs backend.training = 'pretrain'")
     store = ResultsStore(recipe.run.results_dir)
     check_manifest(store, recipe)

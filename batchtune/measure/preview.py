@@ -73,6 +73,11 @@ class PlanPreview:
     wall_s_left_max: float = math.nan  # the same bound for the runs not yet finished (a rerun's cost)
     unit: str = "samples"  # what the samples columns count: "tokens" for the pre-training grid
 
+    @property
+    def branched(self) -> bool:
+        """A grid preview (BranchedPlanPreview says True)."""
+        return False
+
 
 def evals_per_run(max_samples: int, batch: int, every: int) -> int:
     """Held-out evaluations of one run: one at the start, then every ``every`` responses."""
@@ -191,7 +196,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     store = ResultsStore(recipe.run.results_dir)
     seeds = recipe.budget.seeds
     backend = recipe.backend.training
-    if backend == "pretrain":  # measure.pretrain_probe: a grid of token batches, one run at a time
+    if recipe.study.pretrain:  # measure.pretrain_probe: a grid of token batches, one run at a time
         plan = plan_candidates(recipe)  # the token batches (measure/plan.plan_pretrain)
         cands, ref_batch = list(plan.candidates), plan.reference_batch
         p = recipe.pretrain
@@ -245,7 +250,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     # finished runs a probe reuses (not failed starts)
     reusable = {(c.label, s) for c in cands for s in seeds if store.reusable(run_id(c, s))}
     finished = len(reusable)
-    workers = 1 if backend == "pretrain" else max(1, min(recipe.run.workers, runs))
+    workers = 1 if recipe.study.pretrain else max(1, min(recipe.run.workers, runs))
     total_run_s = one_off_s + sum(c.run_s_max * c.seeds for c in costs)
     timing = timing_source(time_steps, backend, "candidate")
     if time_steps > 0 and workers > 1:

@@ -86,6 +86,11 @@ class BranchedPlanPreview:
     mode: str = "branched"
     unit: str = "samples"  # what the samples count: "tokens" for a pre-training recipe
 
+    @property
+    def branched(self) -> bool:
+        """A branched preview (PlanPreview says False)."""
+        return True
+
 
 @cache
 def bisect_worst(n: int) -> int:
@@ -112,7 +117,7 @@ def _steps(samples: float, batch: int) -> int:
 
 def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> BranchedPlanPreview:
     recipe = branched_recipe(recipe)  # a pre-training recipe: token batches, its eval loss and budget
-    pretrain = recipe.backend.training == "pretrain"
+    pretrain = recipe.study.pretrain
     plan = plan_candidates(recipe)
     by_label = plan.by_label()
     main = [by_label[lab] for lab in plan.main]

@@ -289,7 +289,7 @@ def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None)
     runs = load_run_data(store)
     if not runs:
         branched = store.root / "branched"  # measure.branched's store: its runs are read in that mode
-        if recipe.probe.mode != "branched" and branched.is_dir() and any(branched.iterdir()):
+        if not recipe.study.branched and branched.is_dir() and any(branched.iterdir()):
             raise InputError(
                 f"{store.root} holds a branched probe's runs and no grid runs: add "
                 "--set probe.mode=branched (or set it in the recipe)"

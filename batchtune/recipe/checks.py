@@ -77,7 +77,7 @@ def check_recipe(recipe: Recipe) -> list[str]:
         errors.append("lr_scaling.table: rule 'table' needs {\"N\" = lr, ...} entries")
     if recipe.backend.training == "command" and not recipe.backend.command:
         errors.append("backend.command: the command backend needs an argv list")
-    if recipe.backend.training == "pretrain":
+    if recipe.study.pretrain:
         errors.extend(_check_pretrain(recipe))
     errors.extend(_check_model_and_task(recipe))
     if not recipe.run.results_dir.strip():
@@ -150,6 +150,6 @@ def _check_pretrain(recipe: Recipe) -> list[str]:
         2 <= p.markov_branching <= p.markov_vocab and 1 <= p.markov_order <= 3 and p.markov_concentration > 0
     ):
         errors.append("pretrain.markov_*: needs 2 <= branching <= vocab, order 1..3, concentration > 0")
-    if recipe.probe.mode == "branched":
+    if recipe.study.branched:
         errors.extend(_check_pretrain_branches(recipe))
     return errors

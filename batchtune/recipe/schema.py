@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchtune.recipe.study import StudyKind, study_of
+
 if sys.version_info >= (3, 11):
     pass
 else:  # pragma: no cover
@@ -306,9 +308,14 @@ class Recipe:
         return data
 
     @property
+    def study(self) -> StudyKind:
+        """The study kind this recipe names (batchtune.recipe.study)."""
+        return study_of(self)
+
+    @property
     def sample_unit(self) -> str:
         """What a sample (and a batch) counts: "tokens" for pre-training, else "samples" (responses)."""
-        return "tokens" if self.backend.training == "pretrain" else "samples"
+        return self.study.sample_unit
 
 
 # LR scaling rules (Malladi et al. 2022 sqrt for Adam; Goyal et al. 2017 linear for SGD; none = a control)

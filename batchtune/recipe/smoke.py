@@ -46,9 +46,9 @@ def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
     branched recipe's probe stage runs the grid's two batches (its trainer, task, logs and ranking),
     and a stage of its own the checkpoint path (``SmokePlan.branches``): a trunk that saves, and
     branches that resume from it."""
-    pretrain = cfg.backend.training == "pretrain"
+    pretrain = cfg.study.pretrain
     plan = _pretrain_plan(cfg, results_dir) if pretrain else _rl_plan(cfg, results_dir)
-    if cfg.probe.mode != "branched":
+    if not cfg.study.branched:
         return plan
     r = dataclasses.replace
     grid = r(plan.recipe, probe=r(plan.recipe.probe, mode="grid"))

@@ -143,7 +143,7 @@ def branched_plan_summary(preview: Any, run_it: str) -> list[str]:
 
 def render_plan(console: Console, preview: Any, run_it: str) -> None:
     """``run_it``: the command line that runs what the plan shows, with the user's options."""
-    branched = preview.mode == "branched"
+    branched = bool(preview.branched)
     console.print(branched_plan_table(preview) if branched else plan_table(preview))
     summary = branched_plan_summary if branched else plan_summary
     for line in summary(preview, run_it):  # the command on one line, to paste as it is
