@@ -221,7 +221,7 @@ def test_check_carries_the_evidences_own_weak_evidence_warning_as_a_note(tmp_pat
     import dataclasses
     import json
 
-    from batchtune import workflow_ci
+    from batchtune.workflow import ci as workflow_ci
 
     monkeypatch.chdir(ROOT)
     real = workflow_ci.recommend_from_args

@@ -8,8 +8,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from batchtune import workflow_ci
 from batchtune.cli import app
+from batchtune.workflow import ci as workflow_ci
 
 
 def test_smoke_nqm_runs_every_stage_and_says_what_it_shrank(tmp_path):

@@ -62,3 +62,11 @@ def test_kind_of(training: str, mode: str, kind: StudyKind) -> None:
 )
 def test_shipped_recipes_name_their_kind(name: str, kind: StudyKind) -> None:
     assert load_recipe(name).study is kind
+
+
+def test_every_kind_has_a_row_in_the_map() -> None:
+    from batchtune.workflow.study import STUDIES
+
+    assert set(STUDIES) == set(StudyKind)
+    assert all(row.kind is kind for kind, row in STUDIES.items())
+    assert not STUDIES[StudyKind.PRETRAIN_GRID].ranked  # its grid gives B_opt/B_min, not a pick

@@ -66,22 +66,18 @@ def probe(
         _show_plan(cfg, None, json_out, _command_line("probe", recipe, set_, results, workers))
         return
     from batchtune import workflow
+    from batchtune.measure.pretrain_probe import PretrainProbeResult
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency, render_probe_cost
 
-    if cfg.study.pretrain and not cfg.study.branched:
-        # a grid of token batches -> B_opt, B_min per target loss
-        from batchtune import workflow_pretrain
-        from batchtune.report.pretrain_grid import render_pretrain_grid
-
-        with probe_progress(console, enabled=not json_out) as progress:
-            grid = workflow_pretrain.pretrain_probe(cfg, progress)
-        _print_json(grid) if json_out else render_pretrain_grid(console, grid)
-        _exit_if_not_estimated(grid.analysis.unreached())
-        return
-
     with probe_progress(console, enabled=not json_out) as progress:
         result = workflow.probe(cfg, progress)
+    if isinstance(result, PretrainProbeResult):  # a grid of token batches -> B_opt, B_min per target loss
+        from batchtune.report.pretrain_grid import render_pretrain_grid
+
+        _print_json(result) if json_out else render_pretrain_grid(console, result)
+        _exit_if_not_estimated(result.analysis.unreached())
+        return
     if json_out:
         from batchtune.report.json import efficiency_to_dict
 
@@ -107,7 +103,9 @@ def probe(
     )
     render_efficiency(console, result.efficiency)
     render_probe_cost(console, result.efficiency, None, simulated=cfg.backend.training == "nqm")
-    if getattr(result, "summary", None) is not None:  # probe.mode = branched
+    from batchtune.measure.branched import BranchedProbeResult
+
+    if isinstance(result, BranchedProbeResult):
         from batchtune.report.branched import render_branched
 
         render_branched(console, result.summary)
@@ -279,7 +277,8 @@ def tune(
     _check_out(emit, out)
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
-    from batchtune.workflow_pretrain import check_pretrain_ranking
+    from batchtune.workflow.pretrain import check_pretrain_ranking
+    from batchtune.workflow.study import study_for
 
     check_pretrain_ranking(cfg, "tune", emit)  # before a dry run too: its "Run it" would be refused
     if dry_run:  # the probe is the cost; profile-gen and recommend follow it
@@ -292,7 +291,7 @@ def tune(
             then = (
                 "Then recommend (ranks by the probe's own step times: pre-training generates nothing to "
                 "profile; seconds)."
-                if cfg.study.pretrain
+                if not study_for(cfg).profile_gen
                 else "Then profile-gen (generation and training throughput on this machine) and recommend "
                 "(reads both; seconds)."
             )
@@ -305,12 +304,12 @@ def tune(
     if not json_out:
         console.rule("1/3 probe: sample efficiency")
     with probe_progress(console, enabled=not json_out) as progress:
-        result = workflow.probe(cfg, progress)
+        result = workflow.probe_ranked(cfg, progress)
     if not json_out:
         render_efficiency(console, result.efficiency)
         _plot_lines(result)
         console.rule("2/3 profile-gen: system efficiency")
-    if not cfg.study.pretrain:
+    if study_for(cfg).profile_gen:
         _profile(cfg, json_out=json_out, quiet_json=True)
     elif not json_out:  # nothing is generated: the probe's own step times are the throughput
         console.print("pre-training generates nothing: the probe's timed training steps are the throughput")
@@ -342,7 +341,7 @@ def _smoke(recipe: str | None, set_: list[str] | None, results: str | None, json
     """The smoke command's body (also `probe --smoke`, `tune --smoke`); always exits."""
     from rich.markup import escape
 
-    from batchtune import workflow_ci
+    from batchtune.workflow import ci as workflow_ci
 
     result = workflow_ci.smoke(recipe, list(set_ or []), results)
     if json_out:

@@ -146,9 +146,9 @@ def check(
     """
     import dataclasses as dc
 
-    from batchtune import workflow_ci
     from batchtune.analysis.check import CheckTolerances
     from batchtune.report import check as report
+    from batchtune.workflow import ci as workflow_ci
 
     given = {"lr": lr_tolerance, "time": time_tolerance, "waste": waste_tolerance}
     tol = dc.replace(CheckTolerances(), **{k: v for k, v in given.items() if v is not None})
@@ -304,8 +304,8 @@ def pretrain(
     to it (B_opt, with its grid bracket, a checked fit and a paired-seed interval) and the bracket
     of B_min (the smallest batch that reaches it). See docs/pretraining.md.
     """
-    from batchtune import workflow_pretrain
     from batchtune.report.pretrain_grid import render_grid
+    from batchtune.workflow import pretrain as workflow_pretrain
 
     result = workflow_pretrain.pretrain(paths, targets, base_lr, rule, list(map_ or []), list(set_ or []))
     unreached = result.grid.unreached()  # exit 3 after the table: no schedule to emit

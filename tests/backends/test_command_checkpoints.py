@@ -274,7 +274,7 @@ def test_smoke_of_a_branched_recipe_checks_that_its_trainer_saves_and_resumes(tm
     """smoke of a branched recipe ran only the grid (and then failed at recommend): the checkpoint
     path, the user's save and resume arguments were first exercised by the real probe. A stage of
     its own now runs a one-step trunk and resumes every batch from its checkpoint."""
-    from batchtune import workflow_ci
+    from batchtune.workflow import ci as workflow_ci
 
     sets = [*_backend_sets(tmp_path), "probe.mode=branched", "candidates.prompts=[1, 2]"]
     sets += ["target.metric=reward"]
@@ -286,7 +286,7 @@ def test_smoke_of_a_branched_recipe_checks_that_its_trainer_saves_and_resumes(tm
 
 @pytest.mark.slow  # ~8 s: two more smokes through the trainer script
 def test_smoke_of_a_branched_recipe_fails_on_a_missing_checkpoint_or_a_restored_lr(tmp_path):
-    from batchtune import workflow_ci
+    from batchtune.workflow import ci as workflow_ci
 
     sets = [*_backend_sets(tmp_path), "probe.mode=branched", "candidates.prompts=[1, 2]"]
     sets += ["target.metric=reward"]

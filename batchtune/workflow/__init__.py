@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from batchtune.analysis.profile import ProfileResult, RooflinePrediction, analyse_throughput
 from batchtune.analysis.recommend import (
@@ -26,7 +26,12 @@ from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord, atomic_write_text
-from batchtune.workflow_pretrain import check_pretrain_ranking, emit_pretrain_pick
+from batchtune.workflow.pretrain import check_pretrain_ranking, emit_pretrain_pick
+from batchtune.workflow.study import Preview, ProbeOutcome, study_for
+
+if TYPE_CHECKING:
+    from batchtune.measure.branched import BranchedProbeResult
+    from batchtune.measure.probe import ProbeResult
 
 
 def recipe_for(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
@@ -59,32 +64,33 @@ def validate_recipe(recipe: str) -> Recipe:
 # ---- plan / probe --------------------------------------------------------------------------------
 
 
-def plan_preview(cfg: Recipe, time_steps: int | None = None) -> Any:
-    """What the probe of ``cfg`` will cost, before running it: measure.preview.PlanPreview, or for
-    probe.mode = "branched" measure.preview_branched.BranchedPlanPreview (upper bounds)."""
-    if cfg.study.branched:
-        from batchtune.measure.preview_branched import branched_plan_preview
-
-        return branched_plan_preview(cfg, time_steps)
-    from batchtune.measure.preview import plan_preview as preview
-
-    return preview(cfg, time_steps)
+def plan_preview(cfg: Recipe, time_steps: int | None = None) -> Preview:
+    """What the probe of ``cfg`` will cost, before running it (upper bounds; the study map says how)."""
+    return study_for(cfg).preview(cfg, time_steps)
 
 
-def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> Any:
-    """Run (or resume) the probe, then draw its learning curves; returns measure.probe.ProbeResult."""
-    if cfg.study.branched:  # one trunk + short branches: measure.branched.BranchedProbeResult
-        from batchtune.measure.branched import run_branched_probe
+def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> ProbeOutcome:
+    """Run (or resume) the probe of the kind ``cfg`` names; a grid's learning curves are drawn after."""
+    from batchtune.measure.probe import ProbeResult
 
-        return run_branched_probe(cfg, progress)
-    from batchtune.measure.probe import run_probe
-
-    result = run_probe(cfg, progress=progress)
+    result = study_for(cfg).probe(cfg, progress)
+    if not isinstance(result, ProbeResult):  # branched and pre-training probes draw their own
+        return result
     try:  # best effort: a finished probe in a read-only directory still gives its answer
         plot = _plot_probe(ResultsStore(cfg.run.results_dir), result.efficiency)
     except OSError as exc:
         return dataclasses.replace(result, notes=(*result.notes, _plot_skipped("learning-curve", exc)))
     return dataclasses.replace(result, plot_path=plot)
+
+
+def probe_ranked(cfg: Recipe, progress: ProbeEvents | None = None) -> ProbeResult | BranchedProbeResult:
+    """`probe` of a kind that `recommend` ranks (tune): a pre-training grid is refused."""
+    from batchtune.measure.pretrain_probe import PretrainProbeResult
+
+    result = probe(cfg, progress)
+    if isinstance(result, PretrainProbeResult):  # check_pretrain_ranking refuses it before it runs
+        raise InputError("a pre-training grid is not ranked by time-to-target: run `batchtune probe`")
+    return result
 
 
 def _plot_skipped(what: str, exc: OSError) -> str:

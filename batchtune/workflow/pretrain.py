@@ -8,29 +8,15 @@ frameworks (integrations/emit_pretrain.py), not for RL trainers.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
 from batchtune.analysis.recommend import Recommendation
 from batchtune.errors import InputError
-from batchtune.events import ProbeEvents
 from batchtune.recipe.load import apply_overrides, recipe_from_dict
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore
-
-
-def pretrain_probe(cfg: Recipe, progress: ProbeEvents | None = None) -> Any:
-    """Run (or resume) the pre-training grid of a ``backend.training = "pretrain"`` recipe, analyse
-    it and draw B_opt and B_min against the target loss; returns measure.pretrain_probe's result."""
-    from batchtune.measure.pretrain_probe import run_pretrain_probe
-    from batchtune.report.pretrain_grid import plot_bopt_bmin
-
-    result = run_pretrain_probe(cfg, progress)
-    plot = plot_bopt_bmin(result.analysis, ResultsStore(cfg.run.results_dir).plots_dir / "bopt_bmin.png")
-    return dataclasses.replace(result, plot_path=plot)
-
+from batchtune.workflow.study import study_for
 
 PRETRAIN_BASE_LR = 3e-4  # `pretrain --base-lr` when neither it nor optimizer.lr is given
 # `pretrain` takes logs, not a recipe: the recipe keys it reads, with the option each stands for
@@ -93,7 +79,7 @@ def check_pretrain_ranking(cfg: Recipe, command: str, emit: str | None) -> None:
                 f"--emit {emit} is a pre-training framework; an RL recipe's pick emits for verl|trl|openrlhf"
             )
         return
-    if not cfg.study.branched:
+    if not study_for(cfg).ranked:
         raise InputError(
             f"{command} of a pre-training recipe needs probe.mode = 'branched' (time-to-target from its "
             "branches; add --set probe.mode=branched where a branched probe ran); its grid is read by "
