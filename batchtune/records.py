@@ -134,6 +134,8 @@ class RunRecord:
     cpu_cores: int = 0  # os.cpu_count() of the machine that ran it; 0 = unknown
     # the backend said no training step ran (backends.spec.RunFailed.started): not data, run again
     failed_start: bool = False
+    staleness: int = 0  # k: rollouts from the weights of k trainer steps ago (issue 30; absent: on-policy)
+    updates_per_batch: int = 1  # u: optimiser updates per rollout batch (mini-batches x epochs)
 
     @property
     def batch_responses(self) -> int:

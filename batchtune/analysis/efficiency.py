@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from batchtune.analysis.ratio import Verdict, classify, ratio_to_reference
 from batchtune.errors import AnalysisError, MetricMissingError, RunsFailed
 from batchtune.records import FAILED_STATUSES, RunRecord, StepRecord
 
-FAMILIES = ("main", "group_sweep", "fixed_lr")
+FAMILIES = ("main", "group_sweep", "fixed_lr", "offpolicy")  # offpolicy: -k{k}u{u} (plan.py)
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,8 @@ class SampleEfficiency:
 def _family(label: str, record: RunRecord, main_g: int) -> str:
     if label.endswith("-fixedlr") or record.lr_rule == "none":
         return "fixed_lr"
+    if re.search(r"-k\d+u\d+$", label):
+        return "offpolicy"
     return "main" if record.group_size == main_g else "group_sweep"
 
 

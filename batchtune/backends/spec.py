@@ -27,6 +27,12 @@ class Candidate:
     lr_rule: str
     critic_lr: float | None = None  # PPO critic LR after its own scaling rule
     fixed_lr: bool = False  # a fixed-LR control
+    # off-policy (docs/trainer.md): rollouts generated with the weights of `staleness` trainer steps
+    # ago, importance-corrected against the behaviour policy's log-probs; `updates_per_batch`
+    # optimiser updates per rollout batch (algorithm.mini_batches x epochs; 0 = the recipe's
+    # mini_batches, one epoch). 0 and 0 train exactly as the on-policy trainer does.
+    staleness: int = 0
+    updates_per_batch: int = 0
 
     @property
     def batch_responses(self) -> int:

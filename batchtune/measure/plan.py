@@ -6,6 +6,7 @@ total responses P*G (does the task follow N, the total responses?); optional fix
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ class Plan:
     main: tuple[str, ...]  # labels of the main sweep, ascending in batch
     group_sweep: tuple[str, ...]
     fixed_lr: tuple[str, ...]
+    offpolicy: tuple[str, ...] = ()  # main candidates at other staleness / updates per batch
 
     def by_label(self) -> dict[str, Candidate]:
         return {c.label: c for c in self.candidates}
@@ -69,9 +71,11 @@ def plan_candidates(recipe: Recipe) -> Plan:
             lr_rule="none" if fixed else rule,
             critic_lr=critic,
             fixed_lr=fixed,
+            updates_per_batch=recipe.algorithm.mini_batches,
         )
 
     main = [make(p, g) for p in prompts]
+    offpolicy = offpolicy_candidates(recipe, main)
     sweep: list[Candidate] = []
     if c.group_sweep_total:
         for gs in sorted(set(c.group_sweep_sizes)):
@@ -79,7 +83,7 @@ def plan_candidates(recipe: Recipe) -> Plan:
     fixed = [make(p, g, fixed=True) for p in sorted(set(c.fixed_lr_prompts))]
 
     seen: dict[str, Candidate] = {}
-    for cand in [*main, *sweep, *fixed]:
+    for cand in [*main, *sweep, *fixed, *offpolicy]:
         seen.setdefault(cand.label, cand)
     return Plan(
         candidates=tuple(seen.values()),
@@ -88,7 +92,25 @@ def plan_candidates(recipe: Recipe) -> Plan:
         main=tuple(x.label for x in main),
         group_sweep=tuple(x.label for x in sweep),
         fixed_lr=tuple(x.label for x in fixed),
+        offpolicy=tuple(x.label for x in offpolicy),
     )
+
+
+def offpolicy_candidates(recipe: Recipe, main: list[Candidate]) -> list[Candidate]:
+    """Each main candidate at every (staleness k, updates per batch u) of ``probe``, bar the on-policy
+    (0, mini_batches) one that is the candidate itself; same LR, label suffixed ``-k{k}u{u}``."""
+    m = recipe.algorithm.mini_batches
+    grid = [
+        (k, u)
+        for k in sorted(set(recipe.probe.staleness))
+        for u in sorted(set(recipe.probe.updates_per_batch or [m]))
+    ]
+    return [
+        dataclasses.replace(c, label=f"{c.label}-k{k}u{u}", staleness=k, updates_per_batch=u)
+        for c in main
+        for k, u in grid
+        if (k, u) != (0, m)
+    ]
 
 
 def plan_pretrain(recipe: Recipe) -> Plan:
@@ -150,5 +172,7 @@ def run_record(
         status=status,
         reason=reason,
         critic_lr=candidate.critic_lr,
+        staleness=candidate.staleness,
+        updates_per_batch=candidate.updates_per_batch or 1,
         **reported,
     )

@@ -299,6 +299,7 @@ def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None)
     if plan is not None:
         families = {lab: "group_sweep" for lab in plan.group_sweep}
         families.update({lab: "fixed_lr" for lab in plan.fixed_lr})
+        families.update({lab: "offpolicy" for lab in plan.offpolicy})
         families.update({lab: "main" for lab in plan.main})  # a label in two sweeps is main
     t = recipe.target
     eff = analyse_runs(

@@ -40,6 +40,11 @@ def check_recipe(recipe: Recipe) -> list[str]:
         errors.append("generation.temperature: must be positive (RL needs sampled responses)")
     if recipe.algorithm.mini_batches < 1:
         errors.append("algorithm.mini_batches: must be at least 1")
+    m = recipe.algorithm.mini_batches
+    if m >= 1 and any(u % m for u in recipe.probe.updates_per_batch):
+        errors.append(f"probe.updates_per_batch: each must be a multiple of algorithm.mini_batches = {m}")
+    if not recipe.probe.staleness:
+        errors.append("probe.staleness: needs at least one value (0 = on-policy)")
     if recipe.algorithm.micro_batch_responses < 0:
         errors.append("algorithm.micro_batch_responses: must be 0 (no accumulation) or more")
     if recipe.optimizer.lr <= 0:

@@ -200,6 +200,11 @@ class ProbeConfig:
     # branched: one trunk at the reference batch, checkpointed, and short branches at k x the batch
     # from each checkpoint (Merrill et al. 2025, arXiv 2505.23971); the [branch] section sets it up
     mode: str = "grid"
+    # off-policy sweep (docs/trainer.md): each main candidate also runs at every staleness k (rollouts
+    # from the weights of k trainer steps ago) x updates per rollout batch u listed here (u a multiple
+    # of algorithm.mini_batches: mini-batches x epochs), labelled P{p}xG{g}-k{k}u{u}; [] = on-policy only
+    staleness: list[int] = field(default_factory=lambda: [0])
+    updates_per_batch: list[int] = field(default_factory=list)  # [] = algorithm.mini_batches
 
 
 @dataclass(frozen=True)

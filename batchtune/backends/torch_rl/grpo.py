@@ -11,7 +11,10 @@ m masks pads and everything after the first EOS; the mean is token-level over th
 Yu et al. 2025), so long and short responses weigh per token. With one mini-batch per rollout batch
 (the default, policy age independent of batch) pi_old is the current policy and rho = 1 with the
 right gradient; with several, the batch is split by whole groups and pi_old is computed once before
-the first optimiser step.
+the first optimiser step. Off-policy (``staleness`` k > 0): pi_old is the behaviour policy, whose
+log-probs were recorded when the rollout was generated with weights k trainer steps old, so rho is
+the clipped importance ratio pi_theta / pi_behaviour (as verl and TRL do). ``epochs`` passes over
+the mini-batches give updates_per_batch = mini_batches x epochs optimiser steps per rollout batch.
 """
 
 from __future__ import annotations
@@ -93,7 +96,15 @@ class GRPOLearner:
         return torch.cat(parts)
 
     def update(
-        self, rollout: Rollout, rewards: torch.Tensor, group_size: int, lr: float, step: int, compute_dtype
+        self,
+        rollout: Rollout,
+        rewards: torch.Tensor,
+        group_size: int,
+        lr: float,
+        step: int,
+        compute_dtype,
+        behaviour: torch.Tensor | None = None,
+        epochs: int = 1,
     ) -> UpdateStats:
         alg = self.recipe.algorithm
         adv = group_advantages(rewards, group_size)
@@ -103,8 +114,10 @@ class GRPOLearner:
         if ref is not None and ref.is_cuda:
             torch.cuda.synchronize(ref.device)
         ref_s = time.perf_counter() - t0
-        mbs = minibatch_groups(len(rollout.texts), group_size, alg.mini_batches)
-        old_all = self.frozen_logprobs(self.lm.model, rollout, compute_dtype) if len(mbs) > 1 else None
+        mbs = minibatch_groups(len(rollout.texts), group_size, alg.mini_batches) * epochs
+        old_all = behaviour
+        if old_all is None and len(mbs) > 1:
+            old_all = self.frozen_logprobs(self.lm.model, rollout, compute_dtype)
         set_lr(self.optimizer, lr)
         losses, norms, kls, clips = [], [], [], []
         for mb in mbs:

@@ -12,8 +12,9 @@ GAE (Schulman et al. 2016), over response tokens with V = 0 after the last one:
 
 Advantages are whitened over the batch's valid tokens. Actor loss: token-level PPO-clip (as in
 grpo.py). Critic loss: clipped value loss 0.5 max((V - ret)^2, (V_old + clip(V - V_old, +-c) - ret)^2),
-c = value_clip. Actor and critic have separate optimisers and LRs (docs/method.md §3.5: their batch scales
-differ); both pre-clip gradient norms are logged.
+c = value_clip. Off-policy (staleness k > 0) l is the behaviour policy's log-probs recorded at
+generation; ``epochs`` passes over the mini-batches, as in grpo.py. Actor and critic have separate
+optimisers and LRs (docs/method.md §3.5: their batch scales differ); both pre-clip gradient norms are logged.
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ class PPOLearner:
         micro = self.recipe.algorithm.micro_batch_responses
         return torch.cat([fn(rollout.select(i)) for i in chunks(len(rollout.texts), micro)])
 
+    def frozen_logprobs(self, model, rollout: Rollout, compute_dtype) -> torch.Tensor:
+        """Log-probs without grad, micro-batched (the behaviour policy's, at generation)."""
+        return self._frozen(lambda r: self._logprobs(model, r, compute_dtype), rollout)
+
     def update(
         self,
         rollout: Rollout,
@@ -109,11 +114,15 @@ class PPOLearner:
         critic_lr: float,
         step: int,
         compute_dtype,
+        behaviour: torch.Tensor | None = None,
+        epochs: int = 1,
     ) -> UpdateStats:
         alg = self.recipe.algorithm
         dev = self.lm.device.type
         mask = rollout.response_mask
-        old_logp = self._frozen(lambda r: self._logprobs(self.lm.model, r, compute_dtype), rollout)
+        old_logp = behaviour  # off-policy: the log-probs recorded at generation (grpo.py)
+        if old_logp is None:
+            old_logp = self._frozen(lambda r: self._logprobs(self.lm.model, r, compute_dtype), rollout)
         old_v = self._frozen(lambda r: self.critic.values(r, compute_dtype, dev), rollout)
         token_rewards = torch.zeros_like(mask)
         t0 = time.perf_counter()
@@ -132,7 +141,7 @@ class PPOLearner:
         set_lr(self.optimizer, lr)
         set_lr(self.critic_optimizer, critic_lr)
         losses, vlosses, norms, cnorms, clips = [], [], [], [], []
-        for mb in minibatch_groups(len(rollout.texts), group_size, alg.mini_batches):
+        for mb in minibatch_groups(len(rollout.texts), group_size, alg.mini_batches) * epochs:
             n_tok = mask[mb].sum().clamp(min=1.0)
             self.optimizer.zero_grad(set_to_none=True)
             self.critic_optimizer.zero_grad(set_to_none=True)

@@ -13,7 +13,9 @@ import copy
 import dataclasses
 import math
 import time
+from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -23,7 +25,7 @@ from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec, checkpoint_
 from batchtune.backends.torch_rl import checkpoint
 from batchtune.backends.torch_rl.grpo import GRPOLearner, UpdateStats
 from batchtune.backends.torch_rl.ppo import PPOLearner
-from batchtune.backends.torch_rl.rollout import chunks, generate
+from batchtune.backends.torch_rl.rollout import Rollout, chunks, generate
 from batchtune.backends.torch_rl.tasks import Example, Task, make_task
 from batchtune.backends.torch_rl.warmstart import warm_start_state
 from batchtune.records import StepRecord
@@ -44,6 +46,57 @@ class PromptSampler:
                 self.order = torch.randperm(self.n, generator=self.gen).tolist()
             out.append(self.order.pop())
         return out
+
+
+@dataclass
+class Batch:
+    """One scored rollout batch, waiting to be trained on (off-policy: up to k of them queue)."""
+
+    group: list[Example]
+    rollout: Rollout
+    rewards: torch.Tensor
+    behaviour: torch.Tensor | None  # log-probs of the policy that generated it (staleness > 0)
+    version: int  # trainer steps done when it was generated (the behaviour policy's age)
+    gen_s: float
+    other_s: float
+
+
+def make_batch(
+    lm: LoadedModel, learner, task: Task, spec: RunSpec, sampler: PromptSampler, compute_dtype, version: int
+) -> Batch:
+    """Draw P prompts, sample G responses each with the current weights, score them; record the
+    behaviour log-probs when the batch will be trained on by a later policy (candidate.staleness)."""
+    cand, gen_cfg = spec.candidate, spec.recipe.generation
+    examples = [task.train[i] for i in sampler.take(cand.prompts)]
+    group = [e for e in examples for _ in range(cand.group_size)]
+    t0 = time.perf_counter()
+    rollout = generate(
+        lm, [e.prompt for e in group], gen_cfg.max_new_tokens, compute_dtype, True,
+        gen_cfg.temperature, gen_cfg.top_p,
+    )  # fmt: skip
+    behaviour = None
+    if cand.staleness > 0:
+        behaviour = learner.frozen_logprobs(lm.model, rollout, compute_dtype)
+    _sync(lm)
+    gen_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    scores = [task.reward(e, text) for e, text in zip(group, rollout.texts, strict=True)]
+    bad = [s for s in scores if not math.isfinite(s)]
+    if bad:
+        raise RunFailed("failed", f"the reward function {task.reward_name} returned {bad[0]}")
+    rewards = torch.tensor(scores, dtype=torch.float32, device=lm.device)
+    return Batch(group, rollout, rewards, behaviour, version, gen_s, time.perf_counter() - t0)
+
+
+def epochs_of(spec: RunSpec) -> int:
+    """Passes over the mini-batches: updates_per_batch / algorithm.mini_batches (0 = one pass)."""
+    m = spec.recipe.algorithm.mini_batches
+    u = spec.candidate.updates_per_batch or m
+    if u % m:
+        why = f"updates_per_batch = {u} is not a multiple of algorithm.mini_batches = {m}"
+        raise RunFailed("failed", why, started=False)
+    return u // m
 
 
 def _sync(lm: LoadedModel) -> None:
@@ -103,7 +156,7 @@ def train(spec: RunSpec) -> Iterator[StepRecord]:
 
 def _train(spec: RunSpec) -> Iterator[StepRecord]:
     recipe, cand, seed = spec.recipe, spec.candidate, spec.seed
-    alg, gen_cfg = recipe.algorithm, recipe.generation
+    alg = recipe.algorithm
     task, lm, compute_dtype = setup_run(spec)
     torch.manual_seed(seed)
     sampler = PromptSampler(len(task.train), seed)
@@ -148,26 +201,19 @@ def _train(spec: RunSpec) -> Iterator[StepRecord]:
         yield record(0, 0, 0, 0.0, {"eval_reward": eval_reward}, other_s=time.perf_counter() - t0)
 
     max_samples = recipe.budget.max_samples
+    epochs, k = epochs_of(spec), cand.staleness
+    pending: deque[Batch] = deque()  # off-policy: generated up to k trainer steps ahead
+    generated = samples
     while samples < max_samples:
         step += 1
-        examples = [task.train[i] for i in sampler.take(cand.prompts)]
-        group = [e for e in examples for _ in range(cand.group_size)]
-
-        t0 = time.perf_counter()
-        rollout = generate(
-            lm, [e.prompt for e in group], gen_cfg.max_new_tokens, compute_dtype, True,
-            gen_cfg.temperature, gen_cfg.top_p,
-        )  # fmt: skip
-        _sync(lm)
-        gen_s = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        scores = [task.reward(e, text) for e, text in zip(group, rollout.texts, strict=True)]
-        bad = [s for s in scores if not math.isfinite(s)]
-        if bad:
-            raise RunFailed("failed", f"the reward function {task.reward_name} returned {bad[0]}")
-        rewards = torch.tensor(scores, dtype=torch.float32, device=lm.device)
-        other_s = time.perf_counter() - t0
+        gen_s = other_s = 0.0
+        while len(pending) <= k and generated < max_samples:
+            made = make_batch(lm, learner, task, spec, sampler, compute_dtype, step - 1)
+            pending.append(made)
+            generated += len(made.group)
+            gen_s, other_s = gen_s + made.gen_s, other_s + made.other_s
+        ready = pending.popleft()
+        group, rollout, rewards = ready.group, ready.rollout, ready.rewards
 
         samples += len(group)
         lengths = rollout.response_lengths
@@ -178,10 +224,13 @@ def _train(spec: RunSpec) -> Iterator[StepRecord]:
         t0 = time.perf_counter()
         if isinstance(learner, PPOLearner):
             stats: UpdateStats = learner.update(
-                rollout, rewards, cand.group_size, lr, critic_lr * factor, step, compute_dtype
-            )
+                rollout, rewards, cand.group_size, lr, critic_lr * factor, step, compute_dtype,
+                ready.behaviour, epochs,
+            )  # fmt: skip
         else:
-            stats = learner.update(rollout, rewards, cand.group_size, lr, step, compute_dtype)
+            stats = learner.update(
+                rollout, rewards, cand.group_size, lr, step, compute_dtype, ready.behaviour, epochs
+            )
         _sync(lm)
         train_s = time.perf_counter() - t0 - stats.ref_s
         other_s += stats.ref_s
@@ -192,6 +241,8 @@ def _train(spec: RunSpec) -> Iterator[StepRecord]:
             "response_len": float(lengths.float().mean()),
             "clip_frac": stats.clip_frac,
         }
+        if k > 0:  # the policy lag this batch was trained at (less than k while the queue fills)
+            metrics["staleness"] = float(step - 1 - ready.version)
         if stats.kl is not None:
             metrics["kl"] = stats.kl
         if stats.value_loss is not None:
