@@ -28,6 +28,17 @@ from pathlib import Path
 from batchtune.errors import InputError
 from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, as_number, build_run
 
+
+def read_log_text(path: Path) -> str:
+    """A log file's text: a missing path, and one that is no regular file (a FIFO would block
+    forever), are told apart; a UTF-8 byte-order mark (Excel's CSV) is dropped."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if not path.is_file():
+        raise InputError(f"{path} is not a regular file (a folder, pipe or device): give a log file")
+    return path.read_text(encoding="utf-8-sig")
+
+
 COLUMNS: dict[str, str] = {
     "run": "run",
     "prompts": "prompts",
@@ -124,9 +135,7 @@ def read_table(
             f"{path} is a folder: give the log file in it (folders are read with --format verl, trl "
             "or tensorboard)"
         )
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    text = path.read_text()
+    text = read_log_text(path)
     if not text.strip():
         raise InputError(f"{path} is empty: expected a header line and one row per step")
     header, rows = (_rows_csv if fmt == "csv" else _rows_jsonl)(path, text, partial)

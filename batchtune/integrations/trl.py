@@ -38,6 +38,7 @@ from batchtune.integrations.emit_base import (
     micro_note,
     unfit_hint,
 )
+from batchtune.integrations.logs_generic import read_log_text
 
 TRL_KEYS = LogKeys(
     # (TensorBoard and W&B: transformers' rewrite_logs writes eval_x as eval/x and x as train/x)
@@ -121,7 +122,7 @@ def read_trl_state(path: str | Path, info: RunInfo, keys: LogKeys | None = None)
     """Read one run from a transformers/TRL ``trainer_state.json`` (or a folder holding one)."""
     state_path = find_trainer_state(path)
     try:
-        state = json.loads(state_path.read_text())
+        state = json.loads(read_log_text(state_path))
     except json.JSONDecodeError as exc:
         raise InputError(f"{state_path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     history = state.get("log_history") if isinstance(state, dict) else None

@@ -34,6 +34,7 @@ from batchtune.integrations.emit_base import (
     micro_note,
     unfit_hint,
 )
+from batchtune.integrations.logs_generic import read_log_text
 
 VERL_KEYS = LogKeys(
     metrics={
@@ -56,9 +57,7 @@ def read_verl(
     """Read one run from verl's JSONL file logger. ``info`` must give prompts (data.train_batch_size)
     and group_size (actor_rollout_ref.rollout.n); the LR comes from ``actor/lr`` when logged."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    lines = path.read_text().split("\n")
+    lines = read_log_text(path).split("\n")
     if partial and lines and lines[-1].strip():
         lines = lines[:-1]
     entries = []

@@ -27,6 +27,7 @@ from batchtune.integrations.common import (
     merge_by_step,
     merge_keys,
 )
+from batchtune.integrations.logs_generic import read_log_text
 from batchtune.integrations.openrlhf import OPENRLHF_KEYS
 from batchtune.integrations.trl import TRL_KEYS
 from batchtune.integrations.verl import VERL_KEYS
@@ -47,9 +48,7 @@ def _is_metric(col: str) -> bool:
 def read_wandb_csv(path: str | Path, info: RunInfo, keys: LogKeys | None = None) -> list[ImportedRun]:
     """Read a W&B CSV export (either shape); ``info`` gives prompts and group_size per step."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    reader = csv.reader(io.StringIO(path.read_text()))
+    reader = csv.reader(io.StringIO(read_log_text(path)))
     try:
         header = [h.strip() for h in next(reader)]
     except StopIteration:

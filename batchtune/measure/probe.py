@@ -286,6 +286,8 @@ def load_run_data(store: ResultsStore) -> list[RunData]:
 
 
 def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None) -> SampleEfficiency:
+    if store.runs_dir.exists() and not store.runs_dir.is_dir():
+        raise InputError(f"{store.runs_dir} is a file, not the runs folder: move it away")
     runs = load_run_data(store)
     if not runs:
         branched = store.root / "branched"  # measure.branched's store: its runs are read in that mode

@@ -5,6 +5,7 @@ that fit the algorithm). Every problem is returned, so they are reported togethe
 from __future__ import annotations
 
 import math
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ def check_recipe(recipe: Recipe) -> list[str]:
         errors.append("target.confidence: must lie between 0 and 1")
     if not recipe.budget.seeds:
         errors.append("budget.seeds: needs at least one seed")
+    elif len(set(recipe.budget.seeds)) < len(recipe.budget.seeds):
+        dup = sorted({s for s in recipe.budget.seeds if recipe.budget.seeds.count(s) > 1})
+        errors.append(f"budget.seeds: {dup} repeated: a seed reruns the same run, give distinct seeds")
     if recipe.budget.max_extra_seeds < 0:
         errors.append("budget.max_extra_seeds: must be >= 0 (0 = no sequential seeding)")
     if recipe.budget.max_samples <= 0:
@@ -85,6 +89,8 @@ def check_recipe(recipe: Recipe) -> list[str]:
     if recipe.study.pretrain:
         errors.extend(_check_pretrain(recipe))
     errors.extend(_check_model_and_task(recipe))
+    if recipe.task.reward:
+        errors.extend(reward_problems(recipe.task.reward))
     if not recipe.run.results_dir.strip():
         errors.append("run.results_dir: must name a directory (empty would write into the current one)")
     return errors
@@ -158,3 +164,23 @@ def _check_pretrain(recipe: Recipe) -> list[str]:
     if recipe.study.branched:
         errors.extend(_check_pretrain_branches(recipe))
     return errors
+
+
+def reward_problems(spec: str) -> list[str]:
+    """task.reward names the user's own function, imported as ``module:function`` and called as
+    f(prompt, response, answer). A standard-library or builtin module (``os:system``,
+    ``subprocess:call``) or a private name is refused: such a name would run commands, not score."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        return []  # said, with an example, where the reward is imported
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins":
+        return [
+            f"task.reward: {spec!r} names the standard-library module {top!r}; a reward must be your own "
+            "function (module:function in your code, on PYTHONPATH), since a library function such as "
+            "os:system would be called with the responses as arguments"
+        ]
+    names = [attr, *module.split(".")]
+    if attr.startswith("_") or not all(n.isidentifier() for n in names):
+        return [f"task.reward: {spec!r}: the module and function must be public Python names (no leading _)"]
+    return []

@@ -80,6 +80,13 @@ def _build(cls: Any, data: dict[str, Any], prefix: str, errors: list[str]) -> An
         path = f"{prefix}.{key}" if prefix else key
         if key not in names:
             known = ", ".join(sorted(names))
+            section, _, rest = key.partition(".")
+            if not prefix and rest and section in names:  # "optimizer.lr" = 1: one quoted key
+                errors.append(
+                    f'"{key}": a quoted key is one name, not a path; write {key} = ... unquoted, or '
+                    f"{rest} = ... under [{section}]"
+                )
+                continue
             errors.append(f"{path}: unknown key (known here: {known})")
             continue
         converted = _convert(value, hints[key], path, errors)
@@ -99,6 +106,8 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
         raise RecipeError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optimizer.lr=3e-4")
     key, raw = item.split("=", 1)
     key = key.strip()
+    if "\n" in raw or "\r" in raw:  # one TOML value, never extra lines smuggled after it
+        raise RecipeError(f"--set {key}: the value spans lines; give one value on one line")
     if not key:
         raise RecipeError(f"--set {item!r}: empty key")
     try:
@@ -140,7 +149,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     if path is not None:
         p = resolve_recipe_path(str(path))
         try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
+            data = tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a BOM (Excel, Notepad) is fine
         except tomllib.TOMLDecodeError as exc:
             raise RecipeError(f"{p} is not valid TOML: {exc}") from None
         except UnicodeDecodeError:
@@ -215,6 +224,8 @@ def resolve_recipe_path(arg: str | None) -> Path:
     path = Path(name)
     if path.is_file():
         return path
+    if path.exists():
+        raise RecipeError(f"recipe {name!r} is not a regular file (a directory, pipe or device)")
     shipped = shipped_recipes()
     key = path.stem if path.suffix == ".toml" else name
     if key in shipped and (arg is None or path.parent == Path(".") or path.parent.name == "recipes"):

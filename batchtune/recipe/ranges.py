@@ -85,7 +85,7 @@ RANGES: dict[str, Range] = {
     "optimizer.beta2": Range(0, 1, open_hi=True),
     "optimizer.eps": Range(0, 1, open_lo=True),
     "optimizer.weight_decay": Range(0, 100),
-    "optimizer.grad_clip": ANY,  # <= 0: no clipping
+    "optimizer.grad_clip": Range(0, 1e6, why="(0: no clipping)"),
     "optimizer.warmup_samples": NONNEG,
     "lr_scaling.reference_batch": Range(0, BIG, why="(0: the smallest candidate)"),
     "lr_scaling.table": Range(0, 100, open_lo=True),
@@ -94,7 +94,7 @@ RANGES: dict[str, Range] = {
     "candidates.group_sweep_total": Range(0, 1 << 30),
     "candidates.group_sweep_sizes": _size(1 << 16),
     "candidates.fixed_lr_prompts": _size(1 << 24),
-    "target.value": ANY,
+    "target.value": Range(-1e9, 1e9, why="(a metric value, e.g. a reward in [0, 1] or a loss)"),
     "target.tolerance": Range(0, 10, open_lo=True, why="(about 0.1: R(B)/R(B0) <= 1 + tolerance)"),
     "target.ema_alpha": Range(0, 1, open_lo=True),
     "target.confidence": Range(0, 1, open_lo=True, open_hi=True),

@@ -87,7 +87,7 @@ class OptimizerConfig:
     beta2: float = 0.999
     eps: float = 1e-8
     weight_decay: float = 0.0
-    grad_clip: float = 1.0  # on the global norm (<= 0: no clipping); the pre-clip norm is logged
+    grad_clip: float = 1.0  # on the global norm (0: no clipping); the pre-clip norm is logged
     warmup_samples: int = 0  # linear warmup measured in samples, the same at every batch
 
 

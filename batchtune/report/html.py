@@ -11,6 +11,7 @@ import base64
 import html
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,19 +166,26 @@ def to_html(title: str, subtitle: str, sections: list[Section]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _md(text: str) -> str:
+    """Text from run and metric names (an imported log's, anyone's) as inert Markdown: no HTML tags,
+    no line breaks that start a new block, no cell separators."""
+    tagless = re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text)  # "<script>" inert, "R/R0 <= 1.1" as it reads
+    return tagless.replace("\r", " ").replace("\n", " ").replace("|", "\\|")
+
+
 def to_markdown(title: str, subtitle: str, sections: list[Section], image_root: Path) -> str:
     """Markdown for a pull request; images are linked relative to ``image_root`` (not embedded)."""
-    out = [f"# {title}", "", f"_{subtitle}_", ""]
+    out = [f"# {_md(title)}", "", f"_{_md(subtitle)}_", ""]
     for s in sections:
-        out += [f"## {s.title}", ""]
-        out += [p + "\n" for p in s.paragraphs]
+        out += [f"## {_md(s.title)}", ""]
+        out += [_md(p) + "\n" for p in s.paragraphs]
         if s.table:
             head, *rows = s.table
-            out.append("| " + " | ".join(head) + " |")
+            out.append("| " + " | ".join(_md(h) for h in head) + " |")
             out.append("|" + "|".join("---" for _ in head) + "|")
             for i, row in enumerate(rows):
-                cells = [f"**{v}**" if i == s.winner_row and v else v for v in row]
-                out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+                cells = [f"**{_md(v)}**" if i == s.winner_row and v else _md(v) for v in row]
+                out.append("| " + " | ".join(cells) + " |")
             out.append("")
         for p in s.images:
             rel = Path(os.path.relpath(p.resolve(), Path(image_root).resolve()))  # from report.md's folder

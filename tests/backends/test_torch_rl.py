@@ -304,7 +304,7 @@ def test_a_saved_pretrained_model_runs_without_warm_start(results, tmp_path, alg
     [
         ("no_colon", "module:function"),
         ("no_such_module_xyz:f", "cannot import"),
-        ("json:nope", "no function"),
+        ("batchtune.codec:nope", "no function"),
     ],
 )
 def test_jsonl_bad_reward_is_a_clear_error(results, tmp_path, reward, match):
