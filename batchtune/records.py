@@ -22,6 +22,7 @@ import dataclasses
 import fcntl
 import functools
 import glob
+import math
 import os
 import re
 import time
@@ -165,6 +166,8 @@ class ThroughputPoint:
     hardware: str = ""
     message: str = ""
     profile_id: str = ""
+    other_cores: float = math.nan  # CPU cores other processes kept busy while timed (NaN: unknown)
+    cpu_cores: int = 0  # the machine's CPU cores (0: not recorded)
 
 
 @dataclass(frozen=True)

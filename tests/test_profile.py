@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import time
+from pathlib import Path
 
 import pytest
 
@@ -255,3 +259,103 @@ def test_grace_superchips_are_not_mistaken_for_h200():
 
     assert known_hardware_for_device("NVIDIA H200") == "H200"
     assert known_hardware_for_device("NVIDIA GH200 480GB") is None
+
+
+def test_repeats_are_interleaved_across_the_grid(tmp_path, fake):
+    """Pass 0 climbs (warm-up + first repeat), later passes sweep down then up: a load that comes or
+    goes mid-profile spreads over every point instead of bending the curve between neighbours."""
+    sweep = [
+        "generation.backend=simulated",
+        "generation.modes=['fixed']",
+        "generation.concurrency=[1, 2, 4]",
+        "generation.train_batches=[4]",
+        "generation.warmup=1",
+        "generation.repeats=3",
+    ]
+    seen: list[tuple[int, int]] = []
+    run_profile(load_recipe(None, sweep), ResultsStore(tmp_path), lambda d, t, _: seen.append((d, t)))
+    assert fake.calls == [1, 1, 2, 2, 4, 4, 4, 2, 1, 1, 2, 4]
+    assert seen[-1][0] == seen[-1][1] == (1 + 3) * (3 + 1)
+
+
+def test_a_failure_in_a_later_pass_ends_the_sweep_there(tmp_path, fake, monkeypatch):
+    class FailsOnSecondCall(FakeGeneration):
+        tries: dict[int, int] = {}
+
+        def generate(self, request):
+            n = self.tries[request.concurrency] = self.tries.get(request.concurrency, 0) + 1
+            if request.concurrency == 4 and n == 3:  # warm-up, pass 0, then the first later pass
+                raise RunFailed("failed", "fake engine crashed late")
+            return super().generate(request)
+
+    monkeypatch.setitem(GENERATION_BACKENDS, "simulated", f"{__name__}:FailsOnSecondCall")
+    globals()["FailsOnSecondCall"] = FailsOnSecondCall
+    sweep = [*FAKE_SWEEP[:1], "generation.modes=['fixed']", "generation.concurrency=[2, 4, 8]",
+             "generation.train_batches=[4]", "generation.warmup=1", "generation.repeats=3"]  # fmt: skip
+    seen: list[tuple[int, int]] = []
+    recipe = load_recipe(None, sweep)
+    result = run_profile(recipe, ResultsStore(tmp_path), lambda d, t, _: seen.append((d, t)))
+    points = result.modes["fixed"].points
+    assert [(p.concurrency, p.status) for p in points] == [(2, "ok"), (4, "failed")]  # 8 lies above it
+    assert seen[-1][0] == seen[-1][1]  # the bar still ends full
+
+
+class SleepyGeneration(FakeGeneration):
+    """The FAKE backend, each call taking 0.3 s of wall time (asleep: this process adds no load)."""
+
+    def generate(self, request):
+        time.sleep(0.3)
+        return super().generate(request)
+
+
+def test_points_record_what_other_processes_did_meanwhile(tmp_path, fake, monkeypatch):
+    """A process outside this one's tree spinning on a core during the sweep is seen as >= 0.5 core."""
+    import subprocess
+    import sys
+
+    if not Path("/proc/stat").exists():
+        pytest.skip("the contention meter reads /proc")
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 20: pass\n"
+    # started by a shell that exits at once: the spinner is re-parented, not a child of this process
+    line = f'{sys.executable} -c "$0" >/dev/null 2>&1 & echo $!'
+    out = subprocess.run(["sh", "-c", line, spin], capture_output=True, text=True)
+    pid = int(out.stdout.strip())
+    try:
+        slow = [*FAKE_SWEEP[:1], "generation.modes=['fixed']", "generation.concurrency=[1, 2]",
+                "generation.train_batches=[4]", "generation.warmup=0", "generation.repeats=2"]  # fmt: skip
+        monkeypatch.setitem(GENERATION_BACKENDS, "simulated", f"{__name__}:SleepyGeneration")
+        result = run_profile(load_recipe(None, slow), ResultsStore(tmp_path))
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    pts = result.modes["fixed"].points
+    assert all(p.other_cores >= 0.5 and p.cpu_cores >= 1 for p in pts)
+
+
+def test_a_contended_profile_warns_in_every_ranking_made_from_it(tmp_path, fake):
+    """The recorded load travels with the points: analysis from disk alone flags the profile, and the
+    throughput model carries the warning into the recommendation's evidence."""
+    import dataclasses as dc
+
+    from batchtune.analysis.profile import contention_note, is_contended
+    from batchtune.analysis.recommend import throughput_from_profile
+
+    recipe = load_recipe(None, FAKE_SWEEP)
+    store = ResultsStore(tmp_path)
+    run_profile(recipe, store)
+    quiet = [dc.replace(p, other_cores=0.1, cpu_cores=2) for p in store.throughput()]
+    busy = [dc.replace(p, other_cores=1.6, cpu_cores=2) for p in store.throughput()]
+    info = store.model_info(quiet[-1].profile_id)
+    assert analyse_throughput(quiet, recipe, model_info=info).contention_note is None
+    loaded = analyse_throughput(busy, recipe, model_info=info)
+    assert loaded.other_cores == pytest.approx(1.6) and "1.6 of 2 CPU cores" in loaded.contention_note
+    assert loaded.to_dict()["contended"] is True
+    old = [dc.replace(p, other_cores=math.nan, cpu_cores=0) for p in store.throughput()]  # older records
+    assert analyse_throughput(old, recipe, model_info=info).contention_note is None
+    assert not is_contended(math.nan, 2) and not is_contended(0.4, 2) and is_contended(0.5, 2)
+    assert is_contended(4.0, 16) and not is_contended(3.9, 16) and contention_note(0.1, 2) is None
+
+    class Cand:
+        label, batch_responses = "P2xG8", 16
+
+    model = throughput_from_profile(loaded, [Cand()], 0.0)  # type: ignore[list-item]
+    assert model is not None and model.caveats == (loaded.contention_note,)

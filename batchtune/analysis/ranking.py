@@ -88,6 +88,10 @@ class Ranking:
     regret_high: float = 1.0
     regret_against: str | None = None
 
+    def expected_ratio(self, cand: RankedCandidate) -> float:
+        """``cand``'s expected time over the reference's median time: the statistic the rank orders by."""
+        return cand.expected_time_s / self.by_name(self.reference).time_to_target_s
+
     def by_name(self, name: str) -> RankedCandidate:
         for cand in self.candidates:
             if cand.name == name:
@@ -150,16 +154,19 @@ def rank_time_to_target(
     confidence: float = 0.9,
     open_margin: float = 0.0,
     noun: str = "responses",
+    tie_margin: float = 0.0,
 ) -> Ranking:
     """Rank candidates by expected ``T = R / Θ`` (module doc); censored candidates (``R = inf``) rank last.
 
     ``confidence`` is that of the ``samples_ci`` intervals; a candidate whose interval is open above
     ranks at its point times ``1 + open_margin`` (the recipe's tolerance, module doc). Ties go to
-    the smaller batch (it costs less memory and probes faster). Censored candidates are ordered
-    among themselves by the lower bound of their time (``ci_low / Θ``), the one that could still be
-    fastest first. ``samples_ci_low`` of a censored run is the
-    samples it consumed without reaching the target (a lower bound), its ``ci_high`` inf. ``noun``:
-    what a sample is in the reason's words ("tokens" for pre-training).
+    the smaller batch (it costs less memory and probes faster), and so do near-ties: candidates whose
+    expected time is within ``1 + tie_margin`` of the fastest expected time rank among themselves by
+    batch, smallest first (throughput noise of a few % must not flip the pick). Censored candidates
+    are ordered among themselves by the lower bound of their time (``ci_low / Θ``), the one that
+    could still be fastest first. ``samples_ci_low`` of a censored run is the samples it consumed
+    without reaching the target (a lower bound), its ``ci_high`` inf. ``noun``: what a sample is
+    in the reason's words ("tokens" for pre-training).
     The reference must have reached the target: every ratio is relative to it.
     """
     names = [str(n) for n in names]
@@ -220,16 +227,29 @@ def rank_time_to_target(
             )
         )
 
+    finite = [rows[i]["expected_time_s"] for i in range(n) if not math.isinf(r[i])]
+    near = min(finite) * (1.0 + tie_margin) if finite else math.inf
+
     def order(i: int) -> tuple:
         censored = math.isinf(r[i])
         t = rows[i]["time_ci_s"][0] if censored else rows[i]["expected_time_s"]
-        return (censored, t, batch[i], names[i])
+        if not censored and t <= near:  # a near-tie of the fastest: the smaller batch first
+            return (False, 0, batch[i], t, names[i])
+        return (censored, 1, t, batch[i], names[i])
 
     ranked = tuple(RankedCandidate(rank=k + 1, **rows[i]) for k, i in enumerate(sorted(range(n), key=order)))
     winner = ranked[0]
     if winner.censored:  # unreachable: the reference is finite; kept as an internal invariant
         raise AssertionError("a censored candidate ranked first")
     reason = _reason(ranked, winner, halfwidths, names, noun)
+    quicker = [c for c in ranked if not c.censored and c.expected_time_s < winner.expected_time_s]
+    if quicker:  # the tie rule decided: say so, with the figures
+        q = min(quicker, key=lambda c: c.expected_time_s)
+        reason += (
+            f" {q.name}'s expected time is {q.expected_time_s / winner.expected_time_s:.3f}x the winner's, "
+            f"within the {tie_margin:.0%} tie margin: near-ties go to the smaller batch, so that noise in "
+            "the throughput profile cannot flip the pick."
+        )
     high, against = regret_bound(ranked, winner, halfwidths, names)
     return Ranking(
         candidates=ranked,

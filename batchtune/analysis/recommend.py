@@ -40,6 +40,7 @@ class ThroughputModel:
     knee: Knee | None = None  # the critical generation batch, when a profile exists
     mode: str = ""  # generation mode the prediction used (eos or fixed)
     notes: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()  # why its times may not be the machine's (a contended profile)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,9 @@ def throughput_from_profile(
             f"batches above {int(c_max)} responses are generated in waves of {int(c_max)} "
             "(the largest measured concurrency)"
         )
-    return ThroughputModel("profile", True, per, m.knee, mode, tuple(notes))
+    contended = profile.contention_note
+    caveats = () if contended is None else (contended,)
+    return ThroughputModel("profile", True, per, m.knee, mode, tuple(notes), caveats)
 
 
 def contention_note(parallel_runs: Mapping[str, int], *, profile: bool = True) -> str:
@@ -144,6 +147,12 @@ def throughput_from_probe(
     return ThroughputModel("probe timings, each run alone" if alone else "probe timings", True, per)
 
 
+# candidates whose expected time-to-target is within this fraction of the fastest rank by batch, the
+# smallest first: two profiles of one machine differ by a few % with its load (the default tune picked
+# P4xG8 on a loaded box and P8xG8 on a quiet one, 0.68 vs 0.67 of the reference's time)
+TIE_MARGIN = 0.03
+
+
 def recommend(
     efficiency: SampleEfficiency,
     throughput: ThroughputModel,
@@ -183,6 +192,7 @@ def recommend(
         confidence=ref_est.confidence,
         open_margin=efficiency.tolerance,
         noun=efficiency.batch_noun,
+        tie_margin=TIE_MARGIN,
     )
     winner = efficiency.get(ranking.winner)
     wt = throughput.per_candidate[winner.label]
@@ -206,7 +216,7 @@ def recommend(
         winner_throughput=wt,
         confirm=_confirm_text(efficiency, winner, wt, throughput.absolute),
         notes=tuple(notes),
-        evidence=(*weak_evidence(winner, ranked, unmeasured), *caveats),
+        evidence=(*weak_evidence(winner, ranked, unmeasured), *caveats, *throughput.caveats),
     )
 
 

@@ -20,6 +20,7 @@ import math
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from batchtune.analysis.profile import (
 from batchtune.backends.spec import GenRequest, ModelInfo, OutOfMemory, RunFailed
 from batchtune.errors import BackendError
 from batchtune.events import SweepProgress
+from batchtune.measure import contention
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore, ThroughputPoint
 
@@ -157,21 +159,11 @@ def run_profile(recipe: Recipe, store: ResultsStore, progress: ProgressFn | None
             "model": recipe.model.name,
             "hardware": device,
             "profile_id": profile_id,
+            "cpu_cores": contention.cpu_count(),
         }
         for mode in g.modes:
-            for i, c in enumerate(concurrencies):
-                point = _measure_generation(backend, recipe, mode, c, common, prog)
-                points.append(point)
-                if point.status != "ok":
-                    prog.step(f"{mode}: stopped at concurrency {c}", calls * (len(concurrencies) - i - 1))
-                    break
-        seq_tokens = g.prompt_tokens + g.max_new_tokens
-        for i, n in enumerate(train_batches):
-            point = _measure_training(backend, recipe, n, seq_tokens, common, prog)
-            points.append(point)
-            if point.status != "ok":
-                prog.step(f"train: stopped at batch {n}", calls * (len(train_batches) - i - 1))
-                break
+            points += _sweep_generation(backend, recipe, mode, concurrencies, common, prog)
+        points += _sweep_training(backend, recipe, train_batches, common, prog)
     finally:
         try:
             backend.close()
@@ -187,63 +179,141 @@ def _failed_point(exc: RunFailed, **fields: Any) -> ThroughputPoint:
     return ThroughputPoint(status=status, message=exc.message, **fields)
 
 
-def _measure_generation(
-    backend: Any, recipe: Recipe, mode: str, c: int, common: dict[str, Any], prog: _Progress
-) -> ThroughputPoint:
+@dataclass
+class _Sweep:
+    """Timed results per grid point, the other processes' load over them, and the first failure."""
+
+    results: dict[int, list[Any]] = field(default_factory=dict)
+    other_core_s: dict[int, float] = field(default_factory=dict)
+    timed_s: dict[int, float] = field(default_factory=dict)
+    failed: tuple[int, RunFailed] | None = None
+
+    def other_cores(self, key: int) -> float:
+        t = self.timed_s.get(key, 0.0)
+        return self.other_core_s.get(key, math.nan) / t if t > 0 else math.nan
+
+
+def _interleaved(
+    keys: list[int], warmup: int, repeats: int, once: Callable[[int, int], Any], what: str, prog: _Progress
+) -> _Sweep:
+    """Measure every key ``warmup`` + ``repeats`` times, the repeats interleaved across the keys.
+
+    Pass 0 climbs the grid (warm-up calls, then the first timed call at each key): the first failure
+    there is the ceiling and ends the sweep. The other repeats sweep the measured keys down, then up,
+    one timed call per key per pass, so a load that comes or goes during the sweep spreads over every
+    point instead of bending the curve (a knee) between neighbours. A failure in a later pass ends
+    the sweep at that key too. ``once(key, call_index)`` runs one call; its result is kept.
+    """
+    sweep = _Sweep()
+    budget, used = (warmup + repeats) * len(keys), 0
+
+    def step(description: str) -> None:
+        nonlocal used
+        used += 1
+        prog.step(description)
+
+    def timed(key: int, k: int) -> None:
+        before = contention.read()
+        result = once(key, k)
+        cores, dt = contention.other_cores(before), time.perf_counter() - before.wall
+        sweep.results.setdefault(key, []).append(result)
+        if math.isfinite(cores):
+            sweep.other_core_s[key] = sweep.other_core_s.get(key, 0.0) + cores * dt
+            sweep.timed_s[key] = sweep.timed_s.get(key, 0.0) + dt
+
+    def stop(key: int, exc: RunFailed) -> _Sweep:
+        sweep.failed = (key, exc)
+        for above in [m for m in sweep.results if m >= key]:  # the ceiling: nothing above it counts
+            del sweep.results[above]
+        prog.step(f"{what}: stopped at {key} ({exc.status})", budget - used)
+        return sweep
+
+    measured: list[int] = []
+    for key in keys:
+        try:
+            for k in range(warmup):
+                once(key, k)
+                step(f"{what} {key} (warm-up)")
+            timed(key, warmup)
+        except RunFailed as exc:
+            return stop(key, exc)
+        step(f"{what} {key} (repeat 1/{repeats})")
+        measured.append(key)
+    for r in range(1, repeats):
+        for key in measured[::-1] if r % 2 else measured:
+            try:
+                timed(key, warmup + r)
+            except RunFailed as exc:
+                return stop(key, exc)
+            step(f"{what} {key} (repeat {r + 1}/{repeats})")
+    return sweep
+
+
+def _sweep_generation(
+    backend: Any, recipe: Recipe, mode: str, concurrencies: list[int], common: dict[str, Any], prog: _Progress
+) -> list[ThroughputPoint]:
     g = recipe.generation
-    fields = dict(
-        common,
-        kind="generation",
-        mode=mode,
-        concurrency=c,
-        prompt_tokens=g.prompt_tokens,
-        max_new_tokens=g.max_new_tokens,
+
+    def fields(c: int) -> dict[str, Any]:
+        return dict(
+            common,
+            kind="generation",
+            mode=mode,
+            concurrency=c,
+            prompt_tokens=g.prompt_tokens,
+            max_new_tokens=g.max_new_tokens,
+        )
+
+    def once(c: int, k: int) -> Any:
+        group = group_size_for(c, recipe.candidates.group_size)
+        req = GenRequest(c, group, g.prompt_tokens, g.max_new_tokens, mode, seed=g.seed * 100_003 + k)
+        return backend.generate(req)
+
+    sweep = _interleaved(concurrencies, g.warmup, g.repeats, once, f"{mode}: concurrency", prog)
+    points = [
+        _summarise(res, other_cores=sweep.other_cores(c), **fields(c))
+        for c, res in sorted(sweep.results.items())
+    ]
+    if sweep.failed is not None:
+        c, exc = sweep.failed
+        points.append(_failed_point(exc, **fields(c)))
+    return points
+
+
+def _sweep_training(
+    backend: Any, recipe: Recipe, batches: list[int], common: dict[str, Any], prog: _Progress
+) -> list[ThroughputPoint]:
+    g = recipe.generation
+    seq_tokens = g.prompt_tokens + g.max_new_tokens
+
+    def fields(n: int) -> dict[str, Any]:
+        return dict(
+            common,
+            kind="training",
+            mode="train",
+            concurrency=n,
+            prompt_tokens=g.prompt_tokens,
+            max_new_tokens=g.max_new_tokens,
+        )
+
+    sweep = _interleaved(
+        batches, g.warmup, g.repeats, lambda n, k: backend.train_step_s(n, seq_tokens), "train: batch", prog
     )
-    group = group_size_for(c, recipe.candidates.group_size)
-    results = []
-    try:
-        for k in range(g.warmup + g.repeats):
-            req = GenRequest(c, group, g.prompt_tokens, g.max_new_tokens, mode, seed=g.seed * 100_003 + k)
-            res = backend.generate(req)
-            warm = k < g.warmup
-            if not warm:
-                results.append(res)
-            prog.step(
-                f"{mode}: concurrency {c} ({'warm-up' if warm else f'repeat {k - g.warmup + 1}/{g.repeats}'})"
+    points = []
+    for n, times in sorted(sweep.results.items()):
+        median = statistics.median(times)
+        points.append(
+            ThroughputPoint(
+                responses_per_s=n / median,
+                output_tokens_per_s=n * seq_tokens / median,  # tokens trained per second
+                step_latency_s=median,
+                step_latency_spread_s=(max(times) - min(times)) / 2.0,
+                repeats=len(times),
+                other_cores=sweep.other_cores(n),
+                **fields(n),
             )
-    except RunFailed as exc:
-        prog.step(f"{mode}: concurrency {c} {exc.status}", 0)
-        return _failed_point(exc, **fields)
-    return _summarise(results, **fields)
-
-
-def _measure_training(
-    backend: Any, recipe: Recipe, n: int, seq_tokens: int, common: dict[str, Any], prog: _Progress
-) -> ThroughputPoint:
-    g = recipe.generation
-    fields = dict(
-        common,
-        kind="training",
-        mode="train",
-        concurrency=n,
-        prompt_tokens=g.prompt_tokens,
-        max_new_tokens=g.max_new_tokens,
-    )
-    times = []
-    try:
-        for k in range(g.warmup + g.repeats):
-            t = backend.train_step_s(n, seq_tokens)
-            if k >= g.warmup:
-                times.append(t)
-            prog.step(f"train: batch {n}")
-    except RunFailed as exc:
-        return _failed_point(exc, **fields)
-    median = statistics.median(times)
-    return ThroughputPoint(
-        responses_per_s=n / median,
-        output_tokens_per_s=n * seq_tokens / median,  # tokens trained per second
-        step_latency_s=median,
-        step_latency_spread_s=(max(times) - min(times)) / 2.0,
-        repeats=len(times),
-        **fields,
-    )
+        )
+    if sweep.failed is not None:
+        n, exc = sweep.failed
+        points.append(_failed_point(exc, **fields(n)))
+    return points

@@ -73,6 +73,7 @@ def ranking_rows(rec: Any) -> tuple[tuple[str, ...], ...]:
             f"Θ {rec.efficiency.rate_unit}" if thr.absolute else "Θ/Θ0",
             "T/T0",
             "T/T0 interval",
+            "E[T]/T0 (ranks)",
         )
     ]
     for r in rec.ranking.candidates:
@@ -85,6 +86,7 @@ def ranking_rows(rec: Any) -> tuple[tuple[str, ...], ...]:
                 fmt_n(r.responses_per_s if thr.absolute else r.throughput_ratio),
                 f"{r.time_ratio:.2f}" if math.isfinite(r.time_ratio) else "never",
                 fmt_ci(*r.time_ratio_ci) or "-",
+                "never" if r.censored else f"{rec.ranking.expected_ratio(r):.3f}",
             )
         )
     return tuple(rows)

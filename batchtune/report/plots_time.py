@@ -45,6 +45,8 @@ def plot_time_to_target(rec: Any, path: Path) -> Path:
             ax.annotate("", (x, top), (x, top / 1.25), arrowprops={"arrowstyle": "->", "color": "tab:red"})
             ax.plot([x], [top / 1.25], "v", color="tab:red", ms=6, label=label)
             first["never"] = False
+    expected = [(r.batch_responses, rec.ranking.expected_ratio(r)) for r in finite]
+    ax.plot(*zip(*expected, strict=True), "x", color="black", ms=7, label="expected T/T0 (ranks; see table)")
     w = rec.ranking.by_name(rec.ranking.winner)
     if math.isfinite(w.time_ratio):
         ax.plot([w.batch_responses], [w.time_ratio], "*", color="gold", mec="black", ms=16, zorder=5)

@@ -17,6 +17,9 @@ def render_profile(console: Console, result: Any) -> None:
         f"{result.model_info.name if result.model_info else result.model}, "
         f"roofline hardware: {hw}, {result.wall_s:.1f} s"
     )
+    note = getattr(result, "contention_note", None)
+    if note:
+        console.print(f"[yellow]Contended:[/] {note}", highlight=False)
     for name, mode in result.modes.items():
         bound = {rp.concurrency: rp for rp in mode.roofline}
         title = "fixed length (EOS ignored)" if name == "fixed" else "real stopping (long-tailed lengths)"

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from batchtune.analysis.curves import MEDIAN
 from batchtune.analysis.efficiency import SampleEfficiency
-from batchtune.analysis.recommend import Recommendation, how_sure, weak_advice
+from batchtune.analysis.ranking import RankedCandidate
+from batchtune.analysis.recommend import TIE_MARGIN, Recommendation, how_sure, weak_advice
 from batchtune.report.json import cost_ratio_range
 
 STATUS_STYLE = {
@@ -151,18 +152,25 @@ def render_efficiency(console: Console, eff: SampleEfficiency) -> None:
         console.print(line)
 
 
+# the rule the rank column follows, printed under the table it orders
+RANK_RULE = (
+    f"rank: by E[T]/T0, the expected time given the skew of the seeds' interval (T/T0 is the median); "
+    f"within {TIE_MARGIN:.0%} of the lowest E[T]/T0 the smaller batch ranks first"
+)
+
+
+def _expected(rec: Recommendation, r: RankedCandidate) -> str:
+    if r.censored:
+        return "never"
+    return f"{rec.ranking.expected_ratio(r):.3f}"
+
+
 def recommendation_table(rec: Recommendation) -> Table:
     thr = rec.throughput
     unit = rec.efficiency.rate_unit if thr.absolute else "x ref"
     table = Table(title=f"Predicted time-to-target (throughput from {thr.source})")
-    by_rank = sorted(rec.ranking.candidates, key=lambda r: r.rank)
-    points = [r.time_ratio for r in by_rank]
-    if points != sorted(points):  # the rank reads the interval too: say so where the column disagrees
-        table.caption = (
-            "rank: by expected time, T/T0 moved by the skew of its interval (expected_time_ratio in "
-            "--json; docs/analysis-system-efficiency.md)"
-        )
-    cols = ["rank", "candidate", "N", "R", "R/R0 of R", f"Θ {unit}", "Θ/Θ0", "T/T0", "T/T0 CI"]
+    table.caption = RANK_RULE
+    cols = ["rank", "candidate", "N", "R", "R/R0 of R", f"Θ {unit}", "Θ/Θ0", "T/T0", "T/T0 CI", "E[T]/T0"]
     if thr.absolute:
         cols.insert(7, "T")
     cols.append("s/step gen+train+other")
@@ -184,6 +192,7 @@ def recommendation_table(rec: Recommendation) -> Table:
             fmt_n(r.throughput_ratio),
             f"{r.time_ratio:.2f}" if math.isfinite(r.time_ratio) else "never",
             fmt_ci(*r.time_ratio_ci) or "-",
+            _expected(rec, r),
         ]
         if thr.absolute:
             row.insert(7, fmt_time(r.time_to_target_s))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -234,9 +235,16 @@ def throughput_for(
             else None
         )
         model = throughput_from_profile(profile, eff.candidates, other)
-        if model is not None:
+        if model is not None and profile is not None:
             where = points[-1].hardware or "this machine"
-            return dataclasses.replace(model, source=f"profile-gen on {where}, timed alone")
+            load = profile.other_cores
+            if model.caveats:
+                how = f"contended: other processes on {load:.1f} of {profile.cpu_cores} cores"
+            elif math.isfinite(load):
+                how = f"timed alone (other processes on {load:.1f} cores)"
+            else:
+                how = "timed alone"
+            return dataclasses.replace(model, source=f"profile-gen on {where}, {how}")
         if source == "profile":
             raise InputError(
                 f"{store.root} has no generation and training profile; run `batchtune profile-gen` first"
