@@ -1,0 +1,113 @@
+"""The pipeline time model (batchtune/analysis/pipeline.py): hand-computed cases, and the
+discrete-event simulation against the closed forms where both apply."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from batchtune.analysis.pipeline import (
+    closed_form_time,
+    min_staleness_bound,
+    predict_pipeline,
+    simulate_pipeline,
+    split_times,
+)
+from batchtune.errors import AnalysisError
+
+GEN_BOUND = dict(gen_time_s=10.0, train_time_s=4.0, sync_time_s=1.0)  # rollout is the slow side
+TRAIN_BOUND = dict(gen_time_s=3.0, train_time_s=8.0, sync_time_s=1.0)  # trainer is the slow side
+
+
+def test_sync_by_hand() -> None:
+    e = predict_pipeline("sync", batch_responses=64, **GEN_BOUND)
+    assert e.batch_time_s == e.step_time_s == 15.0  # 10 + 4 + 1
+    assert e.responses_per_s == pytest.approx(64 / 15)
+    assert e.rollout_idle_frac == pytest.approx(4 / 15)  # idle while training
+    assert e.trainer_idle_frac == pytest.approx(10 / 15)  # idle while generating
+    assert e.mean_staleness == 0.0
+
+
+def test_one_step_off_by_hand() -> None:
+    e = predict_pipeline("one_step_off", batch_responses=64, **GEN_BOUND)
+    assert e.batch_time_s == 11.0  # max(10, 4) + 1
+    assert e.trainer_idle_frac == pytest.approx(6 / 11) and e.rollout_idle_frac == 0.0
+    assert e.mean_staleness == 1.0
+    e2 = predict_pipeline("one_step_off", batch_responses=64, updates_per_batch=2, **TRAIN_BOUND)
+    assert e2.batch_time_s == 9.0 and e2.step_time_s == 4.5  # max(3, 8) + 1, two updates
+    assert e2.mean_staleness == 2.5  # lags 2 and 3
+
+
+def test_sync_with_reuse_has_in_batch_lag() -> None:
+    e = predict_pipeline("sync", batch_responses=8, updates_per_batch=4, **GEN_BOUND)
+    assert e.step_time_s == 15.0 / 4 and e.mean_staleness == 1.5  # lags 0, 1, 2, 3
+
+
+@pytest.mark.parametrize("times", [GEN_BOUND, TRAIN_BOUND])
+@pytest.mark.parametrize("u", [1, 2, 3])
+def test_simulation_meets_closed_forms(times: dict[str, float], u: int) -> None:
+    sync = simulate_pipeline(
+        batch_responses=16, staleness_bound=0, sync_every=u, updates_per_batch=u, **times
+    )
+    assert sync.batch_time_s == pytest.approx(closed_form_time("sync", **times))
+    assert sync.mean_staleness == pytest.approx((u - 1) / 2)
+    off = simulate_pipeline(
+        batch_responses=16, staleness_bound=u, in_flight_cap=1, sync_every=u, updates_per_batch=u, **times
+    )
+    assert off.batch_time_s == pytest.approx(closed_form_time("one_step_off", **times))
+    assert off.mean_staleness == pytest.approx(u + (u - 1) / 2)
+    for s in (1, 2, 4):
+        free = simulate_pipeline(
+            batch_responses=16,
+            staleness_bound=10**6,
+            in_flight_cap=4,
+            sync_every=s,
+            updates_per_batch=u,
+            **times,
+        )
+        want = closed_form_time("async", sync_every=s, updates_per_batch=u, **times)
+        assert free.batch_time_s == pytest.approx(want, rel=1e-9)
+
+
+def test_staleness_reached_by_hand() -> None:
+    # Trainer-bound, cap 3 batches: the rollout starts batch b+3 as the trainer takes b, with the
+    # weights of b updates, so every batch is 3 updates stale and the trainer never waits.
+    e = simulate_pipeline(batch_responses=16, staleness_bound=None, in_flight_cap=3, **TRAIN_BOUND)
+    assert e.mean_staleness == pytest.approx(3.0) and e.trainer_idle_frac == pytest.approx(0.0)
+    assert e.batch_time_s == pytest.approx(9.0)
+    # Rollout-bound: the trainer waits on every batch, so the lag stays 1 whatever the bound.
+    for k in (1, 5, 50):
+        g = simulate_pipeline(batch_responses=16, staleness_bound=k, **GEN_BOUND)
+        assert g.mean_staleness == pytest.approx(1.0) and g.batch_time_s == pytest.approx(11.0)
+    # Trainer-bound with a staleness bound and no cap: the rollout runs ahead up to the bound.
+    t = simulate_pipeline(batch_responses=16, staleness_bound=6, **TRAIN_BOUND)
+    assert t.mean_staleness == pytest.approx(6.0) and t.batch_time_s == pytest.approx(9.0)
+
+
+def test_a_binding_bound_costs_time() -> None:
+    # Equal sides with a sync: bound 0 serialises (sync), a larger cap overlaps.
+    times = dict(gen_time_s=5.0, train_time_s=5.0, sync_time_s=0.5)
+    slow = simulate_pipeline(batch_responses=8, staleness_bound=0, **times).batch_time_s
+    fast = simulate_pipeline(batch_responses=8, staleness_bound=2, **times).batch_time_s
+    assert slow == pytest.approx(10.5) and fast == pytest.approx(5.5)
+
+
+def test_bad_input_is_a_clear_error() -> None:
+    with pytest.raises(AnalysisError, match="deadlocks"):
+        simulate_pipeline(batch_responses=8, staleness_bound=0, sync_every=2, **GEN_BOUND)
+    assert min_staleness_bound(4, 2) == 2 and min_staleness_bound(3, 3) == 0
+    with pytest.raises(AnalysisError, match="unknown pipeline mode"):
+        predict_pipeline("ring", batch_responses=8, **GEN_BOUND)
+    with pytest.raises(AnalysisError, match="gen_time_s"):
+        predict_pipeline("sync", batch_responses=8, gen_time_s=math.nan, train_time_s=1, sync_time_s=0)
+    with pytest.raises(AnalysisError, match="staleness_bound or an in_flight_cap"):
+        predict_pipeline("async", batch_responses=8, staleness_bound=None, **GEN_BOUND)
+
+
+def test_split_times() -> None:
+    assert split_times(gen_time_all_s=10, train_time_all_s=6, total_gpus=8, rollout_gpus=4) == (20.0, 12.0)
+    g, t = split_times(gen_time_all_s=10, train_time_all_s=6, total_gpus=8, rollout_gpus=2, gen_scaling=0)
+    assert (g, t) == (10.0, pytest.approx(8.0))
+    with pytest.raises(AnalysisError):
+        split_times(gen_time_all_s=1, train_time_all_s=1, total_gpus=2, rollout_gpus=2)
