@@ -258,7 +258,9 @@ def tune(
             help="Also print trainer config: verl|trl|openrlhf; pre-training: megatron|nanogpt|hf|torchtitan."
         ),
     ] = None,
-    gpus: Annotated[int, typer.Option(min=1, help="GPUs for --emit divisibility checks.")] = 8,
+    gpus: Annotated[
+        int, typer.Option(min=1, help="GPUs for --emit divisibility checks.")
+    ] = DEFAULT_GPUS_PER_NODE,
     gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
     out: OutOpt = None,
     workers: WorkersOpt = None,

@@ -54,7 +54,7 @@ def recommend(
     ] = None,
     gpus: Annotated[
         int, typer.Option(min=1, help="GPUs the trainer runs on (for --emit divisibility checks).")
-    ] = 8,
+    ] = DEFAULT_GPUS_PER_NODE,
     gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
     out: OutOpt = None,
     json_out: JsonOpt = False,
@@ -70,7 +70,14 @@ def recommend(
     _check_out(emit, out)
     try:
         rec, emitted, emitted_values = recommend_from_args(
-            recipe, set_ or [], results, measurements, throughput, emit, gpus, gpus_per_node
+            recipe,
+            overrides=set_ or [],
+            results=results,
+            measurements=measurements,
+            throughput=throughput,
+            emit=emit,
+            gpus=gpus,
+            gpus_per_node=gpus_per_node,
         )
     except ThroughputMissing as missing:  # logs without timings: the critical batch still stands
         _show_efficiency_only(missing, json_out)

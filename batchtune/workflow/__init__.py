@@ -140,9 +140,7 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
     out = Path(out_dir) if out_dir is not None else store.root
     elsewhere = out.resolve() != store.root.resolve()  # the results are evidence: leave them as they are
     try:
-        rec, _, _ = recommend_from_args(
-            None, [], results, None, "auto", None, 8, plot=not elsewhere, command="report"
-        )
+        rec, _, _ = recommend_from_args(results=results, plot=not elsewhere, command="report")
         eff, missing = rec.efficiency, ""
     except (ThroughputMissing, NotRanked) as exc:  # the curves and the efficiency still tell
         rec, eff, missing = None, exc.efficiency, str(exc)
@@ -336,15 +334,15 @@ def _plot_time(plots_dir: Path, rec: Recommendation) -> Path:
 
 
 def recommend_from_args(
-    recipe: str | None,
-    overrides: list[str],
-    results: str | None,
-    measurements: Path | None,
-    throughput: str,
-    emit: str | None,
-    gpus: int,
-    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+    recipe: str | None = None,
     *,
+    overrides: list[str] | None = None,
+    results: str | None = None,
+    measurements: Path | None = None,
+    throughput: str = "auto",
+    emit: str | None = None,
+    gpus: int = DEFAULT_GPUS_PER_NODE,
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
     plot: bool = True,
     command: str = "recommend",
 ) -> tuple[Recommendation, str | None, Any]:
@@ -369,7 +367,7 @@ def recommend_from_args(
         spec = dataclasses.replace(base, algorithm=m.study.algorithm, critic_lr=winner.critic_lr or 0.0)
         out = emit_config(emit, spec, gpus, gpus_per_node=gpus_per_node)
         return rec, out.text, out.values
-    cfg = _recipe_for_results(recipe, overrides, results)
+    cfg = _recipe_for_results(recipe, list(overrides or []), results)
     return recommend_for_recipe(cfg, throughput, emit, gpus, gpus_per_node, plot=plot, command=command)
 
 

@@ -59,7 +59,7 @@ def check(
     source = str(results or measurements)
     try:
         rec, _, _ = recommend_from_args(
-            None, [], results, measurements, "auto", None, 8, plot=False, command="check"
+            results=results, measurements=measurements, plot=False, command="check"
         )
     except AnalysisError as exc:
         item = CheckItem(

@@ -172,7 +172,7 @@ def test_recommend_emits_for_the_winner():
     from batchtune.workflow import recommend_from_args
 
     measurements = Path(shipped_recipes()["hunyuan-grpo-measurements"])
-    rec, text, values = recommend_from_args(None, [], None, measurements, "auto", "verl", 8)
+    rec, text, values = recommend_from_args(measurements=measurements, emit="verl", gpus=8)
     assert (values["data.train_batch_size"], values["actor_rollout_ref.rollout.n"]) == (1024, 8)
     assert "data.train_batch_size=1024" in text and "no learning rate" in text  # the study gives no LRs
 
