@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from batchtune.backends.checkpoint_file import read_state
 from batchtune.backends.pretrain_data import eval_batch, make_data, stream
 from batchtune.backends.spec import RunFailed, RunSpec, branch_seed, checkpoint_path
 from batchtune.recipe.schema import Recipe
@@ -150,8 +151,8 @@ class LMRun:
         """The run saved at ``path``. ``seed`` (a branch's): None or the trunk's own continues the
         trunk's data stream exactly; another seed keeps weights and optimiser but draws its data
         from a fresh stream keyed by (seed, tokens), so the seeds of a checkpoint are replicates."""
-        # on the CPU: RNG states must stay CPU byte tensors; load_state_dict moves the rest
-        state = torch.load(Path(path), map_location="cpu", weights_only=False)
+        # tensors and plain containers only (weights_only): a planted pickle is refused, not run
+        state = read_state(Path(path))
         saved_seed = int(state["seed"])
         run = cls(recipe, saved_seed, device)
         run.model.load_state_dict(state["model"])

@@ -10,6 +10,8 @@ a branch at another seed keeps the weights and optimiser state but draws its pro
 from fresh generators seeded by (seed, checkpoint samples), so the seeds of one checkpoint are
 independent replicates, and every batch size at one seed shares its stream (paired comparisons).
 The frozen reference policy (KL) is the warm-started initial model in trunk and branches alike.
+The file holds tensors and plain containers only and is read with ``weights_only=True``
+(backends/checkpoint_file.py): a results directory cannot run code.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 import torch
 
-from batchtune.backends.spec import RunFailed, branch_seed
+from batchtune.backends.checkpoint_file import read_state
+from batchtune.backends.spec import branch_seed
 
 
 @dataclass
@@ -73,11 +76,7 @@ def _load_moments(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> No
 def load(path: Path, learner: Any, sampler: Any, seed: int) -> Counters:
     """Restore ``path`` into a freshly built learner and sampler; returns the counters."""
     file = state_file(path)
-    try:
-        # on the CPU: RNG states must stay CPU byte tensors; load_state_dict moves weights and moments
-        state = torch.load(file, map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError, EOFError) as exc:
-        raise RunFailed("failed", f"cannot read the checkpoint {file}: {exc}") from None
+    state = read_state(file)  # tensors and plain containers only: a planted pickle is refused
     learner.lm.model.load_state_dict(state["policy"])
     _load_moments(learner.optimizer, state["optimizers"]["actor"])
     if state["critic"] is not None and hasattr(learner, "critic"):
