@@ -121,3 +121,40 @@ def test_values_that_would_mislead_are_refused(override, fragment):
 def test_zero_grad_clip_still_means_no_clipping():
     assert load_recipe(None, ["optimizer.grad_clip=0"]).optimizer.grad_clip == 0
     assert sys.version_info >= (3, 10)  # sys.stdlib_module_names, which the reward check reads
+
+
+# ---- item 9: import-logs --------------------------------------------------------------------------
+def _two_runs_csv(path, run_col: str = "run") -> None:
+    rows = [f"{run_col},prompts,group_size,lr,seed,step,score"]
+    for seed in (0, 1):
+        rows += [f"a-s{seed},4,8,1e-4,{seed},{s},{0.1 * s:.2f}" for s in range(1, 6)]
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_a_default_target_metric_the_log_lacks_is_refused(tmp_path):
+    log = tmp_path / "log.csv"
+    _two_runs_csv(log)
+    err = _err(["import-logs", str(log), "-f", "csv", "-r", str(tmp_path / "r")])
+    assert "'eval_reward'" in err and "score" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_run_id_column_names_runs_without_map(tmp_path):
+    log = tmp_path / "log.csv"
+    _two_runs_csv(log, run_col="run_id")
+    out = CliRunner().invoke(
+        app, ["import-logs", str(log), "-f", "csv", "-r", str(tmp_path / "r"), "--metric", "score", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    assert sorted(__import__("json").loads(out.stdout)["added"]) == ["a-s0", "a-s1"]
+
+
+def test_one_empty_file_is_reported_and_skipped(tmp_path):
+    log, empty = tmp_path / "log.csv", tmp_path / "empty.csv"
+    _two_runs_csv(log)
+    empty.write_text("")
+    args = ["import-logs", str(log), str(empty), "-f", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    assert "skipped" in out.stdout and "empty.csv" in out.stdout and "imported 2 run(s)" in out.stdout
+    assert "every file is empty" in _err(["import-logs", str(empty), "-f", "csv", "-r", str(tmp_path / "r2")])

@@ -97,7 +97,8 @@ def test_failed_import_leaves_the_manifest_alone(tmp_path):
     _write_sweep(log, np.random.default_rng(1))
     results = tmp_path / "res"
     runner = CliRunner()
-    ok = runner.invoke(app, ["import-logs", str(log), "-f", "csv", "-r", str(results), "--target", "0.6"])
+    args = ["import-logs", str(log), "-f", "csv", "-r", str(results), "--metric", "score"]
+    ok = runner.invoke(app, [*args, "--target", "0.6"])
     assert ok.exit_code == 0, ok.output
     before = (results / "manifest.json").read_text()
     clash = tmp_path / "clash.csv"
@@ -301,7 +302,8 @@ def test_a_negative_or_infinite_lr_in_the_log_is_refused(tmp_path):
     out = CliRunner().invoke(app, ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r")])
     assert out.exit_code == 2 and "lr.csv:2: column 'lr': -1e-06 must be a finite number >= 0" in out.output
     log.write_text("step,prompts,group_size,lr,score\n1,8,8,1e-6,0.1\n2,8,8,0.0,0.2\n")  # decayed to 0
-    ok = CliRunner().invoke(app, ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r")])
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    ok = CliRunner().invoke(app, args)
     assert ok.exit_code == 0, ok.output
 
 

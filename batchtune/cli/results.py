@@ -248,10 +248,13 @@ def import_logs_cmd(
         overrides.append(f"target.value={target}")
     if lower_is_better:
         overrides.append("target.higher_is_better=false")
-    result, cfg = import_logs(paths, fmt, results, info, parse_mapping(map_ or []), overrides)
+    result, cfg, empty = import_logs(paths, fmt, results, info, parse_mapping(map_ or []), overrides)
     if json_out:
-        _print_json({"results_dir": results, "added": list(result.added), "skipped": list(result.skipped)})
+        added, skipped = list(result.added), list(result.skipped)
+        _print_json({"results_dir": results, "added": added, "skipped": skipped, "empty": list(empty)})
         return
+    for path in empty:
+        console.print(f"[yellow]skipped[/] {path}: empty (no header, no rows)")
     console.print(
         f"imported {len(result.added)} run(s) into {results}"
         + (f"; {len(result.skipped)} already there" if result.skipped else "")

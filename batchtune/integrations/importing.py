@@ -102,7 +102,7 @@ def _check_seeds(runs: Sequence[Any], stored: dict[tuple[str, int], tuple[str, s
             )
 
 
-def _check_metric_logged(metric: str, runs: Sequence[Any], store: ResultsStore) -> None:
+def _check_metric_logged(metric: str, runs: Sequence[Any], store: ResultsStore, named: bool) -> None:
     """The target metric the user named is logged by some run (imported now or before), else the
     import stops before writing: recommend would only fail on it later."""
     keys: set[str] = set()
@@ -113,9 +113,10 @@ def _check_metric_logged(metric: str, runs: Sequence[Any], store: ResultsStore) 
             return
         keys.update(s.metrics)
     shown = ", ".join(sorted(keys)[:12]) + (", ..." if len(keys) > 12 else "")
+    what = f"--metric {metric!r}" if named else f"target metric {metric!r} (the default)"
     raise InputError(
-        f"--metric {metric!r}: no run logs it as a number (numeric keys logged: {shown or 'none'}); "
-        "name one of them, or map it with --map"
+        f"{what}: no run logs it as a number (numeric keys logged: {shown or 'none'}); "
+        "name one of them with --metric, or map it with --map"
     )
 
 
@@ -126,23 +127,28 @@ def import_logs(
     info: RunInfo,
     mapping: dict[str, str],
     target_overrides: list[str],
-) -> tuple[ImportResult, Recipe]:
-    """Read every path first (all-or-nothing), then write the runs and the manifest."""
-    runs = []
+) -> tuple[ImportResult, Recipe, tuple[str, ...]]:
+    """Read every path first (all-or-nothing), then write the runs and the manifest. Returns what was
+    imported, the recipe stored, and the empty files skipped."""
+    runs, empty = [], []
     for path in expand_paths(paths):
+        if path.is_file() and not path.read_bytes().strip():  # one empty file among many: told, skipped
+            empty.append(str(path))
+            continue
         runs.extend(read_log(path, fmt, info, mapping))
     if not runs:
-        raise InputError(f"no runs found in {', '.join(map(str, paths))}")
+        what = "every file is empty" if empty else "no runs found"
+        raise InputError(f"{what} in {', '.join(map(str, paths))}")
     store = ResultsStore(results)
     check_run_ids(runs, store)
     manifest = store.read_manifest()
     base = manifest["recipe"] if manifest else {}
     recipe = recipe_from_dict(apply_overrides(base, target_overrides), "import-logs")  # checked first
-    if any(o.startswith("target.metric=") for o in target_overrides):  # named here: must be logged
-        _check_metric_logged(recipe.target.metric, runs, store)
+    named = any(o.startswith("target.metric=") for o in target_overrides)
+    _check_metric_logged(recipe.target.metric, runs, store, named)  # recommend would fail on it later
     result = import_runs(store, runs)  # validates every run before writing any
     if manifest is None:
         store.write_manifest({"recipe": recipe.to_dict(), "source": "import-logs", "created": time.time()})
     elif target_overrides:
         store.write_manifest({**manifest, "recipe": recipe.to_dict()})
-    return result, recipe
+    return result, recipe, tuple(empty)

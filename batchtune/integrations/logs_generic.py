@@ -141,6 +141,8 @@ def read_table(
     header, rows = (_rows_csv if fmt == "csv" else _rows_jsonl)(path, text, partial)
 
     cols = dict(COLUMNS)
+    if "run" not in header and "run_id" in header:  # a run_id key names the run as well as "run"
+        cols["run"] = "run_id"
     metric_cols: dict[str, str] = {}
     for name, col in (columns or {}).items():
         if name in COLUMNS:
