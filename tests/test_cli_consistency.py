@@ -79,7 +79,9 @@ def test_import_logs_set_goes_into_the_stored_recipe(tmp_path):
     )
     res = tmp_path / "res"
     base = ["import-logs", str(log), "-r", str(res), "--prompts", "2", "--group-size", "8", "--lr", "1e-3"]
-    out = CliRunner().invoke(app, [*base, "--set", "target.tolerance=0.2", "--set", "target.value=0.3"])
+    out = CliRunner().invoke(
+        app, [*base, "--metric", "reward", "--set", "target.tolerance=0.2", "--set", "target.value=0.3"]
+    )
     assert out.exit_code == 0, out.output
     stored = json.loads((res / "manifest.json").read_text())["recipe"]["target"]
     assert stored["tolerance"] == 0.2 and stored["value"] == 0.3

@@ -158,3 +158,21 @@ def test_one_empty_file_is_reported_and_skipped(tmp_path):
     assert out.exit_code == 0, out.output
     assert "skipped" in out.stdout and "empty.csv" in out.stdout and "imported 2 run(s)" in out.stdout
     assert "every file is empty" in _err(["import-logs", str(empty), "-f", "csv", "-r", str(tmp_path / "r2")])
+
+
+# ---- item 15: the jargon explained where it is printed --------------------------------------------
+def test_the_table_and_the_joint_fit_explain_their_terms(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from batchtune.report import terminal
+
+    results = tmp_path / "r"  # the shipped evidence of an NQM probe, read (not rerun) in a copy
+    shutil.copytree(Path(__file__).parents[1] / "examples/ci/evidence/nqm", results)
+    out = CliRunner().invoke(app, ["recommend", NQM, "--results", str(results)], terminal_width=400)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    for term in ("R/R0 paired:", "1+tol crossing:", "dAIC(mcc-pow) = AIC(McCandlish) - AIC(power)"):
+        assert term in text, term
+    assert "The number to act on:" in text and "not batches to run" in text
+    assert "R/R0 paired" in terminal.TABLE_LEGEND

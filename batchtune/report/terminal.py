@@ -123,8 +123,12 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
             head += f"; R(B)/R(B0) reaches 1+tol at {fmt_n(crit.crossing)} ({conf} CI {fmt_ci(lo, hi)})"
         lines.append(head)
         reason = crit.reason
+        if crit.batch is not None:
+            act = ACT_ON.format(batch=fmt_n(crit.batch), noun=eff.batch_noun)
+            lines.append(f"  {act}" + (ACT_NOT_BCRIT if crit.joint is not None else ""))
         if crit.joint is not None:  # said once: the reason refers back to it
             lines.append(f"  {crit.joint.describe()}")
+            lines.append(f"  [dim]{JOINT_LEGEND}[/]")
             reason = reason.replace(crit.joint.describe(), "the joint fit above")
         lines.append(f"  {reason}")
     if eff.grad_slope is not None:
@@ -146,8 +150,26 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
     return lines
 
 
+# one line each for the terms the table and the joint fit lean on, printed where they appear
+TABLE_LEGEND = (
+    "R: samples to reach the target; R/R0 paired: R over the reference's R, seed by seed (the same seeds "
+    "at both batches), with its interval; status 'deviates': the whole interval of R/R0 lies above 1+tol"
+)
+JOINT_LEGEND = (
+    "(1+tol crossing: the batch where R(B)/R(B0) = 1 + target.tolerance; B_crit: the fitted curve's "
+    "scale, where a run needs about twice the samples of a small batch; dAIC(mcc-pow) = AIC(McCandlish) "
+    "- AIC(power): above 6 the power law is chosen)"
+)
+ACT_ON = (
+    "The number to act on: {batch} {noun}, the largest measured batch within 1+tol of the reference's "
+    "samples (a ceiling for the batch to train at; a recommendation picks by time)"
+)
+ACT_NOT_BCRIT = "; the crossing and B_crit of the fit below describe the curve, they are not batches to run"
+
+
 def render_efficiency(console: Console, eff: SampleEfficiency) -> None:
     console.print(efficiency_table(eff))
+    console.print(f"[dim]{TABLE_LEGEND}[/]")
     for line in efficiency_summary(eff):
         console.print(line)
 
