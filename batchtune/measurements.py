@@ -128,6 +128,8 @@ def load_measurements(path: str | Path) -> Measurements:
         data = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{p} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{p} is nested too deep to be a measurements file") from None
     errors: list[str] = []
     recipe_tables = {"run", "backend", "candidates", "target"} & set(data)
     if recipe_tables and "study" not in data and "candidate" not in data:

@@ -70,8 +70,8 @@ def read_runs(paths: Sequence[Path], columns: dict[str, str]) -> list[PretrainRu
                 if line.strip():
                     try:
                         records.append((i, json.loads(line)))
-                    except json.JSONDecodeError:
-                        raise InputError(f"{p}:{i}: not valid JSON") from None
+                    except (json.JSONDecodeError, RecursionError):
+                        raise InputError(f"{p}:{i}: not valid JSON (or nested too deep)") from None
         else:
             records = list(enumerate(csv.DictReader(io.StringIO(_text(p), newline="")), 2))
         if not records:

@@ -110,7 +110,7 @@ class ByteCorpus:
                     if line.strip():
                         try:
                             chunks.append(str(json.loads(line)[text_key]))
-                        except (json.JSONDecodeError, KeyError, TypeError):
+                        except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
                             raise BackendError(f"{path}:{i}: no JSON field {text_key!r}") from None
             else:
                 chunks.append(path.read_text(encoding="utf-8", errors="replace"))

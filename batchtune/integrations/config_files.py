@@ -21,17 +21,30 @@ else:  # pragma: no cover
 
 Flat = dict[str, tuple[Any, int | None]]
 
+# A config from a pull request is untrusted input to the CI gate: bound what reading it may cost.
+MAX_DEPTH = 100  # nesting levels of a mapping (trainer configs use under 10)
+MAX_NODES = 100_000  # values visited while flattening (YAML aliases can multiply them: a "bomb")
 
-def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
+
+def _too_deep(path: Path, line: int | None = None) -> InputError:
+    where = f"{path}:{line}" if line else str(path)
+    return InputError(f"{where}: nested deeper than {MAX_DEPTH} levels, not a trainer config")
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any], path: Path, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise _too_deep(path)
     if isinstance(obj, dict):
         for k, v in obj.items():
-            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, path, depth + 1)
     else:
         out[prefix] = obj
 
 
 def _yaml_flat(text: str, path: Path) -> Flat | None:
-    """Nested YAML mapping -> dotted keys with the line of each scalar; None if not a mapping."""
+    """Nested YAML mapping -> dotted keys with the line of each scalar; None if not a mapping.
+    Aliases are followed (``<<: *defaults`` is common), but a recursive one, nesting past
+    MAX_DEPTH and more than MAX_NODES values visited (an alias bomb) are refused."""
     import yaml
 
     try:
@@ -40,21 +53,36 @@ def _yaml_flat(text: str, path: Path) -> Flat | None:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise InputError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except RecursionError:
+        raise _too_deep(path) from None
     if not isinstance(node, yaml.MappingNode):
         return None
     out: Flat = {}
+    visited = 0
 
-    def walk(n: Any, prefix: str) -> None:
+    def walk(n: Any, prefix: str, above: tuple[int, ...]) -> None:
+        nonlocal visited
+        visited += 1
+        line = n.start_mark.line + 1
+        if visited > MAX_NODES:
+            raise InputError(
+                f"{path}: expands to more than {MAX_NODES} values (YAML aliases multiplying "
+                "them?), not a trainer config"
+            )
+        if id(n) in above:
+            raise InputError(f"{path}:{line}: a YAML alias that contains itself (recursive)")
+        if len(above) > MAX_DEPTH:
+            raise _too_deep(path, line)
         if isinstance(n, yaml.MappingNode):
             for k, v in n.value:
-                walk(v, f"{prefix}.{k.value}" if prefix else str(k.value))
+                walk(v, f"{prefix}.{k.value}" if prefix else str(k.value), (*above, id(n)))
         elif isinstance(n, yaml.ScalarNode):
             value = yaml.safe_load(n.value) if n.style is None else n.value
-            out[prefix] = (value, n.start_mark.line + 1)
+            out[prefix] = (value, line)
         else:
-            out[prefix] = (None, n.start_mark.line + 1)
+            out[prefix] = (None, line)
 
-    walk(node, "")
+    walk(node, "", ())
     return out
 
 
@@ -68,10 +96,12 @@ def _json_flat(text: str, path: Path) -> Flat:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise _too_deep(path) from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object of settings")
     flat: dict[str, Any] = {}
-    _flatten(data, "", flat)
+    _flatten(data, "", flat, path)
     lines = text.splitlines()
     return {k: (v, _line_of_key(lines, k.split(".")[-1], r'"{key}"\s*:')) for k, v in flat.items()}
 
@@ -81,8 +111,10 @@ def _toml_flat(text: str, path: Path) -> Flat:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise _too_deep(path) from None
     flat: dict[str, Any] = {}
-    _flatten(data, "", flat)
+    _flatten(data, "", flat, path)
     lines = text.splitlines()
     return {k: (v, _line_of_key(lines, k.split(".")[-1], r"^\s*{key}\s*=")) for k, v in flat.items()}
 

@@ -104,11 +104,13 @@ def _rows_jsonl(
             continue
         try:
             obj = json.loads(line)
+            flat = _flatten(obj) if isinstance(obj, dict) else {}
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise InputError(f"{path}:{i}: nested too deep to be a log line") from None
         if not isinstance(obj, dict):
             raise InputError(f"{path}:{i}: expected a JSON object per line, got {type(obj).__name__}")
-        flat = _flatten(obj)
         header.extend(k for k in flat if k not in header)
         rows.append((i, flat))
     if not rows:

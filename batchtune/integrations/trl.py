@@ -125,6 +125,8 @@ def read_trl_state(path: str | Path, info: RunInfo, keys: LogKeys | None = None)
         state = json.loads(read_log_text(state_path))
     except json.JSONDecodeError as exc:
         raise InputError(f"{state_path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"{state_path}: nested too deep to be a trainer_state.json") from None
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list):
         raise InputError(f"{state_path}: no log_history list; is this a transformers trainer_state.json?")

@@ -71,6 +71,8 @@ def read_verl(
             raise InputError(
                 f"{where}: not valid JSON ({exc.msg}); is this verl's file logger output?"
             ) from None
+        except RecursionError:
+            raise InputError(f"{where}: nested too deep to be a log line") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("data"), dict):
             raise InputError(f'{where}: expected {{"step": N, "data": {{...}}}} (verl file logger format)')
         step = obj.get("step")

@@ -114,6 +114,8 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw  # a bare word is a string
+    except RecursionError:
+        raise RecipeError(f"--set {key}: the value is nested too deep") from None
     return key.split("."), value
 
 
@@ -152,6 +154,8 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             data = tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a BOM (Excel, Notepad) is fine
         except tomllib.TOMLDecodeError as exc:
             raise RecipeError(f"{p} is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise RecipeError(f"{p} is nested too deep to be a recipe") from None
         except UnicodeDecodeError:
             raise RecipeError(f"{p} is not UTF-8 text") from None
         except OSError as exc:

@@ -168,7 +168,7 @@ def jsonl_task(cfg: TaskConfig) -> Task:
         try:
             row = json.loads(line)
             prompt = row["prompt"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
             raise BackendError(
                 f'{path}:{i}: expected a JSON object with a "prompt" key (and optionally "answer")'
             ) from None
