@@ -34,6 +34,7 @@ from typing import Any
 from batchtune import codec
 from batchtune.codec import from_dict
 from batchtune.errors import InputError
+from batchtune.store_paths import contained
 
 RUN_STATUSES = (
     "reached_target",  # stopped because the target was reached
@@ -340,7 +341,7 @@ class ResultsStore:
 
         A stale steps file left by a crashed attempt is renamed aside, never deleted.
         """
-        run_dir = self.run_dir(run_id)
+        run_dir = contained(self.root, self.run_dir(run_id), (".lock", "steps.jsonl"))  # no link out
         run_dir.mkdir(parents=True, exist_ok=True)
         with _locked(run_dir / ".lock", blocking=False) as got:
             if not got or self.is_finished(run_id):

@@ -31,6 +31,7 @@ from batchtune.measure.sequential import add_seeds, with_extra_seeds
 from batchtune.recipe.load import recipe_from_dict
 from batchtune.recipe.schema import PretrainConfig, Recipe
 from batchtune.records import ResultsStore, RunRecord, failed_before_training
+from batchtune.store_paths import contained
 
 # Recipe sections whose change makes earlier runs incomparable with new ones.
 _RUN_DEFINING = ("model", "task", "algorithm", "optimizer", "lr_scaling", "nqm", "target")
@@ -160,7 +161,7 @@ def execute_run(
     extra = dict(spec_extra or {})
     for key in ("resume_from", "checkpoint_dir"):
         if extra.get(key) is not None:
-            extra[key] = Path(extra[key])
+            extra[key] = contained(store.root, Path(extra[key]))  # never through a link out
     if "save_at_samples" in extra:
         extra["save_at_samples"] = tuple(int(v) for v in extra["save_at_samples"])
 
