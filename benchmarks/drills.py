@@ -3,6 +3,10 @@ as a grandchild through `sh -c`), counting orphans left and resumes whose answer
 uninterrupted probe. The short versions are tests/test_drills.py.
 
     python benchmarks/drills.py --kills 100 --workers 1 > benchmarks/out/drills.txt
+    python benchmarks/drills.py --attacks-only > benchmarks/out/drills_attacks.txt
+
+``--attacks`` adds the attack drills of benchmarks/attack_drills.py (a malicious checkpoint, YAML
+bombs, a symlink escape) before the kills; ``--attacks-only`` runs them alone (about 20 s).
 
 Prints one line per kill, then a summary and one JSON line.
 """
@@ -29,7 +33,16 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--kills-per-resume", type=int, default=4, help="kills before each checked resume")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--attacks", action="store_true", help="also the attack drills, first")
+    ap.add_argument("--attacks-only", action="store_true", help="only the attack drills")
     a = ap.parse_args()
+    if a.attacks or a.attacks_only:
+        from benchmarks.attack_drills import attacks, report
+
+        with tempfile.TemporaryDirectory() as tmp:
+            print(report(attacks(Path(tmp))), flush=True)
+        if a.attacks_only:
+            return
     rng = random.Random(a.seed)
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
