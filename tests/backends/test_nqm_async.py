@@ -1,0 +1,63 @@
+"""The NQM with stale gradients and reuse (batchtune/backends/nqm_async.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from batchtune.backends.nqm_async import (
+    expected_async_losses,
+    expected_async_samples_to_target,
+    simulate_samples_to_target,
+)
+from batchtune.backends.nqm_theory import expected_sgd_losses
+from batchtune.errors import AnalysisError
+from batchtune.recipe.schema import NQMConfig
+
+CFG = NQMConfig(dim=16)
+
+
+def test_on_policy_is_the_existing_closed_form() -> None:
+    got = expected_async_losses(CFG, lr=0.5, batch=32, delay=0, updates_per_batch=1, n_updates=100)
+    want = expected_sgd_losses(CFG, np.full(100, 0.5), 32)
+    assert np.allclose(got, want, rtol=1e-12)
+
+
+def test_by_hand_one_coordinate() -> None:
+    cfg = NQMConfig(dim=1, noise_scale=1.0)  # h = 1, theta0 = 1, Var eps = 1 / B
+    # delay 1: theta1 = theta0 - a (theta_{-1} + e) = 1 - a - a e; theta2 = theta1 - a (theta0 + e)
+    a, b = 0.5, 4
+    got = expected_async_losses(cfg, lr=a, batch=b, delay=1, updates_per_batch=1, n_updates=2)
+    t1 = (1 - a) ** 2 + a * a / b
+    # theta2 = (1 - a) - a e1 - a (1 + e2) -> mean 1 - 2a, var a^2 (1/b + 1/b)
+    t2 = (1 - 2 * a) ** 2 + 2 * a * a / b
+    assert got == pytest.approx([0.5 * t1, 0.5 * t2])
+    # u = 2 reuses the noise: theta2 = (1 - a) theta1 - a e with the same e -> var ((1 - a) a + a)^2 / b
+    got2 = expected_async_losses(cfg, lr=a, batch=b, delay=0, updates_per_batch=2, n_updates=2)
+    t2u = (1 - a) ** 4 + ((1 - a) * a + a) ** 2 / b
+    assert got2[1] == pytest.approx(0.5 * t2u)
+
+
+def test_delay_lowers_the_stability_edge() -> None:
+    # lr h_max = 1.2: stable on-policy (edge 2), unstable with a one-update delay (edge 1)
+    kw = dict(lr=1.2, batch=64, updates_per_batch=1, target_loss=1e-3, max_updates=4000)
+    assert math.isinf(expected_async_samples_to_target(CFG, delay=1, **kw))  # type: ignore[arg-type]
+    fine = expected_async_losses(CFG, lr=1.2, batch=64, delay=0, updates_per_batch=1, n_updates=400)
+    assert fine[-1] < fine[0]
+
+
+def test_drawn_runs_agree_with_the_expectation() -> None:
+    kw = dict(lr=0.4, batch=16, delay=1, updates_per_batch=2)
+    losses = expected_async_losses(CFG, n_updates=400, **kw)  # type: ignore[arg-type]
+    target = float(losses[0] + losses[-1]) / 4
+    truth = expected_async_samples_to_target(CFG, target_loss=target, **kw)  # type: ignore[arg-type]
+    mean_r, per_seed = simulate_samples_to_target(CFG, target_loss=target, seeds=list(range(16)), **kw)  # type: ignore[arg-type]
+    assert len(per_seed) == 16 and all(math.isfinite(r) for r in per_seed)
+    assert mean_r == pytest.approx(truth, rel=0.15)
+
+
+def test_bad_input() -> None:
+    with pytest.raises(AnalysisError):
+        expected_async_losses(CFG, lr=0.1, batch=0, delay=0, updates_per_batch=1, n_updates=3)
