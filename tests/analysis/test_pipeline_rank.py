@@ -1,0 +1,55 @@
+"""The joint async ranking (batchtune/analysis/async_rank.py): hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from batchtune.analysis.async_rank import REstimate, StageTimes, async_verdict, rank_async
+from batchtune.errors import AnalysisError
+
+TIMES = {64: StageTimes(gen_time_s=10.0, train_update_s=4.0, sync_time_s=1.0)}
+
+
+def test_sync_and_async_by_hand() -> None:
+    # sync: 10 + 4 + 1 = 15 s per 64 responses; async on one device (two processes), k = 1: 11 s.
+    est = [REstimate(64, 0, 1, 6400, 6000, 7000), REstimate(64, 1, 1, 7040, 6400, 8400)]
+    ranked = rank_async(est, TIMES)
+    assert [r.mode for r in ranked] == ["async", "sync"]
+    a, s = ranked
+    assert s.t == pytest.approx(6400 / (64 / 15)) and s.t_lo == pytest.approx(6000 / (64 / 15))
+    assert a.t == pytest.approx(7040 / (64 / 11)) and a.lag_reached == pytest.approx(1.0)
+    lines = async_verdict(ranked)
+    assert "throughput x1.364" in lines[2] and "samples-to-target x1.100" in lines[2]
+    assert "not decided" in lines[-1]  # 1210 [1100, 1444] vs 1500 [1406, 1641]: overlap
+
+
+def test_async_does_not_pay_when_r_grows_faster() -> None:
+    est = [REstimate(64, 0, 1, 6400, 6300, 6500), REstimate(64, 1, 1, 9600, 9000, 10000)]
+    ranked = rank_async(est, TIMES)
+    assert ranked[0].mode == "sync"
+    assert async_verdict(ranked)[-1] == "async does not pay: R grows faster than throughput"
+
+
+def test_async_pays_when_intervals_are_apart() -> None:
+    est = [REstimate(64, 0, 1, 6400, 6300, 6500), REstimate(64, 2, 1, 6500, 6400, 6600)]
+    assert async_verdict(rank_async(est, TIMES))[-1].startswith("async pays")
+
+
+def test_splits_and_caps_are_ranked() -> None:
+    times = {64: StageTimes(gen_time_s=8.0, train_update_s=2.0, sync_time_s=0.0)}  # on 8 GPUs
+    est = [REstimate(64, 4, 1, 6400, 6000, 7000)]
+    ranked = rank_async(est, times, total_gpus=8, splits=[2, 4, 6], in_flight_caps=[1, None])
+    assert len(ranked) == 6
+    best = ranked[0]
+    # 6 rollout GPUs: gen 8 * 8/6 = 10.67 s, train 2 * 8/2 = 8 s -> 10.67 s per batch (best of the three)
+    assert best.rollout_gpus == 6 and best.t == pytest.approx(6400 / (64 / (8 * 8 / 6)))
+    assert math.isinf(rank_async([REstimate(64, 1, 1, math.inf, math.inf, math.inf)], times)[0].t)
+
+
+def test_bad_input() -> None:
+    with pytest.raises(AnalysisError, match="no measured"):
+        rank_async([REstimate(32, 0, 1, 1, 1, 1)], TIMES)
+    with pytest.raises(AnalysisError, match="not ordered"):
+        rank_async([REstimate(64, 0, 1, 1, 2, 3)], TIMES)
