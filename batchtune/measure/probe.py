@@ -85,6 +85,7 @@ def check_manifest(store: ResultsStore, recipe: Recipe) -> None:
     """Write the manifest, or refuse to mix runs of a different recipe into an existing directory."""
     manifest = store.read_manifest()
     if manifest is None:
+        plan_candidates(recipe)  # a recipe it cannot plan (a bad lr_scaling.table key) writes nothing
         store.write_manifest({"recipe": recipe.to_dict(), "source": recipe.source, "created": time.time()})
         return
     where = store.manifest_path

@@ -95,7 +95,9 @@ RANGES: dict[str, Range] = {
     "candidates.group_sweep_sizes": _size(1 << 16),
     "candidates.fixed_lr_prompts": _size(1 << 24),
     "target.value": Range(-1e9, 1e9, why="(a metric value, e.g. a reward in [0, 1] or a loss)"),
-    "target.tolerance": Range(0, 10, open_lo=True, why="(about 0.1: R(B)/R(B0) <= 1 + tolerance)"),
+    "target.tolerance": Range(
+        1e-3, 10, why="(about 0.1: R(B)/R(B0) <= 1 + tolerance; seeds resolve no less)"
+    ),
     "target.ema_alpha": Range(0, 1, open_lo=True),
     "target.confidence": Range(0, 1, open_lo=True, open_hi=True),
     "budget.max_samples": _size(),
