@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchtune import codec
+from batchtune import codec, records_check
 from batchtune.codec import from_dict
 from batchtune.errors import InputError
 from batchtune.store_paths import contained
@@ -247,6 +247,7 @@ def _read_run(path: Path) -> RunRecord:
     data = codec.loads(_read_text(path), f"{path} (delete that run's folder to redo it)")
     record = from_dict(RunRecord, data, str(path))
     _check_label(record, path)
+    records_check.check_run(record, path, RUN_STATUSES)  # run_id, status, counters
     return record
 
 
@@ -401,12 +402,16 @@ class ResultsStore:
             return None  # renamed aside between the check and the read: unfinished again
 
     def steps(self, run_id: str) -> list[StepRecord]:
+        """A run's steps; a sealed run's are checked against its record (records_check.py)."""
         path = self.run_dir(run_id) / "steps.jsonl"
         try:
             st = path.stat()
         except FileNotFoundError:
+            records_check.check_missing_steps(self.run(run_id), path)
             return []
-        return list(_decoded_steps(str(path), st.st_mtime_ns, st.st_size))
+        steps = _decoded_steps(str(path), st.st_mtime_ns, st.st_size)
+        records_check.check_steps(self.run(run_id), steps, path)
+        return list(steps)
 
     def add_finished_run(self, record: RunRecord, steps: list[StepRecord]) -> bool:
         """Store a whole run at once (imports). Returns False if it was already there."""

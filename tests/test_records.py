@@ -26,8 +26,10 @@ def _step(i: int, run_id: str = "P4xG8-s0") -> StepRecord:
     )
 
 
-def _record(run_id: str = "P4xG8-s0", status: str = "reached_target") -> RunRecord:
-    return RunRecord(run_id, "P4xG8", 4, 8, 0, 1e-3, "sqrt", 1e-3, 32, status, steps=3, samples=96)
+def _record(run_id: str = "P4xG8-s0", status: str = "reached_target", samples: int = 64) -> RunRecord:
+    """A sealed run ending at ``samples``: where its last step (``_step``) is, as a probe seals it."""
+    steps = samples // 32
+    return RunRecord(run_id, "P4xG8", 4, 8, 0, 1e-3, "sqrt", 1e-3, 32, status, steps=steps, samples=samples)
 
 
 def test_round_trip_and_nan(tmp_path):
@@ -67,7 +69,7 @@ def test_one_run_and_runs_by_id_prefix(tmp_path):
     store = ResultsStore(tmp_path)
     assert store.run("P4xG8-s0") is None and store.runs("P4") == []
     for rid in ("P4xG8-s0", "P4xG8-s1", "P4xG8-s10"):
-        store.add_finished_run(_record(rid), [_step(0, rid)])
+        store.add_finished_run(_record(rid, samples=0), [_step(0, rid)])
     with store.claim("P4xG8-s2") as w:  # unfinished: no record yet
         w.append(_step(0, "P4xG8-s2"))
         assert store.run("P4xG8-s2") is None
@@ -79,8 +81,8 @@ def test_one_run_and_runs_by_id_prefix(tmp_path):
 
 def test_finished_run_is_never_reclaimed(tmp_path):
     store = ResultsStore(tmp_path)
-    assert store.add_finished_run(_record(), [_step(0)])
-    assert not store.add_finished_run(_record(), [_step(0), _step(1)])
+    assert store.add_finished_run(_record(samples=0), [_step(0)])
+    assert not store.add_finished_run(_record(samples=32), [_step(0), _step(1)])
     assert len(store.steps("P4xG8-s0")) == 1
 
 
@@ -94,7 +96,7 @@ def test_unfinished_run_is_redone_and_stale_steps_kept(tmp_path):
     with store.claim("P4xG8-s0") as w:
         assert w is not None
         w.append(_step(0))
-        w.finish(_record())
+        w.finish(_record(samples=0))
     assert len(store.steps("P4xG8-s0")) == 1
     stale = list((tmp_path / "runs/P4xG8-s0").glob("steps.stale-*.jsonl"))
     assert len(stale) == 1 and len(stale[0].read_text().splitlines()) == 2

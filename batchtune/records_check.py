@@ -1,0 +1,85 @@
+"""Checks that a sealed run in a results directory is the run batchtune wrote (issue 33 item 4).
+
+A sealed run (its ``run.json`` exists) is never rerun, so a record edited, copied or cut short by
+hand or by a broken copy would silently change the fit. Each check below refuses such a run in one
+line naming the file (InputError, exit 2), and says how to redo it:
+
+- ``run.json``: its ``run_id`` is its folder's name, its ``status`` one of ``RUN_STATUSES``, and its
+  counters (steps, samples, tokens, seconds) are finite and not negative;
+- ``steps.jsonl`` of a sealed run: present when the record counts steps; every step's samples and
+  tokens are not negative; steps never go backwards and no line is repeated (a probe's runs log one
+  line per optimiser step, so their step numbers rise strictly); and its last line is where the
+  record says the run ended (``samples``), so a truncated file is caught.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from batchtune.errors import InputError
+
+if TYPE_CHECKING:
+    from batchtune.records import RunRecord, StepRecord
+
+_REDO = "restore it or delete that run's folder to redo the run"
+_COUNTS = ("steps", "samples", "tokens")
+_SECONDS = ("wall_s", "gen_s", "train_s", "other_s")
+
+
+def check_run(record: RunRecord, path: Path, statuses: Sequence[str]) -> None:
+    """Refuse a ``run.json`` (at ``path``) that is not its folder's sealed run."""
+    folder = path.parent.name
+    if record.run_id != folder:
+        raise InputError(
+            f"{path}: run_id {record.run_id!r} is not its folder's name {folder!r} (a copied or "
+            f"edited run.json); {_REDO}"
+        )
+    if record.status not in statuses:
+        raise InputError(f"{path}: unknown status {record.status!r} (one of {', '.join(statuses)}); {_REDO}")
+    for name in _COUNTS:
+        if getattr(record, name) < 0:
+            raise InputError(f"{path}: {name} = {getattr(record, name)} is negative; {_REDO}")
+    for name in _SECONDS:
+        value = getattr(record, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise InputError(f"{path}: {name} = {value!r} is not a time (>= 0 seconds); {_REDO}")
+
+
+def check_missing_steps(record: RunRecord | None, steps_path: Path) -> None:
+    """A sealed run that counts steps has its steps file."""
+    if record is not None and (record.steps > 0 or record.samples > 0):
+        raise InputError(
+            f"{steps_path} is missing, but the sealed run.json beside it counts {record.steps} steps "
+            f"and {record.samples} samples; {_REDO}"
+        )
+
+
+def check_steps(record: RunRecord | None, steps: Sequence[StepRecord], steps_path: Path) -> None:
+    """The steps of a sealed run (``record``; None: not sealed, only the counters are checked) are
+    whole, in order, once each, and end where the record says."""
+    strict = record is not None and record.source == "probe"
+    prev: StepRecord | None = None
+    for i, s in enumerate(steps):
+        where = f"{steps_path}: step record {i + 1}"
+        if s.samples < 0 or s.tokens < 0 or s.step < 0:
+            raise InputError(f"{where} has negative counters (step {s.step}, samples {s.samples}); {_REDO}")
+        if prev is not None:
+            if s == prev:
+                raise InputError(f"{where} repeats the line before it (step {s.step}); {_REDO}")
+            if s.step < prev.step or s.samples < prev.samples or (strict and s.step == prev.step):
+                raise InputError(
+                    f"{where} goes back or repeats (step {s.step} at {s.samples} samples after step "
+                    f"{prev.step} at {prev.samples}); {_REDO}"
+                )
+        prev = s
+    if record is None:
+        return
+    last = steps[-1].samples if steps else 0
+    if last != record.samples:
+        raise InputError(
+            f"{steps_path} ends at {last} samples, but the sealed run.json says the run ended at "
+            f"{record.samples} (a truncated or edited file); {_REDO}"
+        )
