@@ -80,6 +80,8 @@ RANGES: dict[str, Range] = {
     "algorithm.critic_lr": Range(0, 100, why="(0: the actor's base LR)"),
     "algorithm.value_clip": Range(0, 1e6),
     "algorithm.micro_batch_responses": NONNEG,
+    "algorithm.sync_every": _size(1 << 16),
+    "algorithm.in_flight_cap": Range(0, 1 << 16, why="(0: max(staleness, 1))"),
     "optimizer.lr": Range(0, 100, open_lo=True),
     "optimizer.beta1": Range(0, 1, open_hi=True),
     "optimizer.beta2": Range(0, 1, open_hi=True),

@@ -77,6 +77,13 @@ class AlgorithmConfig:
     # responses per forward/backward pass (gradient accumulation; changes memory, not the maths);
     # 0 = a whole mini-batch at once
     micro_batch_responses: int = 0
+    # sync: generate and train in turn in one process (staleness k by generating k batches ahead);
+    # async: a rollout worker process and the trainer overlap (backends/torch_rl/async_run.py), rollouts
+    # at most `staleness` trainer steps old, weights sent every sync_every steps (<= staleness + 1), at
+    # most in_flight_cap finished batches queued (0 = max(staleness, 1))
+    mode: str = "sync"
+    sync_every: int = 1
+    in_flight_cap: int = 0
 
 
 @dataclass(frozen=True)
@@ -330,6 +337,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "run.executor": ("local", "ray"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "algorithm.name": ("grpo", "ppo"),
+    "algorithm.mode": ("sync", "async"),
     "algorithm.critic_lr_rule": ("", *LR_RULES[:3]),
     "optimizer.name": ("adamw", "adam", "sgd"),
     "lr_scaling.rule": LR_RULES,

@@ -140,7 +140,28 @@ def setup_run(spec: RunSpec) -> tuple[Task, LoadedModel, torch.dtype]:
     return task, lm, compute_dtype
 
 
+def make_learner(spec: RunSpec, lm: LoadedModel) -> tuple[PPOLearner | GRPOLearner, float]:
+    """The run's GRPO or PPO learner (with the frozen reference when kl_coef > 0), and the critic LR."""
+    recipe, cand = spec.recipe, spec.candidate
+    ref = None
+    if recipe.algorithm.kl_coef > 0:
+        ref = copy.deepcopy(lm.model).eval().requires_grad_(False)
+    # dropout off in every pass: the policy that samples must be the one whose log-probs train
+    lm.model.eval()
+    batch = cand.batch_responses
+    ref_batch = spec.reference_batch or batch
+    critic_lr = cand.critic_lr if cand.critic_lr is not None else cand.lr
+    if recipe.algorithm.name == "ppo":
+        return PPOLearner(lm, ref, recipe, batch, ref_batch, cand.lr, critic_lr), critic_lr
+    return GRPOLearner(lm, ref, recipe, batch, ref_batch, cand.lr), critic_lr
+
+
 def train(spec: RunSpec) -> Iterator[StepRecord]:
+    if spec.recipe.algorithm.mode == "async":
+        from batchtune.backends.torch_rl.async_run import train_async
+
+        yield from train_async(spec)
+        return
     try:
         yield from _train(spec)
     except torch.cuda.OutOfMemoryError as exc:
@@ -156,23 +177,10 @@ def train(spec: RunSpec) -> Iterator[StepRecord]:
 
 def _train(spec: RunSpec) -> Iterator[StepRecord]:
     recipe, cand, seed = spec.recipe, spec.candidate, spec.seed
-    alg = recipe.algorithm
     task, lm, compute_dtype = setup_run(spec)
     torch.manual_seed(seed)
     sampler = PromptSampler(len(task.train), seed)
-    ref = None
-    if alg.kl_coef > 0:
-        ref = copy.deepcopy(lm.model).eval().requires_grad_(False)
-    # dropout off in every pass: the policy that samples must be the one whose log-probs train
-    lm.model.eval()
-    batch = cand.batch_responses
-    ref_batch = spec.reference_batch or batch
-    critic_lr = cand.critic_lr if cand.critic_lr is not None else cand.lr
-    learner: PPOLearner | GRPOLearner
-    if alg.name == "ppo":
-        learner = PPOLearner(lm, ref, recipe, batch, ref_batch, cand.lr, critic_lr)
-    else:
-        learner = GRPOLearner(lm, ref, recipe, batch, ref_batch, cand.lr)
+    learner, critic_lr = make_learner(spec, lm)
 
     def record(step: int, samples: int, tokens: int, lr: float, metrics, **timing) -> StepRecord:
         return StepRecord(

@@ -1,0 +1,314 @@
+"""A real asynchronous run: a rollout worker process and the trainer, overlapping (issue 30).
+
+The worker (torch.multiprocessing, spawn) holds its own copy of the policy: it draws prompts, samples
+G responses each, records the behaviour log-probs and scores them, and puts each finished batch on a
+bounded queue (``algorithm.in_flight_cap`` batches; 0 = max(staleness, 1)). The trainer (this process)
+takes batches in order and updates as the sync trainer does, importance-corrected against the
+behaviour log-probs (grpo.py). Every ``algorithm.sync_every`` trainer steps it sends its weights
+(a serialised state_dict through a queue). Staleness bound: batch j (trained at step j + 1, after j
+updates) is generated only with weights of version >= j - k (k = candidate.staleness), so the worker
+waits for a sync when it runs that far ahead; hence sync_every <= k + 1.
+
+Each StepRecord's metrics carry what the pipeline model needs: ``wall_s`` (step wall time, end to
+end), ``queue_wait_s`` (trainer blocked on the queue), ``sync_s`` (serialise + send, trainer side),
+``load_s`` and ``worker_wait_s`` (the worker loading weights and waiting on the staleness bound or a
+full queue, before this batch), ``staleness`` (the lag actually reached). gen_s is the worker's
+generation + behaviour log-probs + reward of that batch; train_s the trainer's update.
+
+The run is not bit-reproducible: which weights a batch is sampled with depends on timing (at most k
+steps old). Cleanup: the worker ignores SIGINT and watches its parent; the trainer stops and joins it
+(terminate, then kill) on any exit of the generator: end, error, KeyboardInterrupt, close().
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import math
+import os
+import queue
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from batchtune.analysis.lr import warmup_factor
+from batchtune.backends.models import load_model, resolve_device, resolve_dtype
+from batchtune.backends.spec import RunFailed, RunSpec
+from batchtune.backends.torch_rl.ppo import PPOLearner
+from batchtune.backends.torch_rl.rollout import chunks, generate, token_logprobs
+from batchtune.backends.torch_rl.tasks import make_task
+from batchtune.backends.torch_rl.trainer import (
+    PromptSampler,
+    epochs_of,
+    evaluate,
+    make_learner,
+    setup_run,
+)
+from batchtune.records import StepRecord
+
+POLL_S = 0.2  # how often a blocked side looks at the other's health and the stop flag
+JOIN_S = 5.0
+
+
+def to_bytes(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def from_bytes(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+def in_flight_cap(spec: RunSpec) -> int:
+    return spec.recipe.algorithm.in_flight_cap or max(spec.candidate.staleness, 1)
+
+
+def check_async(spec: RunSpec) -> None:
+    alg, k = spec.recipe.algorithm, spec.candidate.staleness
+    if spec.resume_from is not None or spec.save_at_samples:
+        raise RunFailed("failed", "algorithm.mode = async cannot checkpoint; use a grid probe", started=False)
+    if alg.sync_every > k + 1:
+        why = f"algorithm.sync_every = {alg.sync_every} exceeds staleness + 1 = {k + 1} (rollouts would wait)"
+        raise RunFailed("failed", why, started=False)
+
+
+class _Worker:
+    """The rollout side, run in the spawned process by ``worker_main``."""
+
+    def __init__(self, spec: RunSpec, init: bytes, batches, weights, stop, parent: int):
+        recipe = spec.recipe
+        self.spec, self.batches, self.weights, self.stop, self.parent = spec, batches, weights, stop, parent
+        self.task = make_task(recipe.task)
+        device = resolve_device(recipe.hardware.device)
+        self.dtype = resolve_dtype(recipe.model.dtype, device)
+        self.lm = load_model(dataclasses.replace(recipe.model, dtype="float32"), str(device), spec.seed)
+        self.lm.model.load_state_dict(from_bytes(init))
+        self.lm.model.eval()
+        self.version = 0
+        self.load_s = 0.0
+
+    def alive(self) -> bool:
+        return not self.stop.is_set() and os.getppid() == self.parent
+
+    def refresh(self, need: int) -> bool:
+        """Load the newest weights sent; wait until their version is >= ``need``. False: stopped."""
+        while True:
+            latest = None
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    latest = self.weights.get_nowait()
+            if latest is not None:
+                self._load(latest)
+            if self.version >= need:
+                return True
+            try:
+                self._load(self.weights.get(timeout=POLL_S))
+            except queue.Empty:
+                if not self.alive():
+                    return False
+
+    def _load(self, msg: tuple[int, bytes]) -> None:
+        t0 = time.perf_counter()
+        self.lm.model.load_state_dict(from_bytes(msg[1]))
+        self.version = msg[0]
+        self.load_s += time.perf_counter() - t0
+
+    @torch.no_grad()
+    def make(self, sampler: PromptSampler) -> dict[str, Any]:
+        cand, gen_cfg, lm = self.spec.candidate, self.spec.recipe.generation, self.lm
+        examples = [self.task.train[i] for i in sampler.take(cand.prompts)]
+        group = [e for e in examples for _ in range(cand.group_size)]
+        t0 = time.perf_counter()
+        rollout = generate(
+            lm, [e.prompt for e in group], gen_cfg.max_new_tokens, self.dtype, True,
+            gen_cfg.temperature, gen_cfg.top_p,
+        )  # fmt: skip
+        micro = self.spec.recipe.algorithm.micro_batch_responses
+        parts = [
+            token_logprobs(lm.model, rollout.select(i), self.dtype, lm.device.type, gen_cfg.temperature)
+            for i in chunks(len(rollout.texts), micro)
+        ]
+        scores = [self.task.reward(e, text) for e, text in zip(group, rollout.texts, strict=True)]
+        bad = [s for s in scores if not math.isfinite(s)]
+        if bad:
+            raise RunFailed("failed", f"the reward function {self.task.reward_name} returned {bad[0]}")
+        rollout = dataclasses.replace(rollout, sequences=rollout.sequences.cpu())
+        return {"rollout": rollout, "behaviour": torch.cat(parts).cpu(), "rewards": scores,
+                "gen_s": time.perf_counter() - t0}  # fmt: skip
+
+    def put(self, item: Any) -> bool:
+        while self.alive():
+            try:
+                self.batches.put(item, timeout=POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run(self) -> None:
+        spec = self.spec
+        torch.manual_seed(spec.seed)
+        sampler = PromptSampler(len(self.task.train), spec.seed)
+        n_batches = math.ceil(spec.recipe.budget.max_samples / spec.candidate.batch_responses)
+        put_wait = 0.0  # blocked on a full queue after the previous batch
+        for j in range(n_batches):
+            t0, self.load_s = time.perf_counter(), 0.0
+            if not self.refresh(j - spec.candidate.staleness):
+                return
+            waited = time.perf_counter() - t0 - self.load_s + put_wait
+            made = self.make(sampler)
+            made.update(version=self.version, load_s=self.load_s, wait_s=waited)
+            t0 = time.perf_counter()
+            if not self.put(("batch", to_bytes(made))):
+                return
+            put_wait = time.perf_counter() - t0
+
+
+def worker_main(spec: RunSpec, init: bytes, batches, weights, stop, parent: int, threads: int) -> None:
+    """The rollout process: SIGINT is the parent's to handle; errors go back on the queue."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(threads)
+    try:
+        _Worker(spec, init, batches, weights, stop, parent).run()
+    except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which raises it
+        status = exc.status if isinstance(exc, RunFailed) else "failed"
+        message = (
+            exc.message if isinstance(exc, RunFailed) else f"rollout worker: {type(exc).__name__}: {exc}"
+        )
+        with contextlib.suppress(queue.Full):
+            batches.put(("error", status, message), timeout=JOIN_S)
+
+
+class _Pipe:
+    """The worker process and its two queues, from the trainer's side; ``close`` always cleans up."""
+
+    def __init__(self, spec: RunSpec, init: bytes, threads: int):
+        ctx = mp.get_context("spawn")
+        self.batches = ctx.Queue(maxsize=in_flight_cap(spec))
+        self.weights = ctx.Queue()
+        self.stop = ctx.Event()
+        args = (spec, init, self.batches, self.weights, self.stop, os.getpid(), threads)
+        self.proc = ctx.Process(target=worker_main, args=args, daemon=True, name="batchtune-rollout")
+        self.proc.start()
+
+    def next_batch(self) -> dict[str, Any]:
+        while True:
+            try:
+                msg = self.batches.get(timeout=POLL_S)
+            except queue.Empty:
+                if not self.proc.is_alive():
+                    code = self.proc.exitcode
+                    raise RunFailed("failed", f"the rollout worker exited (code {code})") from None
+                continue
+            if msg[0] == "error":
+                raise RunFailed(msg[1], msg[2])
+            return from_bytes(msg[1])
+
+    def send(self, version: int, state: dict[str, torch.Tensor]) -> None:
+        self.weights.put((version, to_bytes({k: v.detach().cpu() for k, v in state.items()})))
+
+    def close(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(Exception):
+            while True:  # unblock a worker waiting to put
+                self.batches.get_nowait()
+        self.proc.join(JOIN_S)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(JOIN_S)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        for q in (self.batches, self.weights):
+            q.cancel_join_thread()  # never hang at exit flushing to a reader that is gone
+            q.close()
+
+
+def train_async(spec: RunSpec) -> Iterator[StepRecord]:
+    """The trainer of an async run: one StepRecord per trainer step, as trainer.train yields."""
+    check_async(spec)
+    recipe = spec.recipe
+    task, lm, compute_dtype = setup_run(spec)
+    threads = recipe.hardware.threads or 1  # 1 per process: trainer and worker share the cores
+    torch.set_num_threads(threads)
+    learner, critic_lr = make_learner(spec, lm)
+    epochs, sync_every = epochs_of(spec), recipe.algorithm.sync_every
+    pipe = _Pipe(spec, to_bytes(lm.model.state_dict()), threads)
+    try:
+        yield from _steps(spec, pipe, task, lm, learner, critic_lr, compute_dtype, epochs, sync_every)
+    finally:
+        pipe.close()
+
+
+def _steps(spec, pipe: _Pipe, task, lm, learner, critic_lr, compute_dtype, epochs, sync_every):
+    recipe, cand = spec.recipe, spec.candidate
+    max_samples, has_eval = recipe.budget.max_samples, len(task.eval) > 0
+    step = samples = tokens = last_eval = 0
+
+    def record(metrics, **kw) -> StepRecord:
+        return StepRecord(spec.run_id, step, samples, tokens, kw.pop("lr", 0.0), cand.prompts,
+                          cand.group_size, spec.seed, metrics, **kw)  # fmt: skip
+
+    if has_eval:
+        t0 = time.perf_counter()
+        yield record(
+            {"eval_reward": evaluate(lm, task, spec, compute_dtype)}, other_s=time.perf_counter() - t0
+        )
+    last = time.perf_counter()
+    while samples < max_samples:
+        step += 1
+        t0 = time.perf_counter()
+        made = pipe.next_batch()
+        queue_wait = time.perf_counter() - t0
+        rollout = made["rollout"]
+        rewards = torch.tensor(made["rewards"], dtype=torch.float32, device=lm.device)
+        behaviour = made["behaviour"].to(lm.device)
+        rollout = dataclasses.replace(rollout, **{f: getattr(rollout, f).to(lm.device) for f in _TENSORS})
+        samples += len(made["rewards"])
+        tokens += int(rollout.response_lengths.sum())
+        factor = warmup_factor(samples, recipe.optimizer.warmup_samples)
+        lr = cand.lr * factor
+        t0 = time.perf_counter()
+        if isinstance(learner, PPOLearner):
+            stats = learner.update(rollout, rewards, cand.group_size, lr, critic_lr * factor, step,
+                                   compute_dtype, behaviour, epochs)  # fmt: skip
+        else:
+            stats = learner.update(
+                rollout, rewards, cand.group_size, lr, step, compute_dtype, behaviour, epochs
+            )
+        train_s = time.perf_counter() - t0 - stats.ref_s
+        sync_s = 0.0
+        if step % sync_every == 0 and samples < max_samples:
+            t0 = time.perf_counter()
+            pipe.send(step, lm.model.state_dict())
+            sync_s = time.perf_counter() - t0
+        metrics = {
+            "reward": float(rewards.mean()), "loss": stats.loss, "clip_frac": stats.clip_frac,
+            "response_len": float(rollout.response_lengths.float().mean()),
+            "staleness": float(step - 1 - made["version"]), "queue_wait_s": queue_wait, "sync_s": sync_s,
+            "load_s": made["load_s"], "worker_wait_s": made["wait_s"],
+        }  # fmt: skip
+        if stats.kl is not None:
+            metrics["kl"] = stats.kl
+        if stats.value_loss is not None:
+            metrics["value_loss"] = stats.value_loss
+        other_s = stats.ref_s
+        every = recipe.task.eval_every_samples
+        if has_eval and (every <= 0 or samples // every > last_eval // every or samples >= max_samples):
+            t0 = time.perf_counter()
+            metrics["eval_reward"] = evaluate(lm, task, spec, compute_dtype)
+            other_s += time.perf_counter() - t0
+            last_eval = samples
+        now = time.perf_counter()
+        metrics["wall_s"], last = now - last, now
+        yield record(metrics, lr=lr, grad_norm=stats.grad_norm, critic_grad_norm=stats.critic_grad_norm,
+                     gen_s=made["gen_s"], train_s=train_s, other_s=other_s)  # fmt: skip
+
+
+_TENSORS = ("sequences", "attention_mask", "position_ids", "response_mask")

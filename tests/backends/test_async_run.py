@@ -1,0 +1,120 @@
+"""The two-process async run (backends/torch_rl/async_run.py): staleness bound, records, cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from batchtune.backends.spec import Candidate, RunFailed, RunSpec
+from batchtune.backends.torch_rl import TorchRLBackend
+from batchtune.recipe.load import load_recipe
+
+BASE = [
+    "model.pretrain_steps=20",
+    'task.name="reverse"',
+    "task.difficulty=4",
+    "task.eval_size=0",
+    'target.metric="reward"',
+    "hardware.threads=1",
+    "generation.max_new_tokens=6",
+    'hardware.device="cpu"',
+    'algorithm.mode="async"',
+]
+KEYS = {"staleness", "wall_s", "queue_wait_s", "sync_s", "load_s", "worker_wait_s", "reward", "loss"}
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("async")
+
+
+def make_spec(root: Path, *extra: str, k: int = 1, samples: int = 96) -> RunSpec:
+    recipe = load_recipe(None, [*BASE, f"budget.max_samples={samples}", *extra])
+    cand = Candidate("P2xG8", 2, 8, 3e-4, "sqrt", staleness=k)
+    return RunSpec("P2xG8-s0", cand, 0, recipe, root / "runs" / "x", 3e-4, 16)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize(
+    ("k", "sync_every"), [pytest.param(0, 1, marks=pytest.mark.slow), (2, 3)]
+)  # each spawn imports torch and transformers afresh: seconds
+def test_rollouts_stay_within_the_staleness_bound(root, k, sync_every):
+    recs = list(TorchRLBackend().train(make_spec(root, f"algorithm.sync_every={sync_every}", k=k)))
+    assert [r.samples for r in recs] == [16 * i for i in range(1, 7)]
+    assert all(set(r.metrics) >= KEYS for r in recs)
+    lags = [r.metrics["staleness"] for r in recs]
+    assert max(lags) <= k and lags[0] == 0.0
+    assert all(r.gen_s > 0 and r.train_s > 0 and r.metrics["wall_s"] > 0 for r in recs)
+    assert not mp.active_children()  # the worker was joined
+
+
+@pytest.mark.slow
+def test_closing_the_run_early_stops_the_worker(root):
+    run = TorchRLBackend().train(make_spec(root, k=1, samples=100_000))
+    next(run)
+    (worker,) = mp.active_children()
+    run.close()
+    assert not worker.is_alive() and not mp.active_children()
+
+
+def test_sync_every_beyond_the_bound_is_refused(root):
+    with pytest.raises(RunFailed, match="sync_every = 3 exceeds staleness"):
+        list(TorchRLBackend().train(make_spec(root, "algorithm.sync_every=3", k=1)))
+
+
+SCRIPT = """
+import sys, torch.multiprocessing as mp
+sys.path.insert(0, {tests!r})
+from test_async_run import TorchRLBackend, make_spec
+from pathlib import Path
+if __name__ == "__main__":
+    run = TorchRLBackend().train(make_spec(Path({root!r}), k=1, samples=100_000))
+    next(run)
+    print(mp.active_children()[0].pid, flush=True)
+    for _ in run:
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_sigint_leaves_no_orphan_worker(root):
+    script = SCRIPT.format(tests=str(Path(__file__).parent), root=str(root))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        assert alive(pid)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) != 0  # KeyboardInterrupt
+        deadline = time.time() + 10
+        while alive(pid) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not alive(pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
