@@ -6,7 +6,12 @@ Imports torch and transformers: only backends import this module.
 
 from __future__ import annotations
 
+import os
+import threading
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -113,7 +118,7 @@ def tiny_llama_config(cfg: ModelConfig, vocab_size: int) -> Any:
 
 def load_model(cfg: ModelConfig, device: str = "auto", seed: int = 0) -> LoadedModel:
     """Build the tiny Llama (random init from ``seed``) or load a pretrained causal LM."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     dev = resolve_device(device)
     dtype = resolve_dtype(cfg.dtype, dev)
@@ -125,18 +130,88 @@ def load_model(cfg: ModelConfig, device: str = "auto", seed: int = 0) -> LoadedM
         model.generation_config.eos_token_id = tok.eos_token_id
         model.generation_config.bos_token_id = tok.bos_token_id
         return LoadedModel(model.to(dev, dtype), tok, dev, dtype, cfg.name, True)  # type: ignore[arg-type]
-    try:
-        tok = AutoTokenizer.from_pretrained(cfg.name)  # type: ignore[assignment]
-        model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype)  # type: ignore[assignment]
-    except (OSError, ValueError) as exc:
-        raise BackendError(
-            f"cannot load model {cfg.name!r}: {str(exc).splitlines()[0]} "
-            "(give a local model directory, or a hub name with network access)"
-        ) from None
+    tok, model = _from_pretrained(cfg.name, dtype)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
-    return LoadedModel(model.to(dev), tok, dev, dtype, cfg.name, False)  # type: ignore[arg-type]
+    return LoadedModel(model.to(dev), tok, dev, dtype, cfg.name, False)
+
+
+HUB_TIMEOUT_S = 5.0  # how long the hub may take to answer before a hub name is called unreachable
+
+
+def _hub_unreachable(name: str, timeout_s: float = HUB_TIMEOUT_S) -> str:
+    """Why the hub cannot serve ``name`` now ("" when it answered, an HTTP error included): one HEAD
+    request, bounded in a daemon thread so that a hanging DNS lookup or a silent server cannot stall."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    why: list[str] = [f"{endpoint} did not answer within {timeout_s:g} s"]
+
+    def probe() -> None:
+        try:
+            req = urllib.request.Request(f"{endpoint}/api/models/{name}", method="HEAD")
+            with urllib.request.urlopen(req, timeout=timeout_s):  # noqa: S310 - the user's endpoint
+                why[0] = ""
+        except urllib.error.HTTPError:
+            why[0] = ""  # it answered: from_pretrained words a missing or gated model itself
+        except (OSError, ValueError) as exc:
+            why[0] = f"{endpoint} cannot be reached ({getattr(exc, 'reason', exc)})"
+
+    thread = threading.Thread(target=probe, name="hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s + 1.0)
+    return why[0]
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _from_pretrained(name: str, dtype: torch.dtype) -> tuple[Any, Any]:
+    """A local directory, else the hub cache, else the hub once it answers within seconds: without
+    network a hub name fails at once naming the model and HF_HUB_OFFLINE, instead of hanging."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def load(**kw: Any) -> tuple[Any, Any]:
+        return (
+            AutoTokenizer.from_pretrained(name, **kw),
+            AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **kw),
+        )
+
+    def failed(exc: BaseException) -> BackendError:
+        return BackendError(
+            f"cannot load model {name!r}: {str(exc).splitlines()[0] if str(exc) else exc!r} "
+            "(give a local model directory, or a hub name with network access)"
+        )
+
+    if Path(name).expanduser().is_dir():
+        try:
+            return load()
+        except (OSError, ValueError) as exc:
+            raise failed(exc) from None
+    if name.startswith(("/", ".", "~")):
+        raise BackendError(
+            f"model {name!r}: no such directory (model.name is a local directory or a hub name)"
+        )
+    try:
+        return load(local_files_only=True)  # the hub cache first: no network needed
+    except (OSError, ValueError) as exc:
+        if _offline():
+            raise BackendError(
+                f"model {name!r} is not in the local hub cache and HF_HUB_OFFLINE is set: download it "
+                f"where there is network (hf download {name}) or give a local model directory"
+            ) from None
+        cached_error = exc
+    why = _hub_unreachable(name)
+    if why:
+        raise BackendError(
+            f"model {name!r} is neither a local directory nor in the hub cache, and {why}: download it "
+            f"where there is network (hf download {name}), give a local model directory, or set "
+            "HF_HUB_OFFLINE=1 to fail at once"
+        ) from None
+    try:
+        return load()
+    except (OSError, ValueError) as exc:
+        raise failed(exc if str(exc) else cached_error) from None
 
 
 def count_params(model: Any) -> int:
