@@ -69,6 +69,14 @@ class BackendError(BatchtuneError):
     exit_code = 4
 
 
+class UnsafeCheckpoint(BackendError):
+    """A checkpoint in the results directory holds more than tensors and plain containers (a pickle
+    that could run code, or not a state dict): nothing in it is loaded, and the probe stops rather
+    than seal the runs that were to start from it as failed (which would change the answer)."""
+
+    exit_code = 2
+
+
 class Terminated(BaseException):
     """SIGTERM arrived (preemption, `timeout`, a scheduler): unwind so children are stopped, exit 143.
 

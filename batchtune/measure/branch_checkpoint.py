@@ -185,6 +185,8 @@ class AtCheckpoint:
         cdir = self.ckpt_dir / f"c{c}-control-s{s}"
         resume = self.resume if start_at == c else checkpoint_path(cdir, start_at)
         rid = control_id(c, ref, s, start_at)
+        if start_at == c:
+            self._check_start([rid])
         if (
             resume is not None
             and not self.store.is_finished(rid)
@@ -196,6 +198,21 @@ class AtCheckpoint:
             )
         seg = {"resume_from": resume, "save_at_samples": (end,), "checkpoint_dir": cdir}
         return Job(ref, s, rid, end, self.policy(self.recipe.target.value, end, c, False), seg)
+
+    def _check_start(self, rids: list[str]) -> None:
+        """Runs still to do from the trunk's checkpoint (``rids``) find it: without it each would be
+        sealed as failed, which reads as the batch failing (a different answer)."""
+        r = self.resume
+        if r is None or any(
+            p.name == r.name or p.name.startswith(r.name + ".") for p in r.parent.glob("ckpt-*")
+        ):
+            return
+        todo = [rid for rid in rids if not self.store.is_finished(rid)]
+        if todo:
+            raise InputError(
+                f"{self.store.root}: the trunk's checkpoint {r} is missing, and the run {todo[0]} is "
+                "to start from it; probe into a fresh results_dir"
+            )
 
     def _extend(self, ends: dict[int, int], also: list[Job] | None = None) -> None:
         """Extend each seed's control to its end in ``ends``: one segment per seed, run together
@@ -256,6 +273,7 @@ class AtCheckpoint:
                 Job(cand, s, branch_id(c, cand, s), budget, self.policy(lv, budget, c, True), extra)
                 for s in todo
             ]
+            self._check_start([j.rid for j in jobs])
             self.controls_for(todo, lv, self.recipe.branch.max_window_factor * wb, jobs)
             for s in todo:
                 self.branches.append(

@@ -17,6 +17,7 @@ import torch
 
 from batchtune.backends.checkpoint_file import read_state
 from batchtune.backends.spec import RunFailed
+from batchtune.errors import UnsafeCheckpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +42,7 @@ def test_a_planted_pickle_in_an_rl_checkpoint_is_refused_and_never_runs(tmp_path
     marker = tmp_path / "ran"
     ckpt = tmp_path / "ckpts" / "ckpt-32"
     plant(ckpt / "state.pt", marker)
-    with pytest.raises(RunFailed, match=r"refused the checkpoint .*ckpt-32.state\.pt.*could run code"):
+    with pytest.raises(UnsafeCheckpoint, match=r"refused the checkpoint .*ckpt-32.state\.pt.*could run code"):
         checkpoint.load(ckpt, learner=None, sampler=None, seed=0)
     assert not marker.exists()
 
@@ -53,9 +54,9 @@ def test_a_planted_pickle_in_a_pretraining_checkpoint_is_refused_and_never_runs(
     marker = tmp_path / "ran"
     file = plant(tmp_path / "state.pt", marker)
     recipe = load_recipe(str(ROOT / "recipes/tiny-pretrain.toml"))
-    with pytest.raises(RunFailed, match="refused the checkpoint") as info:
+    with pytest.raises(UnsafeCheckpoint, match="refused the checkpoint") as info:
         LMRun.resume_from(file, recipe)
-    assert info.value.status == "failed" and not marker.exists()
+    assert info.value.exit_code == 2 and not marker.exists()  # stops the probe: not a failed run
 
 
 def test_plain_state_round_trips_and_garbage_is_a_clear_failure(tmp_path: Path) -> None:
