@@ -176,3 +176,43 @@ def test_the_table_and_the_joint_fit_explain_their_terms(tmp_path):
         assert term in text, term
     assert "The number to act on:" in text and "not batches to run" in text
     assert "R/R0 paired" in terminal.TABLE_LEGEND
+
+
+# ---- item 12: check and recommend say what is wrong -----------------------------------------------
+def _evidence(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    results = tmp_path / "ev"
+    shutil.copytree(Path(__file__).parents[1] / "examples/ci/evidence/nqm", results)
+    return results
+
+
+def test_check_passes_the_verl_config_recommend_emitted_on_eight_gpus(tmp_path):
+    results, out = _evidence(tmp_path), tmp_path / "verl.txt"
+    emit = CliRunner().invoke(
+        app, ["recommend", NQM, "--results", str(results), "--emit", "verl", "-o", str(out)]
+    )
+    assert emit.exit_code == 0, emit.output
+    assert "trainer.n_gpus_per_node=8" in out.read_text()
+    got = CliRunner().invoke(app, ["check", str(out), "--results", str(results), "--json"])
+    items = {c["name"]: c for c in __import__("json").loads(got.stdout)["checks"]}
+    assert items["generation_concurrency"]["status"] == "pass", items["generation_concurrency"]
+
+
+def test_check_of_a_readme_says_not_a_trainer_config(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\nIt's a \"quoted thing\n")
+    err = _err(["check", str(readme), "--results", str(_evidence(tmp_path))])
+    assert "not a trainer config" in err
+
+
+def test_recommend_of_another_recipes_results_says_so(tmp_path):
+    results = _evidence(tmp_path)
+    err = _err(["recommend", "tiny-grpo", "--results", str(results)])
+    assert "another recipe" in err and "nqm" in err and "no run logged" not in err
+
+
+def test_no_pass_results_when_results_was_given(tmp_path):
+    out = CliRunner().invoke(app, ["recommend", NQM, "--results", str(tmp_path / "none")])
+    assert out.exit_code != 0 and "pass --results" not in out.output

@@ -362,9 +362,12 @@ def check_concurrency(
     if knee is None:
         return CheckItem(name, SKIPPED, _g(concurrency), "-", "no generation profile in the results", role)
     k = knee.concurrency
+    if batch is not None and batch > 0 and engines > 1:  # each engine gets its share of the step:
+        batch = float(math.ceil(batch / engines))  # all of it in flight is as far as that engine goes
     want = min(k, batch) if batch is not None and batch > 0 else k
     capped = want < k
-    expected = f">= {want:g}" + (f" (the {batch:g} responses of a step; knee {k:g})" if capped else "")
+    of_step = f"an engine's share of a step ({engines} engines)" if engines > 1 else "a step"
+    expected = f">= {want:g}" + (f" (the {batch:g} responses of {of_step}; knee {k:g})" if capped else "")
     expected += f", < {knee.ceiling:g} (out of memory)" if knee.ceiling else ""
     if concurrency is None:
         return CheckItem(name, SKIPPED, "-", expected, "the config sets no generation concurrency", role)
@@ -385,13 +388,8 @@ def check_concurrency(
             f"doubling bought {knee.threshold:.0%} more throughput"
         )
         if capped:
-            why = f"the {batch:g} responses of a step (below {why})"
-        split = (
-            f" (the step's {batch:g} responses over {engines} engines: fewer engines or a larger batch "
-            "would fill them)"
-            if engines > 1 and batch
-            else ""
-        )
+            why = f"the {batch:g} responses of {of_step} (below {why})"
+        split = ""
         return CheckItem(
             name,
             WARN,
@@ -402,8 +400,9 @@ def check_concurrency(
         )
     if capped:
         msg = (
-            f"every response of a {batch:g}-response step can be in flight; the critical generation "
-            f"batch {k:g} is beyond one step"
+            f"every response of {of_step} ({batch:g}) can be in flight; the critical generation "
+            f"batch {k:g} is beyond it"
+            + (": fewer engines or a larger batch would fill them" if engines > 1 else "")
         )
     else:
         tail = "" if knee.saturated else " (throughput still rose at the largest measured point)"

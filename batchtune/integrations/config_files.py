@@ -131,7 +131,10 @@ def _args_flat(text: str, path: Path) -> Flat:
         try:
             tokens = shlex.split(line, comments=True)
         except ValueError as exc:
-            raise InputError(f"{path}:{i}: cannot split into arguments ({exc})") from None
+            raise InputError(
+                f"{path}:{i}: cannot split into arguments ({exc}); is it a trainer config (YAML, JSON, "
+                "TOML or a launch command)?"
+            ) from None
         for tok in tokens:
             if pending is not None and not tok.startswith("--"):
                 out[pending[0]] = (tok, pending[1])
@@ -154,14 +157,23 @@ def _args_flat(text: str, path: Path) -> Flat:
     return out
 
 
+# files a user may pass by mistake (README.md, a log): refused by name, not parsed as arguments
+NOT_CONFIGS = (".md", ".markdown", ".rst", ".html", ".csv", ".jsonl", ".ipynb", ".pdf")
+
+
 def read_flat(path: Path, fmt: str) -> tuple[Flat, str]:
     """The file's settings and what shape they were in (mapping or args)."""
     if path.is_dir():
         raise InputError(f"trainer config {path} is a folder: give the config file")
     if not path.is_file():
         raise InputError(f"trainer config {path} not found")
-    text = path.read_text()
     suffix = path.suffix.lower()
+    if suffix in NOT_CONFIGS:
+        raise InputError(
+            f"{path} is not a trainer config (a {suffix} file): give the trainer's YAML, JSON or TOML "
+            "config, or its launch script"
+        )
+    text = path.read_text()
     if suffix == ".json":
         return _json_flat(text, path), "mapping"
     if suffix == ".toml":

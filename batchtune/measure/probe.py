@@ -28,6 +28,7 @@ from batchtune.measure.execute import run_jobs
 from batchtune.measure.guards import check_metric_present, check_target_range
 from batchtune.measure.plan import Plan, plan_candidates, run_id, run_record
 from batchtune.measure.sequential import add_seeds, with_extra_seeds
+from batchtune.recipe.checks import another_recipe
 from batchtune.recipe.load import recipe_from_dict
 from batchtune.recipe.schema import PretrainConfig, Recipe
 from batchtune.records import ResultsStore, RunRecord, failed_before_training
@@ -305,8 +306,21 @@ def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None)
         families.update({lab: "fixed_lr" for lab in plan.fixed_lr})
         families.update({lab: "offpolicy" for lab in plan.offpolicy})
         families.update({lab: "main" for lab in plan.main})  # a label in two sweeps is main
+    try:
+        eff = _analyse(runs, recipe, plan, families)
+    except MetricMissingError:
+        other = another_recipe(store.read_manifest(), recipe, store.root)
+        if other is None:
+            raise
+        raise InputError(other) from None
+    return with_extra_seeds(eff, runs, recipe.budget.seeds)
+
+
+def _analyse(
+    runs: list[RunData], recipe: Recipe, plan: Plan | None, families: dict[str, str] | None
+) -> SampleEfficiency:
     t = recipe.target
-    eff = analyse_runs(
+    return analyse_runs(
         runs,
         metric=t.metric,
         target=t.value,
@@ -317,7 +331,6 @@ def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None)
         reference=plan.reference if plan else None,
         families=families,
     )
-    return with_extra_seeds(eff, runs, recipe.budget.seeds)
 
 
 def _check_finished_runs_match(store: ResultsStore, plan: Plan) -> None:

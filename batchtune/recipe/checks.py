@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from batchtune.recipe.schema import Recipe
@@ -184,3 +184,21 @@ def reward_problems(spec: str) -> list[str]:
     if attr.startswith("_") or not all(n.isidentifier() for n in names):
         return [f"task.reward: {spec!r}: the module and function must be public Python names (no leading _)"]
     return []
+
+
+def another_recipe(manifest: dict[str, Any] | None, recipe: Recipe, root: object) -> str | None:
+    """Why a results directory's runs belong to another recipe than ``recipe`` (its manifest's target
+    metric or training backend differ), as a message naming that recipe; None when they agree."""
+    stored = manifest.get("recipe") if isinstance(manifest, dict) else None
+    if not isinstance(stored, dict):
+        return None
+    target, backend = stored.get("target") or {}, stored.get("backend") or {}
+    theirs = (target.get("metric"), backend.get("training"))
+    if theirs == (recipe.target.metric, recipe.backend.training) or not isinstance(theirs[0], str):
+        return None
+    source = str(manifest.get("source") or "another recipe") if manifest else "another recipe"
+    return (
+        f"{root} holds the runs of another recipe ({source}: target {theirs[0]!r}, backend "
+        f"{theirs[1]!r}), not of {recipe.source or 'the default recipe'} (target "
+        f"{recipe.target.metric!r}): give that recipe, e.g. batchtune recommend {source} --results {root}"
+    )

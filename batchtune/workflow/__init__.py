@@ -281,7 +281,9 @@ def recommend_for_recipe(
     check_pretrain_ranking(cfg, command, emit)
     store = ResultsStore(cfg.run.results_dir)
     if not store.exists():
-        raise InputError(f"no results in {store.root}: run `batchtune probe` first, or pass --results")
+        raise InputError(
+            f"no results in {store.root}: run `batchtune probe` first (or name another results directory)"
+        )
     if cfg.study.branched:
         from batchtune.measure.branched import run_branched_probe
 
