@@ -247,7 +247,8 @@ def resolve_hardware(recipe: Recipe, device: str) -> tuple[Hardware | None, str]
     if device in ("", "cpu"):
         return None, (
             "no roofline for CPU: set hardware.peak_flops and hardware.hbm_bytes_per_s "
-            "(FLOP/s and memory bytes/s) to compare against one"
+            "(FLOP/s and memory bytes/s) to compare against one; a knee measured on CPU says "
+            "nothing about where a GPU's knee lies"
         )
     return None, (
         f"no roofline: {device!r} is not in the known table ({', '.join(KNOWN_HARDWARE)}); "

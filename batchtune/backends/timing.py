@@ -68,13 +68,69 @@ def peak_memory_bytes(device: Any) -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB, macOS bytes
 
 
-def device_memory_in_use_bytes() -> int:
-    """Bytes in use on CUDA device 0 by every process (``total - free``): engines that run their
-    model in a child process (vLLM) are invisible to torch's allocator statistics."""
-    import torch
+def device_memory_in_use_bytes(device: Any) -> int:
+    """Memory an engine that runs its model in a child process (vLLM) holds, which torch's
+    allocator statistics in this process never see.
 
-    free, total = torch.cuda.mem_get_info()
-    return int(total - free)
+    CUDA: bytes in use on the device by every process (``total - free``). CPU: the resident set
+    size of this process and all its descendants (``process_tree_rss_bytes``).
+    """
+    if getattr(device, "type", str(device)) == "cuda":
+        import torch
+
+        free, total = torch.cuda.mem_get_info(device)
+        return int(total - free)
+    return process_tree_rss_bytes()
+
+
+def process_tree_rss_bytes(pid: int | None = None) -> int:
+    """Resident bytes of process ``pid`` (default: this one) and all its descendants, now.
+
+    A sum of RSS: pages shared between the processes (the torch libraries each one maps, for
+    instance) are counted once per process, so it is an upper bound on the physical memory the
+    tree holds. psutil where installed, else ``/proc`` (Linux); a process that exits meanwhile is
+    skipped.
+    """
+    import os
+
+    root = os.getpid() if pid is None else pid
+    try:
+        import psutil  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return _proc_tree_rss_bytes(root)
+    try:
+        procs = [psutil.Process(root)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            total += int(proc.memory_info().rss)
+    return total
+
+
+def _proc_tree_rss_bytes(root: int) -> int:
+    """``process_tree_rss_bytes`` from ``/proc/<pid>/stat`` (parent ids) and ``statm`` (pages)."""
+    import os
+    from pathlib import Path
+
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])  # fields after "(comm)": state ppid
+            children.setdefault(ppid, []).append(int(entry.name))
+    page = os.sysconf("SC_PAGE_SIZE")
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+    return total
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -117,6 +117,7 @@ RANGES: dict[str, Range] = {
     "generation.knee_threshold": Range(0, 10, open_lo=True),
     "generation.gpu_memory_utilization": Range(0, 1, open_lo=True),
     "generation.max_num_seqs": Range(0, 1 << 24),
+    "generation.kv_cache_bytes": Range(0, 1 << 50),
     "generation.train_batches": _size(1 << 24),
     "generation.other_s_per_step": NONNEG,
     "generation.eos_stop_prob": Range(0, 1, open_hi=True),

