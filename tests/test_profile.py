@@ -336,7 +336,7 @@ def test_a_contended_profile_warns_in_every_ranking_made_from_it(tmp_path, fake)
     throughput model carries the warning into the recommendation's evidence."""
     import dataclasses as dc
 
-    from batchtune.analysis.profile import contention_note, is_contended
+    from batchtune.analysis.contention import contention_note, is_contended
     from batchtune.analysis.recommend import throughput_from_profile
 
     recipe = load_recipe(None, FAKE_SWEEP)
