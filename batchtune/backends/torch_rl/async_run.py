@@ -40,7 +40,7 @@ from batchtune.analysis.lr import warmup_factor
 from batchtune.backends.models import load_model, resolve_device, resolve_dtype
 from batchtune.backends.spec import RunFailed, RunSpec
 from batchtune.backends.torch_rl.ppo import PPOLearner
-from batchtune.backends.torch_rl.rollout import chunks, generate, token_logprobs
+from batchtune.backends.torch_rl.rollout import Rollout, chunks, generate, token_logprobs
 from batchtune.backends.torch_rl.tasks import make_task
 from batchtune.backends.torch_rl.trainer import (
     PromptSampler,
@@ -62,7 +62,10 @@ def to_bytes(obj: Any) -> bytes:
 
 
 def from_bytes(data: bytes) -> Any:
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    """Tensors and plain containers only (a Rollout travels as its fields): nothing is unpickled
+    that could run code, as everywhere else in the package."""
+    buf = io.BytesIO(data)
+    return torch.load(buf, map_location="cpu", weights_only=True)
 
 
 def in_flight_cap(spec: RunSpec) -> int:
@@ -139,7 +142,8 @@ class _Worker:
         if bad:
             raise RunFailed("failed", f"the reward function {self.task.reward_name} returned {bad[0]}")
         rollout = dataclasses.replace(rollout, sequences=rollout.sequences.cpu())
-        return {"rollout": rollout, "behaviour": torch.cat(parts).cpu(), "rewards": scores,
+        fields = {f.name: getattr(rollout, f.name) for f in dataclasses.fields(rollout)}
+        return {"rollout": fields, "behaviour": torch.cat(parts).cpu(), "rewards": scores,
                 "gen_s": time.perf_counter() - t0}  # fmt: skip
 
     def put(self, item: Any) -> bool:
@@ -266,7 +270,7 @@ def _steps(spec, pipe: _Pipe, task, lm, learner, critic_lr, compute_dtype, epoch
         t0 = time.perf_counter()
         made = pipe.next_batch()
         queue_wait = time.perf_counter() - t0
-        rollout = made["rollout"]
+        rollout = Rollout(**made["rollout"])
         rewards = torch.tensor(made["rewards"], dtype=torch.float32, device=lm.device)
         behaviour = made["behaviour"].to(lm.device)
         rollout = dataclasses.replace(rollout, **{f: getattr(rollout, f).to(lm.device) for f in _TENSORS})
