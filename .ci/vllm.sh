@@ -16,5 +16,5 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q typer rich numpy scipy matplotlib pytest "transformers<5.20"
 echo "vllm venv: $(( $(date +%s) - start )) s"
 t=$(date +%s)
-PYTHONPATH="$PWD" "$VENV/bin/python" -m pytest -q -m vllm -p no:cacheprovider tests
+PYTHONPATH="$PWD" "$VENV/bin/python" -m pytest -q -m vllm -p no:cacheprovider tests/backends/test_vllm.py
 echo "vllm tests: $(( $(date +%s) - t )) s; .ci/vllm.sh wall: $(( $(date +%s) - start )) s"
