@@ -163,4 +163,11 @@ def _wait_for_starts(marks: Path, proc: subprocess.Popen, n: int) -> list[str]:
 
 
 def _worker_pids(marks: Path) -> list[int]:
-    return [int(p.read_text()) for p in marks.glob("start-*")]
+    """The pids the workers wrote; a marker is created before its pid is written, so wait for it."""
+    pids = []
+    for p in marks.glob("start-*"):
+        deadline = time.monotonic() + 10
+        while not (text := p.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pids.append(int(text))
+    return pids

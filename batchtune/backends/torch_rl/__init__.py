@@ -37,6 +37,10 @@ class TorchRLBackend:
         return {"reward": (0.0, 1.0), "eval_reward": (0.0, 1.0)}
 
     def train(self, spec: RunSpec) -> Iterator[StepRecord]:
+        if spec.recipe.algorithm.mode == "async":  # a rollout process beside this trainer
+            from batchtune.backends.torch_rl.async_run import train_async
+
+            return train_async(spec)
         from batchtune.backends.torch_rl.trainer import train
 
         return train(spec)

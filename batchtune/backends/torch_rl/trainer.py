@@ -157,11 +157,7 @@ def make_learner(spec: RunSpec, lm: LoadedModel) -> tuple[PPOLearner | GRPOLearn
 
 
 def train(spec: RunSpec) -> Iterator[StepRecord]:
-    if spec.recipe.algorithm.mode == "async":
-        from batchtune.backends.torch_rl.async_run import train_async
-
-        yield from train_async(spec)
-        return
+    """The synchronous trainer (``algorithm.mode = "async"`` runs async_run.train_async instead)."""
     try:
         yield from _train(spec)
     except torch.cuda.OutOfMemoryError as exc:
