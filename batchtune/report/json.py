@@ -161,7 +161,6 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
     wr = by_rank[w.label]
     data = efficiency_to_dict(eff)
     data["probe_cost"] = probe_cost(eff, rec)
-    ref_time_s = rec.ranking.by_name(rec.ranking.reference).time_to_target_s
     for c in data["candidates"]:
         r = by_rank.get(c["name"])
         t = thr.per_candidate.get(c["name"])
@@ -178,7 +177,7 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
                 # R/R0 of the ranking's R (its statistic over seeds): time_ratio = this / throughput_ratio
                 "rank_sample_ratio": num(r.sample_ratio) if r else None,
                 # what the rank orders by: the time moved by the skew of its interval (ranking.py)
-                "expected_time_ratio": num(r.expected_time_s / ref_time_s) if r else None,
+                "expected_time_ratio": num(rec.ranking.expected_ratio(r)) if r else None,
                 "throughput_ratio": num(r.throughput_ratio) if r else None,
             }
         )

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import torch.multiprocessing as mp
 
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
@@ -32,11 +31,7 @@ BASE = [
 KEYS = {"staleness", "wall_s", "queue_wait_s", "sync_s", "load_s", "worker_wait_s", "reward", "loss"}
 
 
-@pytest.fixture(autouse=True)
-def _restore_torch_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.backends.torch_rl import TorchRLBackend, grpo
@@ -39,11 +38,7 @@ CASES = {
 GOLDEN = Path(__file__).parent / "data" / "onpolicy_curves.json"
 
 
-@pytest.fixture(autouse=True)
-def _restore_torch_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 @pytest.fixture(scope="module")
