@@ -1,6 +1,6 @@
 """Regret of the async decision on NQM instances with stale gradients and reuse (issue 30, item 7).
 
-Truth: for every candidate (B, k, u) the pipeline model (batchtune/analysis/pipeline.py, async with
+Truth: for every candidate (B, k, u) the pipeline model (batchtune/analysis/system/pipeline.py, async with
 staleness bound k, one sync per batch) gives the responses/s and the lag d actually reached; the
 NQM with gradients delayed by d updates and u updates per batch (batchtune/backends/nqm_async.py)
 gives the exact expected samples-to-target R; T = R / Theta, best by exhaustive search.
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchtune.analysis.pipeline import predict_pipeline
+from batchtune.analysis.system.pipeline import predict_pipeline
 from batchtune.backends.nqm_async import expected_async_samples_to_target, simulate_samples_to_target
 from batchtune.recipe.schema import NQMConfig
 

@@ -1,7 +1,7 @@
 """The probe's stopping margin: bias of samples-to-target against the samples a run spends.
 
 A probe run stops at the first logged point where its estimated R is confirmed, i.e. the run has
-gone `margin` x R past it (`analysis.curves.target_confirmed`). Stopping at the first such point
+gone `margin` x R past it (`analysis.sample.curves.target_confirmed`). Stopping at the first such point
 favours estimates that happen to dip early (optional stopping), so a small margin reads R low on
 noisy curves; a large one spends more samples. This script measures both on the noisiest cells of
 the recovery study (benchmarks/recovery_samples_to_target.py: high noise, one log every 4 steps,
@@ -21,7 +21,7 @@ import time
 import numpy as np
 from recovery_samples_to_target import NOISE, SHAPES, noisy_curve, probe_stop
 
-from batchtune.analysis.curves import CONFIRM_MARGIN, samples_to_target
+from batchtune.analysis.sample.curves import CONFIRM_MARGIN, samples_to_target
 
 
 def main() -> None:

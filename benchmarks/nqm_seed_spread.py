@@ -23,7 +23,7 @@ import numpy as np
 from branched_cost import cli_json
 from regret_cases import _nqm_true_r
 
-from batchtune.analysis.lr import scaled_lr
+from batchtune.analysis.sample.lr import scaled_lr
 from batchtune.backends.nqm_theory import curvatures, expected_sgd_moments
 from batchtune.recipe.load import load_recipe
 from batchtune.recipe.schema import Recipe

@@ -1,4 +1,4 @@
-"""The pipeline time model (batchtune/analysis/pipeline.py) against verl's published fully-async figures.
+"""The pipeline time model (analysis/system/pipeline.py) against verl's published fully-async figures.
 
 Source: verl docs/advance/fully_async.md (volcengine/verl, commit 2147009822388b70cda46ab4a27c5400d3d113ed,
 "Last updated: 10/18/2025"): Qwen2.5-Math-7B, DAPO, H20, rollout.n 16, ppo_mini_batch_size 32,
@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from batchtune.analysis.pipeline import predict_pipeline, simulate_pipeline, split_times
+from batchtune.analysis.system.pipeline import predict_pipeline, simulate_pipeline, split_times
 
 OUT = Path(__file__).resolve().parent / "out" / "pipeline_published.txt"
 

@@ -1,4 +1,4 @@
-"""rank_async (batchtune/analysis/async_rank.py) on the async NQM instances of async_nqm_regret.py.
+"""rank_async (batchtune/analysis/decide/async_rank.py) on the async NQM instances of async_nqm_regret.py.
 
 R per (B, k, u) from the 8-seed probe (point: the seed-mean curve's crossing; interval: the seeds'
 own crossings, min..max, inf when a seed never crossed), times from the instance's linear time
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from async_nqm_regret import BATCHES, INSTANCES, KS, SEEDS, US, Instance, lr_of, pipeline_of  # noqa: E402
 
-from batchtune.analysis.async_rank import REstimate, StageTimes, async_verdict, rank_async  # noqa: E402
+from batchtune.analysis.decide.async_rank import REstimate, StageTimes, async_verdict, rank_async  # noqa: E402
 from batchtune.backends.nqm_async import (  # noqa: E402
     expected_async_samples_to_target,
     simulate_samples_to_target,

@@ -2,7 +2,7 @@
 
     python benchmarks/pretrain_recovery.py > benchmarks/out/pretrain_recovery.txt
 
-The law is `batchtune.analysis.pretrain_synth.SynthLaw()` (defaults), whose B_min(L) and B_opt(L)
+The law is `batchtune.analysis.pretrain.synth.SynthLaw()` (defaults), whose B_min(L) and B_opt(L)
 are exact. Part 1: noise-free steps-to-target on three grids (ratio 2^(1/4), 2^(1/2), 2): the bias
 of each estimator. Part 2: noisy curves (1% multiplicative loss noise, 200 log-spaced logs per run,
 budget 2e8 tokens), steps read off each curve by `samples_to_target` (isotonic), 3 paired seeds per
@@ -20,9 +20,9 @@ import time
 
 import numpy as np
 
-from batchtune.analysis.curves import samples_to_target
-from batchtune.analysis.pretrain_batch import estimate_batches, plateaued
-from batchtune.analysis.pretrain_synth import SynthLaw, synth_curves
+from batchtune.analysis.pretrain.batch import estimate_batches, plateaued
+from batchtune.analysis.pretrain.synth import SynthLaw, synth_curves
+from batchtune.analysis.sample.curves import samples_to_target
 
 TARGETS = (2.9, 2.65, 2.45, 2.35)  # B_min off the grid points
 LAW = SynthLaw()

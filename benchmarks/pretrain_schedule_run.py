@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from batchtune.analysis.curves import samples_to_target
+from batchtune.analysis.sample.curves import samples_to_target
 from batchtune.backends.pretrain_lm import LMRun, lr_factor
 from batchtune.recipe.load import load_recipe
 

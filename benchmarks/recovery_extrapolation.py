@@ -1,4 +1,5 @@
-"""Recovery study of the trunk's extrapolation to the target (analysis/progress.extrapolate_to_target).
+"""Recovery study of the trunk's extrapolation to the target
+(analysis/branched/progress.extrapolate_to_target).
 
     python benchmarks/recovery_extrapolation.py > benchmarks/out/recovery_extrapolation.txt
 
@@ -33,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from regret_tiny import CACHE, exhaustive_truth  # noqa: E402
 
-from batchtune.analysis.curves import samples_to_target  # noqa: E402
-from batchtune.analysis.efficiency import RunData  # noqa: E402
-from batchtune.analysis.progress import extrapolate_to_target  # noqa: E402
+from batchtune.analysis.branched.progress import extrapolate_to_target  # noqa: E402
+from batchtune.analysis.sample.curves import samples_to_target  # noqa: E402
+from batchtune.analysis.sample.efficiency import RunData  # noqa: E402
 from batchtune.records import ResultsStore  # noqa: E402
 
 # the tiny runs log every 256 samples: a trunk of 1024 has 3 points in its last half, too few to fit

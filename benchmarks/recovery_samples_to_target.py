@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.optimize import least_squares
 
-from batchtune.analysis.curves import CONFIRM_MARGIN, samples_to_target, target_confirmed
+from batchtune.analysis.sample.curves import CONFIRM_MARGIN, samples_to_target, target_confirmed
 
 B0, B_CRIT = 8, 128
 BATCHES = (8, 16, 32, 64, 128, 256, 512)

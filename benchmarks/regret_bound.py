@@ -2,7 +2,7 @@
 
     python benchmarks/regret_bound.py > benchmarks/out/regret_bound.txt
 
-`recommended.regret_high` in `tune --json` (analysis/ranking.regret_bound): how much faster than the
+`recommended.regret_high` in `tune --json` (analysis/decide/ranking.regret_bound): how much faster than the
 pick another candidate could be, at the far end of each comparison's 90% interval. A pick with
 regret_high near 1 is separated from every other batch; a large one says the evidence cannot tell
 them apart; inf says the pick's own interval is open above.
@@ -16,7 +16,7 @@ benchmarks/branched_cost.py):
 Prints, per group: probes, misses (true regret > 1.05), how often the bound holds the true regret
 (its claim: about 90% or more, since each candidate's comparison is a 90% interval and the bound
 takes the worst), for each threshold how many misses and how many hits it flags, and the same for
-the recommendation's "Weak evidence" warning (analysis/recommend.weak_evidence). Simulated
+the recommendation's "Weak evidence" warning (analysis/decide/recommend.weak_evidence). Simulated
 seconds; deterministic per seed. A line per probe goes to stderr.
 """
 

@@ -10,7 +10,7 @@ with --set overrides, in a temporary results directory). The truth is computed a
          tool ranks with: eos if profiled, else fixed), then one optimiser step t0' + t1' N.
 Synthetic RL: reward curves whose samples-to-target is R(B) = E_min (1 + B / B_crit) exactly,
 written as finished runs into a results store with per-step times from a known Θ(B) model, then
-analysed and ranked by the tool (analysis.efficiency / recommend, --throughput probe).
+analysed and ranked by the tool (analysis.sample.efficiency / recommend, --throughput probe).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from batchtune.analysis.efficiency import analyse_runs
-from batchtune.analysis.lr import scaled_lr
-from batchtune.analysis.recommend import Recommendation, recommend, throughput_from_probe
+from batchtune.analysis.decide.recommend import Recommendation, recommend, throughput_from_probe
+from batchtune.analysis.sample.efficiency import analyse_runs
+from batchtune.analysis.sample.lr import scaled_lr
 from batchtune.backends.nqm_theory import expected_samples_to_target, nqm_critical_batch_for_recipe
 from batchtune.measure.probe import load_run_data, run_probe
 from batchtune.measure.profile import run_profile

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from batchtune.analysis.recommend import recommend
+from batchtune.analysis.decide.recommend import recommend
 from batchtune.cli import app
 from batchtune.measurements import assess_measurements, load_measurements, throughput_from_measurements
 from batchtune.recipe.load import shipped_recipes

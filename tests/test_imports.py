@@ -53,7 +53,7 @@ def test_no_upward_arrows():
         "measure": ("batchtune.report", "batchtune.cli", "batchtune.workflow"),
         "integrations": ("batchtune.measure", "batchtune.cli", "batchtune.workflow"),
         "backends": ("batchtune.measure", "batchtune.report", "batchtune.cli", "batchtune.workflow",
-                     "batchtune.analysis.recommend", "batchtune.integrations.emit"),
+                     "batchtune.analysis.decide.recommend", "batchtune.integrations.emit"),
         "report": ("batchtune.measure", "batchtune.backends", "batchtune.cli", "batchtune.workflow"),
         "recipe": ("batchtune.measure", "batchtune.backends", "batchtune.report", "batchtune.cli"),
     }  # fmt: skip

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from batchtune.analysis.recommend import recommend
+from batchtune.analysis.decide.recommend import recommend
 from batchtune.cli import app
 from batchtune.errors import InputError
 from batchtune.measurements import assess_measurements, load_measurements, throughput_from_measurements
@@ -196,7 +196,7 @@ def test_the_time_table_shows_the_statistic_its_rank_follows(tmp_path):
     winner is the lowest by what is shown (or within the stated tie margin of it)."""
     from rich.console import Console
 
-    from batchtune.analysis.recommend import TIE_MARGIN
+    from batchtune.analysis.decide.recommend import TIE_MARGIN
     from batchtune.report.terminal import recommendation_table
 
     m = load_measurements(_study(tmp_path / "m.toml"))

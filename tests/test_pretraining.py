@@ -1,4 +1,4 @@
-"""`batchtune pretrain` on loss logs generated from a known law (analysis/pretrain_synth.SynthLaw):
+"""`batchtune pretrain` on loss logs generated from a known law (analysis/pretrain/synth.SynthLaw):
 B_opt and B_min recovered per target through the grid estimators, seeds paired, schedule emitted."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from batchtune.analysis.pretrain_synth import SynthLaw, synth_curves
+from batchtune.analysis.pretrain.synth import SynthLaw, synth_curves
 from batchtune.cli import app
 
 LAW = SynthLaw()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from batchtune.analysis.profile import resolve_hardware
+from batchtune.analysis.system.profile import resolve_hardware
 from batchtune.backends import GENERATION_BACKENDS
 from batchtune.backends.spec import GenRequest, GenResult, ModelInfo, OutOfMemory, RunFailed
 from batchtune.errors import AnalysisError, InputError
@@ -255,7 +255,7 @@ def test_plots_write_pngs(tmp_path, fake, monkeypatch):
 
 
 def test_grace_superchips_are_not_mistaken_for_h200():
-    from batchtune.analysis.profile import known_hardware_for_device
+    from batchtune.analysis.system.profile import known_hardware_for_device
 
     assert known_hardware_for_device("NVIDIA H200") == "H200"
     assert known_hardware_for_device("NVIDIA GH200 480GB") is None
@@ -336,8 +336,8 @@ def test_a_contended_profile_warns_in_every_ranking_made_from_it(tmp_path, fake)
     throughput model carries the warning into the recommendation's evidence."""
     import dataclasses as dc
 
-    from batchtune.analysis.contention import contention_note, is_contended
-    from batchtune.analysis.recommend import throughput_from_profile
+    from batchtune.analysis.decide.recommend import throughput_from_profile
+    from batchtune.analysis.system.contention import contention_note, is_contended
 
     recipe = load_recipe(None, FAKE_SWEEP)
     store = ResultsStore(tmp_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from batchtune.analysis.lr import adam_sde_hparams, scaled_lr, warmup_factor
+from batchtune.analysis.sample.lr import adam_sde_hparams, scaled_lr, warmup_factor
 from batchtune.errors import RecipeError
 from batchtune.measure.plan import plan_candidates
 from batchtune.recipe.load import load_recipe, recipe_to_toml, shipped_recipes

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from batchtune.analysis.recommend import contention_note
+from batchtune.analysis.decide.recommend import contention_note
 from batchtune.cli import app
 from batchtune.recipe.load import shipped_recipes
 from batchtune.records import ResultsStore

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from batchtune.analysis.lr import scaled_lr, warmup_factor
+from batchtune.analysis.sample.lr import scaled_lr, warmup_factor
 from batchtune.errors import AnalysisError
 from batchtune.recipe.schema import NQMConfig, Recipe
 

@@ -2,7 +2,7 @@
 
 A decoder LM built from a transformers ``LlamaConfig`` in code (sizes below; nothing downloaded),
 AdamW, a warmup-stable-decay schedule (Hägele et al. 2024, arXiv 2405.18392; cosine as an option),
-the batch's LR by the recipe's rule (the candidate carries it, from ``analysis/lr.py``), batches in
+the batch's LR by the recipe's rule (the candidate carries it, from ``analysis/sample/lr.py``), batches in
 tokens (whole sequences), gradient accumulation when ``micro_batch_tokens`` is below the batch,
 and one StepRecord per optimiser step with ``samples = tokens`` and an eval loss every
 ``eval_every_tokens``.

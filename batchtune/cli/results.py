@@ -153,7 +153,7 @@ def check(
     """
     import dataclasses as dc
 
-    from batchtune.analysis.check import CheckTolerances
+    from batchtune.analysis.decide.check import CheckTolerances
     from batchtune.report import check as report
     from batchtune.workflow import ci as workflow_ci
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from batchtune.analysis.recommend import Recommendation
+from batchtune.analysis.decide.recommend import Recommendation
 from batchtune.errors import InputError
 from batchtune.integrations.emit_base import TRAINERS, EmittedConfig, RecommendationInput
 from batchtune.integrations.emit_files import sig3

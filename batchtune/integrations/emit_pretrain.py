@@ -1,4 +1,4 @@
-"""A token-keyed pre-training batch schedule (analysis/pretrain_schedule.ScheduleStage) in the units of
+"""A token-keyed pre-training batch schedule (analysis/pretrain/schedule.ScheduleStage) in the units of
 the trainer that runs it: Megatron-LM flags, nanoGPT config files, HF ``TrainingArguments``.
 
 Batches become whole sequences, rounded to a positive multiple of ``micro_batch_seqs x gpus``
@@ -46,7 +46,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from batchtune.analysis.pretrain_schedule import ScheduleStage
+from batchtune.analysis.pretrain.schedule import ScheduleStage
 from batchtune.errors import InputError
 
 PRETRAIN_TRAINERS = ("megatron", "nanogpt", "hf", "torchtitan")

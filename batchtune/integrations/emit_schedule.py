@@ -28,8 +28,8 @@ import dataclasses
 import math
 from typing import Any
 
-from batchtune.analysis.recommend import Recommendation
-from batchtune.analysis.schedule import ScheduleComparison
+from batchtune.analysis.branched.schedule import ScheduleComparison
+from batchtune.analysis.decide.recommend import Recommendation
 from batchtune.errors import InputError
 from batchtune.integrations.emit import emit, recommendation_input
 from batchtune.integrations.emit_base import RecommendationInput

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from batchtune.analysis.branched import (
+from batchtune.analysis.branched.ratios import (
     ADOPT,
     MORE,
     BranchCurve,
@@ -34,7 +34,7 @@ from batchtune.analysis.branched import (
     local_ratios,
     reaches,
 )
-from batchtune.analysis.efficiency import RunData
+from batchtune.analysis.sample.efficiency import RunData
 from batchtune.backends.spec import Candidate, checkpoint_path
 from batchtune.errors import InputError
 from batchtune.measure.probe import StopPolicy
@@ -253,7 +253,7 @@ class AtCheckpoint:
     def within(self, main: list[Candidate], i: int) -> bool:
         """Branch candidate main[i] over its window at every planned seed, then at one more seed at
         a time (each with its own control, so it stays paired; the level stays the planned seeds')
-        while the sequential test of analysis/branched.adoption says MORE; True when it ADOPTs the
+        while the sequential test of analysis/branched/ratios.adoption says MORE; True when it ADOPTs the
         batch (at least branch.confirm_seeds seeds whose upper confidence bound is within 1+tol).
         A seed whose control never reaches the level, even run as long as a branch may, rejects
         the batch (the conservative side)."""

@@ -12,10 +12,10 @@ The other branches stop once they reach the level (confirmed 25% past it) or aft
 `branch.max_window_factor` windows (censored); `branch.search = "bisect"` branches only the batches a
 binary search for the last one within 1+tol needs (from the previous checkpoint's answer, one step
 up if it holds there, one down if not), and a batch it would climb past is branched at more seeds
-(each with its own control) until the sequential test of analysis/branched.adoption decides:
+(each with its own control) until the sequential test of analysis/branched/ratios.adoption decides:
 at least `branch.confirm_seeds` seeds whose upper confidence bound is within 1+tol, at most
 `branch.max_seeds`.
-measure/branch_checkpoint.py runs one checkpoint's controls and branches; analysis/branched.py turns
+measure/branch_checkpoint.py runs one checkpoint's controls and branches; analysis/branched/ratios.py turns
 the curves into the local critical batch per checkpoint. A checkpoint whose controls make no
 progress in the window (a plateau, or a metric too noisy for the window) is not read: it is noted,
 its controls' samples are counted, and the other checkpoints answer (NoProgress only if none can).
@@ -40,9 +40,9 @@ from pathlib import Path
 import numpy as np
 
 from batchtune import backends
-from batchtune.analysis.branched import LocalCritical
-from batchtune.analysis.branched_summary import BranchedSummary, summarise_branched
-from batchtune.analysis.efficiency import CandidateEfficiency, RunData, SampleEfficiency
+from batchtune.analysis.branched.ratios import LocalCritical
+from batchtune.analysis.branched.summary import BranchedSummary, summarise_branched
+from batchtune.analysis.sample.efficiency import CandidateEfficiency, RunData, SampleEfficiency
 from batchtune.backends import lifeguard
 from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, InputError, NoProgress
@@ -58,7 +58,7 @@ from batchtune.records import FAILED_STATUSES, ResultsStore
 
 @dataclass(frozen=True)
 class BranchedRuns:
-    """What the branched probe measured, as plain data for analysis/branched_summary.py."""
+    """What the branched probe measured, as plain data for analysis/branched/summary.py."""
 
     plan: Plan
     trunk: RunData
@@ -252,7 +252,7 @@ class BranchedProbeResult:
 
 def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
     """Candidates with their measured timings and costs (the trunk counted to the reference), then
-    analysis/branched_summary.py."""
+    analysis/branched/summary.py."""
     recipe = branched_recipe(recipe)
     t = recipe.target
     by_label = runs.plan.by_label()

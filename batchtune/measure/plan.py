@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from batchtune.analysis.lr import scaled_lr
+from batchtune.analysis.sample.lr import scaled_lr
 from batchtune.backends.spec import Candidate
 from batchtune.errors import RecipeError
 from batchtune.recipe.schema import Recipe

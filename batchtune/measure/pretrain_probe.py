@@ -1,5 +1,5 @@
 """The pre-training probe: one run per token batch and seed, through the same resumable results
-store and run executor as `batchtune probe`, then the grid analysis (analysis/pretrain_grid.py).
+store and run executor as `batchtune probe`, then the grid analysis (analysis/pretrain/grid.py).
 
 A candidate's batch is ``prompts`` sequences of ``group_size = seq_len`` tokens, so a RunRecord's
 ``batch_responses`` is the batch in tokens and StepRecord ``samples`` are tokens. Runs stop at the
@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchtune.analysis.lr import scaled_lr
-from batchtune.analysis.pretrain_grid import GridAnalysis, GridCurve, analyse_grid
+from batchtune.analysis.pretrain.grid import GridAnalysis, GridCurve, analyse_grid
+from batchtune.analysis.sample.lr import scaled_lr
 from batchtune.backends.spec import Candidate
 from batchtune.errors import InputError
 from batchtune.events import ProbeEvents

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from batchtune import backends
-from batchtune.analysis.curves import samples_to_target, target_confirmed
-from batchtune.analysis.efficiency import RunData, SampleEfficiency, analyse_runs
+from batchtune.analysis.sample.curves import samples_to_target, target_confirmed
+from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency, analyse_runs
 from batchtune.backends import lifeguard
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.errors import AnalysisError, BackendError, InputError, MetricMissingError, RecipeError

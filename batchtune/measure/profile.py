@@ -9,7 +9,7 @@ For each mode (``fixed``: EOS ignored; ``eos``: long-tailed lengths) the concurr
 ascending; each point is ``warmup`` untimed calls then ``repeats`` timed ones, reported as the
 median (and half the max-min spread). The first OutOfMemory ends that mode's sweep and is stored as
 a point with status ``oom``: the memory ceiling. The critical generation batch is the knee of
-responses/s against concurrency (``analysis.throughput.find_knee``). Nothing here prints: progress
+responses/s against concurrency (``analysis.system.throughput.find_knee``). Nothing here prints: progress
 goes to an optional ``progress(done, total, description)`` callback.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchtune.analysis.profile import (
+from batchtune.analysis.system.profile import (
     ModeProfile,
     ProfileResult,
     RooflinePrediction,

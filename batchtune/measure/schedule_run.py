@@ -1,4 +1,4 @@
-"""Run a batch schedule to the target (`analysis/schedule.py` plans it; this measures it).
+"""Run a batch schedule to the target (`analysis/branched/schedule.py` plans it; this measures it).
 
 A schedule is a chain of ordinary runs, as a trainer without an in-run batch change would do it:
 stage i trains candidate B_i from the previous stage's checkpoint (model, optimiser, data position)
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from batchtune import backends
-from batchtune.analysis.curves import samples_to_target
-from batchtune.analysis.efficiency import RunData
+from batchtune.analysis.sample.curves import samples_to_target
+from batchtune.analysis.sample.efficiency import RunData
 from batchtune.backends.spec import Candidate, checkpoint_path
 from batchtune.errors import InputError
 from batchtune.measure.probe import StopPolicy, execute_run

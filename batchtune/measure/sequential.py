@@ -2,7 +2,7 @@
 
 After the probe's planned runs, a batch whose R(B)/R(B0) interval straddles 1 + tol
 ("inconclusive") gets one more seed, and so does the reference batch: the ratio pairs seeds by
-seed id (analysis/critical.py), so an extra seed at B alone would not narrow it. Then the probe is
+seed id (analysis/sample/critical.py), so an extra seed at B alone would not narrow it. Then the probe is
 analysed again, and the next round adds a seed to the batches still inconclusive, until none is
 or ``budget.max_extra_seeds`` rounds are spent. Round k uses seed ``max(budget.seeds) + k`` for
 every batch it touches, so the extra runs of a batch and of the reference share seed ids.
@@ -24,8 +24,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from batchtune.analysis.efficiency import RunData, SampleEfficiency
-from batchtune.analysis.ratio import INCONCLUSIVE
+from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency
+from batchtune.analysis.sample.ratio import INCONCLUSIVE
 from batchtune.backends.spec import Candidate
 from batchtune.events import ProbeEvents
 from batchtune.measure.execute import RunFn, run_jobs

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from batchtune.analysis.branched_summary import BranchedSummary
+from batchtune.analysis.branched.summary import BranchedSummary
 from batchtune.report.json import num
 
 

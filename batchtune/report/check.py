@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from batchtune.analysis.check import FAIL, INSUFFICIENT, PASS, SKIPPED, WARN, CheckResult
+from batchtune.analysis.decide.check import FAIL, INSUFFICIENT, PASS, SKIPPED, WARN, CheckResult
 from batchtune.errors import BatchtuneError
 from batchtune.integrations.trainer_configs import TrainerConfig
 from batchtune.records import naming

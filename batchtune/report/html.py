@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchtune.analysis.recommend import how_sure, weak_advice
+from batchtune.analysis.decide.recommend import how_sure, weak_advice
 from batchtune.report.terminal import fmt_ci, fmt_n, fmt_time, r_statistic
 
 _CSS = """

@@ -6,9 +6,9 @@ import math
 from typing import Any
 
 from batchtune import codec
-from batchtune.analysis.curves import TargetEstimate
-from batchtune.analysis.efficiency import SampleEfficiency
-from batchtune.analysis.recommend import Recommendation
+from batchtune.analysis.decide.recommend import Recommendation
+from batchtune.analysis.sample.curves import TargetEstimate
+from batchtune.analysis.sample.efficiency import SampleEfficiency
 
 
 def _interval(low: float, high: float) -> list[float | str | None] | None:

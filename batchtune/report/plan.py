@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from batchtune.analysis.efficiency import shape_header
+from batchtune.analysis.sample.efficiency import shape_header
 from batchtune.report.terminal import fmt_n, fmt_time
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from batchtune.records import naming
 
 if TYPE_CHECKING:
-    from batchtune.analysis.profile import ProfileResult, RooflinePrediction
+    from batchtune.analysis.system.profile import ProfileResult, RooflinePrediction
 
 _MODE_COLOURS = {"fixed": "tab:blue", "eos": "tab:orange"}
 

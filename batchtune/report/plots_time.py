@@ -19,7 +19,7 @@ TIME_PLOT = "time_to_target.png"
 
 
 def plot_time_to_target(rec: Any, path: Path) -> Path:
-    """``rec``: an analysis.recommend.Recommendation; writes one PNG and returns its path."""
+    """``rec``: an analysis.decide.recommend.Recommendation; writes one PNG and returns its path."""
     fig, (ax,) = _figure(1, width=6.4, height=4.4)
     ranked = sorted(rec.ranking.candidates, key=lambda r: r.batch_responses)
     finite = [r for r in ranked if math.isfinite(r.time_ratio)]

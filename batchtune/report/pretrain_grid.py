@@ -1,4 +1,4 @@
-"""Terminal tables and the B_opt/B_min-vs-loss PNG of the pre-training probe (analysis/pretrain_grid)."""
+"""Terminal tables and the B_opt/B_min-vs-loss PNG of the pre-training probe (analysis/pretrain/grid)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def render_pretrain_grid(console: Console, result: Any) -> None:
 
 def render_grid(console: Console, a: Any) -> None:
     """Tokens to target per batch and target, B_opt and B_min with brackets and intervals, notes,
-    and the schedule, from an ``analysis.pretrain_grid.GridAnalysis``."""
+    and the schedule, from an ``analysis.pretrain.grid.GridAnalysis``."""
     if not a.estimates:
         console.print("no target losses to analyse")
         return

@@ -1,4 +1,4 @@
-"""The batch schedule of a recommendation (analysis/schedule.py): a rich table and a JSON dictionary."""
+"""The batch schedule of a recommendation (analysis/branched/schedule.py): a rich table and JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from batchtune.analysis.schedule import ScheduleComparison
+from batchtune.analysis.branched.schedule import ScheduleComparison
 from batchtune.report.json import num
 
 

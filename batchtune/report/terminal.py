@@ -10,10 +10,10 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from batchtune.analysis.curves import MEDIAN
-from batchtune.analysis.efficiency import SampleEfficiency
-from batchtune.analysis.ranking import RankedCandidate
-from batchtune.analysis.recommend import TIE_MARGIN, Recommendation, how_sure, weak_advice
+from batchtune.analysis.decide.ranking import RankedCandidate
+from batchtune.analysis.decide.recommend import TIE_MARGIN, Recommendation, how_sure, weak_advice
+from batchtune.analysis.sample.curves import MEDIAN
+from batchtune.analysis.sample.efficiency import SampleEfficiency
 from batchtune.report.json import cost_ratio_range
 
 STATUS_STYLE = {

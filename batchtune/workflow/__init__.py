@@ -13,14 +13,14 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from batchtune.analysis.profile import ProfileResult, RooflinePrediction, analyse_throughput
-from batchtune.analysis.recommend import (
+from batchtune.analysis.decide.recommend import (
     Recommendation,
     ThroughputModel,
     recommend,
     throughput_from_probe,
     throughput_from_profile,
 )
+from batchtune.analysis.system.profile import ProfileResult, RooflinePrediction, analyse_throughput
 from batchtune.errors import AnalysisError, InputError, NotRanked, ThroughputMissing
 from batchtune.events import ProbeEvents, SweepProgress
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
@@ -315,7 +315,7 @@ def recommend_for_recipe(
 
             raise NotRanked(why_not_ranked(str(exc), store, cfg, eff), eff) from None
     else:  # what the search left unmeasured, and a batch schedule from the critical batch's progress
-        from batchtune.analysis.branched_summary import with_schedule
+        from batchtune.analysis.branched.summary import with_schedule
         from batchtune.measure.branched import thin_evidence, unmeasured
 
         rec = recommend(eff, thr, unmeasured=unmeasured(branched), caveats=thin_evidence(branched))
@@ -389,7 +389,7 @@ def _emit(
     out = dataclasses.replace(out, text=out.text + appendix)
     concurrency = rec.winner_throughput.generation_concurrency
     if cfg is not None and concurrency and rec.throughput.source.startswith("profile"):
-        from batchtune.analysis.roofline import KNOWN_HARDWARE
+        from batchtune.analysis.system.roofline import KNOWN_HARDWARE
         from batchtune.integrations.emit_files import hardware_caveat
 
         points = ResultsStore(cfg.run.results_dir).throughput()

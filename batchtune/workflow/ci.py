@@ -32,7 +32,7 @@ def check(
 
     Evidence that cannot support an estimate (AnalysisError) becomes an "insufficient" check, so the
     caller still writes its JUnit and summary, and exits 3."""
-    from batchtune.analysis.check import (
+    from batchtune.analysis.decide.check import (
         INSUFFICIENT,
         CheckItem,
         CheckResult,
@@ -44,7 +44,7 @@ def check(
         check_time,
         interp_loglog,
     )
-    from batchtune.analysis.ranking import within_uncertainty
+    from batchtune.analysis.decide.ranking import within_uncertainty
     from batchtune.integrations.trainer_configs import read_trainer_config
 
     tol = tolerances or CheckTolerances()

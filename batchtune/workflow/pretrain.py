@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from batchtune.analysis.recommend import Recommendation
+from batchtune.analysis.decide.recommend import Recommendation
 from batchtune.errors import InputError
 from batchtune.recipe.load import apply_overrides, recipe_from_dict
 from batchtune.recipe.schema import Recipe
@@ -35,10 +35,10 @@ def pretrain(
     mapping: list[str],
     overrides: list[str] | None = None,
 ) -> Any:
-    """Fit the pre-training curves of loss logs; returns analysis.pretraining's result. ``overrides``
+    """Fit the pre-training curves of loss logs; returns analysis.pretrain.logs's result. ``overrides``
     (``--set``) may give PRETRAIN_SET_KEYS, checked by the recipe's own types and ranges; anything
     else, or a key also given by its option, is refused."""
-    from batchtune.analysis.pretraining import analyse, read_runs
+    from batchtune.analysis.pretrain.logs import analyse, read_runs
     from batchtune.errors import RecipeError
     from batchtune.integrations.importing import parse_mapping
 
@@ -96,7 +96,7 @@ def emit_pretrain_pick(rec: Recommendation, trainer: str, gpus: int, cfg: Recipe
     """The pick of a branched pre-training probe for ``trainer`` (megatron | nanogpt | hf |
     torchtitan): its batch schedule where the prediction says it beats the best fixed batch, else
     one stage at the pick, to the pick's predicted tokens-to-target."""
-    from batchtune.analysis.pretrain_schedule import ScheduleStage
+    from batchtune.analysis.pretrain.schedule import ScheduleStage
     from batchtune.integrations.emit_pretrain import emit_pretrain
 
     wd = cfg.optimizer.weight_decay

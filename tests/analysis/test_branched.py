@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.branched import (
+from batchtune.analysis.branched.progress import extrapolate_to_target, fit_progress
+from batchtune.analysis.branched.ratios import (
     ADOPT,
     MORE,
     REJECT,
@@ -16,7 +17,6 @@ from batchtune.analysis.branched import (
     adoption,
     local_critical_batch,
 )
-from batchtune.analysis.progress import extrapolate_to_target, fit_progress
 from batchtune.errors import AnalysisError
 
 

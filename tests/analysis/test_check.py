@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.check import (
+from batchtune.analysis.decide.check import (
     FAIL,
     INSUFFICIENT,
     PASS,
@@ -22,9 +22,9 @@ from batchtune.analysis.check import (
     check_time,
     interp_loglog,
 )
-from batchtune.analysis.critical import CriticalBatch
-from batchtune.analysis.ratio import DEVIATES, INVARIANT, REFERENCE, Verdict
-from batchtune.analysis.throughput import Knee
+from batchtune.analysis.sample.critical import CriticalBatch
+from batchtune.analysis.sample.ratio import DEVIATES, INVARIANT, REFERENCE, Verdict
+from batchtune.analysis.system.throughput import Knee
 
 
 def critical(batch=256.0, ci=(200.0, 400.0), statuses=None):

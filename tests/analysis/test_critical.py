@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.critical import critical_batch
-from batchtune.analysis.curves import (
+from batchtune.analysis.sample.critical import critical_batch
+from batchtune.analysis.sample.curves import (
     TargetCrossing,
     TargetEstimate,
     estimate_from_value,
     estimate_over_seeds,
 )
-from batchtune.analysis.ratio import (
+from batchtune.analysis.sample.ratio import (
     DEVIATES,
     INCONCLUSIVE,
     INVARIANT,
@@ -23,7 +23,7 @@ from batchtune.analysis.ratio import (
     classify,
     ratio_to_reference,
 )
-from batchtune.analysis.scaling import mccandlish_samples
+from batchtune.analysis.sample.scaling import mccandlish_samples
 from batchtune.errors import AnalysisError
 
 BATCHES = 64.0 * 2.0 ** np.arange(7)  # 64 .. 4096

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.curves import (
+from batchtune.analysis.sample.curves import (
     GEOMETRIC_MEAN,
     TargetCrossing,
     TargetEstimate,
@@ -261,7 +261,7 @@ def test_a_crossing_at_the_last_knot_is_found_despite_the_interpolants_rounding(
     """A tiny-ppo control (branched probe, seeds 0-2): the isotonic fit's last block meets the level,
     but PCHIP evaluates that knot 1e-16 short of it; brentq then saw no sign change and the probe
     stopped with an internal error."""
-    from batchtune.analysis.monotone import monotone_crossing
+    from batchtune.analysis.sample.monotone import monotone_crossing
 
     samples = np.array([0.0, 256.0, 512.0, 768.0, 1024.0, 1280.0])
     reward = np.array([0.865234375, 0.857421875, 0.880859375, 0.880859375, 0.88671875, 0.8828125])

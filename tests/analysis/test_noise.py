@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.noise import (
+from batchtune.analysis.sample.noise import (
     b_simple_microbatches,
     b_simple_two_batch,
     grad_norm_slope,

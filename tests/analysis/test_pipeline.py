@@ -1,4 +1,4 @@
-"""The pipeline time model (batchtune/analysis/pipeline.py): hand-computed cases, and the
+"""The pipeline time model (batchtune/analysis/system/pipeline.py): hand-computed cases, and the
 discrete-event simulation against the closed forms where both apply."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from batchtune.analysis.pipeline import (
+from batchtune.analysis.system.pipeline import (
     closed_form_time,
     min_staleness_bound,
     predict_pipeline,

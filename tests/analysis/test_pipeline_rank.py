@@ -1,4 +1,4 @@
-"""The joint async ranking (batchtune/analysis/async_rank.py): hand-computed cases."""
+"""The joint async ranking (batchtune/analysis/decide/async_rank.py): hand-computed cases."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from batchtune.analysis.async_rank import REstimate, StageTimes, async_verdict, rank_async
+from batchtune.analysis.decide.async_rank import REstimate, StageTimes, async_verdict, rank_async
 from batchtune.errors import AnalysisError
 
 TIMES = {64: StageTimes(gen_time_s=10.0, train_update_s=4.0, sync_time_s=1.0)}

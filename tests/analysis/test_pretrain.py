@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.pretrain import (
+from batchtune.analysis.pretrain.steps_data import (
     ScheduleStage,
     deepseek_bopt,
     deepseek_lr,

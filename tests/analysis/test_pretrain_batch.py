@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchtune.analysis.curves import samples_to_target
-from batchtune.analysis.pretrain_batch import estimate_batches, plateaued
-from batchtune.analysis.pretrain_synth import SynthLaw, synth_curves
+from batchtune.analysis.pretrain.batch import estimate_batches, plateaued
+from batchtune.analysis.pretrain.synth import SynthLaw, synth_curves
+from batchtune.analysis.sample.curves import samples_to_target
 from batchtune.errors import AnalysisError
 
 LAW = SynthLaw()

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.ranking import expected_time, rank_time_to_target
+from batchtune.analysis.decide.ranking import expected_time, rank_time_to_target
 from batchtune.errors import AnalysisError
 
 # docs/method.md §1 worked example (Tencent Hunyuan, GRPO, Qwen3-30B-A3B, G=8). The reference took 11.90 h.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from batchtune.analysis.ranking import rank_time_to_target
+from batchtune.analysis.decide.ranking import rank_time_to_target
 
 
 def _rank(thr_large: float, margin: float):

@@ -1,14 +1,20 @@
-"""The recommendation says when its pick rests on thin evidence (analysis/recommend.weak_evidence)."""
+"""The recommendation says when its pick rests on thin evidence (analysis/decide/recommend.weak_evidence)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 
-from batchtune.analysis.curves import TargetCrossing, estimate_over_seeds
-from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency
-from batchtune.analysis.ratio import RatioEstimate, Verdict
-from batchtune.analysis.recommend import Recommendation, Throughput, ThroughputModel, how_sure, recommend
+from batchtune.analysis.decide.recommend import (
+    Recommendation,
+    Throughput,
+    ThroughputModel,
+    how_sure,
+    recommend,
+)
+from batchtune.analysis.sample.curves import TargetCrossing, estimate_over_seeds
+from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
+from batchtune.analysis.sample.ratio import RatioEstimate, Verdict
 
 
 def _cand(prompts: int, per_seed: list[float], status: str = "invariant") -> CandidateEfficiency:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.roofline import (
+from batchtune.analysis.system.roofline import (
     KNOWN_HARDWARE,
     Hardware,
     ModelShape,

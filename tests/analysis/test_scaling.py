@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from batchtune.analysis.scaling import (
+from batchtune.analysis.sample.scaling import (
     fit_mccandlish,
     fit_steps_samples_line,
     mccandlish_samples,

@@ -1,4 +1,4 @@
-"""Batch-size schedules from the measured local ratios of a branched probe (analysis/schedule.py)."""
+"""Batch-size schedules from the measured local ratios of a branched probe (analysis/branched/schedule.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from batchtune.analysis.schedule import ScheduleCandidate, Segment, compare_schedule
+from batchtune.analysis.branched.schedule import ScheduleCandidate, Segment, compare_schedule
 from batchtune.errors import AnalysisError
 
 LADDER = [8, 16, 32, 64, 128, 256, 512]

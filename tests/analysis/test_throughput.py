@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from batchtune.analysis.throughput import (
+from batchtune.analysis.system.throughput import (
     EndToEnd,
     GenThroughputFit,
     end_to_end_responses_per_s,

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from batchtune import backends
-from batchtune.analysis.curves import samples_to_target
-from batchtune.analysis.lr import scaled_lr
-from batchtune.analysis.throughput import find_knee
+from batchtune.analysis.sample.curves import samples_to_target
+from batchtune.analysis.sample.lr import scaled_lr
+from batchtune.analysis.system.throughput import find_knee
 from batchtune.backends.nqm import (
     NQMBackend,
     SampleStream,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from batchtune.analysis.lr import warmup_factor
+from batchtune.analysis.sample.lr import warmup_factor
 from batchtune.backends import load
 from batchtune.backends.spec import Candidate, OutOfMemory, RunFailed, RunSpec
 from batchtune.backends.torch_rl import TorchRLBackend

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from batchtune.analysis.pretrain_schedule import ScheduleStage
+from batchtune.analysis.pretrain.schedule import ScheduleStage
 from batchtune.errors import InputError
 from batchtune.integrations.emit_pretrain import emit_pretrain, stage_units
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from batchtune.analysis.schedule import ScheduleCandidate, Segment, compare_schedule
+from batchtune.analysis.branched.schedule import ScheduleCandidate, Segment, compare_schedule
 from batchtune.integrations.emit_base import RecommendationInput
 from batchtune.integrations.emit_schedule import emit_schedule
 

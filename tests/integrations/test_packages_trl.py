@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batchtune.analysis.pretrain_schedule import ScheduleStage
+from batchtune.analysis.pretrain.schedule import ScheduleStage
 from batchtune.integrations.emit_pretrain import emit_pretrain
 from tests.integrations.packages_cases import EXAMPLES, Emitted, all_emitted
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batchtune.analysis.branched import MORE, adoption
+from batchtune.analysis.branched.ratios import MORE, adoption
 from batchtune.measure.branched import branched_store, run_branched_probe
 from batchtune.recipe.load import load_recipe
 
@@ -391,7 +391,7 @@ def test_checkpoints_past_where_the_reference_reaches_the_target_weigh_nothing(t
     finite, positive share of R(B0)", exit 3)."""
     from typer.testing import CliRunner
 
-    from batchtune.analysis.branched_summary import segment_weights
+    from batchtune.analysis.branched.summary import segment_weights
     from batchtune.cli import app
 
     assert segment_weights([1024, 2048, 4096], 1450).tolist() == [426, 0, 0]

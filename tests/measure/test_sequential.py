@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from batchtune.analysis.curves import TargetCrossing, estimate_over_seeds
+from batchtune.analysis.sample.curves import TargetCrossing, estimate_over_seeds
 from batchtune.measure.probe import run_probe
 from batchtune.measure.sequential import reference_can_settle
 from batchtune.recipe.load import load_recipe

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from batchtune.analysis.lr import warmup_factor
+from batchtune.analysis.sample.lr import warmup_factor
 from batchtune.backends.models import load_model, resolve_device, resolve_dtype
 from batchtune.backends.spec import RunFailed, RunSpec
 from batchtune.backends.torch_rl.ppo import PPOLearner

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
-from batchtune.analysis.lr import adam_sde_hparams
+from batchtune.analysis.sample.lr import adam_sde_hparams
 from batchtune.backends.spec import RunFailed
 from batchtune.recipe.schema import LRScalingConfig, OptimizerConfig
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from batchtune.analysis.lr import warmup_factor
+from batchtune.analysis.sample.lr import warmup_factor
 from batchtune.backends.models import LoadedModel, load_model, resolve_device, resolve_dtype
 from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec, checkpoint_path
 from batchtune.backends.torch_rl import checkpoint

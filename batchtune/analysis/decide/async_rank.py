@@ -4,7 +4,7 @@ predicted time-to-target T = R / Theta with intervals, and say when async does n
 Inputs: for each candidate (B, k, u) an estimate of samples-to-target R with an interval (the probe's,
 e.g. paired-bootstrap), and measured per-batch times on ALL GPUs (generation of B responses, one
 training update on B, one weight sync). k = 0 runs colocated and synchronous on every GPU; k >= 1
-runs the async pipeline (batchtune/analysis/pipeline.py) with the staleness bound k, one sync per
+runs the async pipeline (batchtune/analysis/system/pipeline.py) with the staleness bound k, one sync per
 batch, for every rollout:train split and in-flight cap offered, the per-side times scaled from the
 all-GPU ones by ``split_times`` (an assumption: ``gen_scaling`` / ``train_scaling``). The interval of
 T carries R's interval only; the time model is taken as exact (its own error is measured by
@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from batchtune.analysis.pipeline import predict_pipeline, split_times
+from batchtune.analysis.system.pipeline import predict_pipeline, split_times
 from batchtune.errors import AnalysisError
 
 

@@ -11,13 +11,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchtune.analysis.curves import TargetEstimate
-from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency
-from batchtune.analysis.profile import ProfileResult
-from batchtune.analysis.ranking import Ranking, rank_time_to_target
-from batchtune.analysis.ratio import INVARIANT, REFERENCE
-from batchtune.analysis.schedule import ScheduleComparison
-from batchtune.analysis.throughput import Knee, end_to_end_throughput, predict_end_to_end
+from batchtune.analysis.branched.schedule import ScheduleComparison
+from batchtune.analysis.decide.ranking import Ranking, rank_time_to_target
+from batchtune.analysis.sample.curves import TargetEstimate
+from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
+from batchtune.analysis.sample.ratio import INVARIANT, REFERENCE
+from batchtune.analysis.system.profile import ProfileResult
+from batchtune.analysis.system.throughput import Knee, end_to_end_throughput, predict_end_to_end
 from batchtune.errors import AnalysisError
 
 

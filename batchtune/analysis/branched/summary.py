@@ -6,7 +6,7 @@ the local rate of checkpoint i, so per seed s
 
     R_s(B) = R(B0) * sum_i w_i r_i(B, s) / sum_i w_i,     w_i = samples of segment i,
 
-over the checkpoints where B was branched (r_i(B, s) = R_c(B, s) / R_c(B0, s), analysis/branched.py;
+over the checkpoints where B was branched (r_i(B, s) = R_c(B, s) / R_c(B0, s), analysis/branched/ratios.py;
 where the branch stopped short of the control's level, the bound it reached, and the seed counts as
 censored; inf where it failed). R(B) is the GEOMETRIC MEAN of R_s(B) over seeds, not the median
 (curves.estimate_over_seeds with GEOMETRIC_MEAN): a fixed-batch run pays one window after another,
@@ -31,12 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from batchtune.analysis.branched import LocalCritical
-from batchtune.analysis.curves import GEOMETRIC_MEAN, TargetCrossing, estimate_over_seeds
-from batchtune.analysis.efficiency import CandidateEfficiency, SampleEfficiency, assess
-from batchtune.analysis.progress import ProgressFit, extrapolate_to_target, fit_progress
-from batchtune.analysis.recommend import Recommendation
-from batchtune.analysis.schedule import ScheduleCandidate, Segment, compare_schedule
+from batchtune.analysis.branched.progress import ProgressFit, extrapolate_to_target, fit_progress
+from batchtune.analysis.branched.ratios import LocalCritical
+from batchtune.analysis.branched.schedule import ScheduleCandidate, Segment, compare_schedule
+from batchtune.analysis.decide.recommend import Recommendation
+from batchtune.analysis.sample.curves import GEOMETRIC_MEAN, TargetCrossing, estimate_over_seeds
+from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency, assess
 from batchtune.errors import AnalysisError
 
 
@@ -193,7 +193,7 @@ def summarise_branched(
 
 
 def with_schedule(rec: Recommendation, summary: BranchedSummary, tol: float) -> Recommendation:
-    """``rec`` with the batch schedule of analysis/schedule.py read from the branched probe's local
+    """``rec`` with the batch schedule of analysis/branched/schedule.py read from the branched probe's local
     ratios (the geometric mean over seeds at each checkpoint, censored seeds at their bounds, as
     the ranking reads them, on the ranking's segment weights), compared with every fixed batch that has a
     throughput; a note instead with fewer than two checkpoints before R(B0) (a checkpoint at or past

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchtune.analysis.curves import samples_to_target
-from batchtune.analysis.pretrain_batch import BatchEstimate, estimate_batches, plateaued
-from batchtune.analysis.pretrain_schedule import ScheduleStage, schedule_from_bopt
+from batchtune.analysis.pretrain.batch import BatchEstimate, estimate_batches, plateaued
+from batchtune.analysis.pretrain.schedule import ScheduleStage, schedule_from_bopt
+from batchtune.analysis.sample.curves import samples_to_target
 from batchtune.errors import AnalysisError
 
 

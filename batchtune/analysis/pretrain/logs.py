@@ -1,6 +1,6 @@
 """`batchtune pretrain`: from pre-training loss curves a user already has (one run per batch size
 and seed) to B_opt and B_min at each target loss, with brackets, checked fits and paired-seed
-intervals (analysis/pretrain_batch.estimate_batches, through analysis/pretrain_grid.analyse_grid),
+intervals (analysis/pretrain/batch.estimate_batches, through analysis/pretrain/grid.analyse_grid),
 and a token-keyed batch schedule (docs/method.md §6, docs/pretraining.md).
 
 Input: per-step logs (CSV or JSON lines), one row per logged step, with a run name, the batch in
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from batchtune.analysis.pretrain_grid import GridAnalysis, GridCurve, analyse_grid
+from batchtune.analysis.pretrain.grid import GridAnalysis, GridCurve, analyse_grid
 from batchtune.errors import InputError
 
 COLUMNS = ("run", "batch_tokens", "step", "loss")

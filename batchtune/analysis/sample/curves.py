@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.signal import lfilter
 
-from batchtune.analysis.monotone import monotone_crossing, noise_sd
+from batchtune.analysis.sample.monotone import monotone_crossing, noise_sd
 from batchtune.errors import AnalysisError
 
 CROSSING_METHODS = ("isotonic", "running_best")

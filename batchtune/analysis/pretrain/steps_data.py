@@ -14,7 +14,7 @@ import numpy as np
 from scipy import stats
 from scipy.optimize import least_squares, minimize_scalar
 
-from batchtune.analysis.pretrain_schedule import positive_finite as _positive_finite
+from batchtune.analysis.pretrain.schedule import positive_finite as _positive_finite
 from batchtune.errors import AnalysisError
 
 
@@ -320,7 +320,7 @@ def fit_wsd_data_curve(
 
 
 # Reference fits and schedules live in pretrain_schedule.py; re-exported for convenience.
-from batchtune.analysis.pretrain_schedule import (  # noqa: E402
+from batchtune.analysis.pretrain.schedule import (  # noqa: E402
     ScheduleStage,
     WarmupStep,
     deepseek_bopt,

@@ -2,8 +2,8 @@
 
 A branched probe measures, at each checkpoint i of the trunk, the local ratio r_i(B) = R_c(B) /
 R_c(B0): the samples batch B spends per sample of the reference batch's progress there
-(analysis/branched.py). The ranking reads R(B) at the final target as R(B0) times the weighted mean
-of those ratios over the trunk's segments (analysis/branched_summary.py), each checkpoint standing
+(analysis/branched/ratios.py). The ranking reads R(B) at the final target as R(B0) times the weighted mean
+of those ratios over the trunk's segments (analysis/branched/summary.py), each checkpoint standing
 for its segment's share of the run. A schedule is the same sum with the batch allowed to change
 between segments:
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from batchtune.analysis.contention import contention_note, median_other_cores
-from batchtune.analysis.roofline import (
+from batchtune.analysis.system.contention import contention_note, median_other_cores
+from batchtune.analysis.system.roofline import (
     KNOWN_HARDWARE,
     Hardware,
     ModelShape,
@@ -29,7 +29,7 @@ from batchtune.analysis.roofline import (
     max_concurrency_by_memory,
     roofline_curve,
 )
-from batchtune.analysis.throughput import (
+from batchtune.analysis.system.throughput import (
     GenThroughputFit,
     Knee,
     TrainTimeFit,

@@ -1,5 +1,5 @@
 """Branched probes: the local critical batch at a checkpoint (pure numpy/scipy; docs/method.md §3.2
-short probes, §6, §9). Its trend against progress and R(B0)'s extrapolation: analysis/progress.py.
+short probes, §6, §9). Its trend against progress and R(B0)'s extrapolation: analysis/branched/progress.py.
 
 Merrill et al. 2025 ("Critical Batch Size Revisited", arXiv 2505.23971) branch from a checkpoint of
 a run at batch B0: each branch trains at k*B0 with the LR by the scaling rule for a short window,
@@ -33,9 +33,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from batchtune.analysis.critical import CriticalBatch, critical_batch
-from batchtune.analysis.curves import TargetCrossing, TargetEstimate, estimate_over_seeds, samples_to_target
-from batchtune.analysis.monotone import isotonic_increasing
+from batchtune.analysis.sample.critical import CriticalBatch, critical_batch
+from batchtune.analysis.sample.curves import (
+    TargetCrossing,
+    TargetEstimate,
+    estimate_over_seeds,
+    samples_to_target,
+)
+from batchtune.analysis.sample.monotone import isotonic_increasing
 from batchtune.errors import AnalysisError, NoProgress
 
 

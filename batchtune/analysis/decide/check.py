@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from batchtune.analysis.critical import CriticalBatch
-from batchtune.analysis.lr import scaled_lr
-from batchtune.analysis.ratio import DEVIATES
-from batchtune.analysis.throughput import Knee
+from batchtune.analysis.sample.critical import CriticalBatch
+from batchtune.analysis.sample.lr import scaled_lr
+from batchtune.analysis.sample.ratio import DEVIATES
+from batchtune.analysis.system.throughput import Knee
 
 PASS, WARN, FAIL, SKIPPED, INSUFFICIENT = "pass", "warn", "fail", "skipped", "insufficient"
 EXIT_CODES = {FAIL: 1, INSUFFICIENT: 3}

@@ -15,16 +15,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from batchtune.analysis.critical import CriticalBatch, critical_batch
-from batchtune.analysis.curves import TargetCrossing, TargetEstimate, estimate_over_seeds, samples_to_target
-from batchtune.analysis.noise import (
+from batchtune.analysis.sample.critical import CriticalBatch, critical_batch
+from batchtune.analysis.sample.curves import (
+    TargetCrossing,
+    TargetEstimate,
+    estimate_over_seeds,
+    samples_to_target,
+)
+from batchtune.analysis.sample.noise import (
     GradNormSlope,
     NoiseScale,
     b_simple_two_batch,
     grad_norm_slope,
     grad_norms_at_matched_samples,
 )
-from batchtune.analysis.ratio import Verdict, classify, ratio_to_reference
+from batchtune.analysis.sample.ratio import Verdict, classify, ratio_to_reference
 from batchtune.errors import AnalysisError, MetricMissingError, RunsFailed
 from batchtune.records import FAILED_STATUSES, RunRecord, StepRecord
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchtune.analysis.curves import TargetEstimate
-from batchtune.analysis.joint import JointFit, fit_joint
-from batchtune.analysis.ratio import (
+from batchtune.analysis.sample.curves import TargetEstimate
+from batchtune.analysis.sample.joint import JointFit, fit_joint
+from batchtune.analysis.sample.ratio import (
     DEVIATES,
     INCONCLUSIVE,
     INVARIANT,
@@ -25,7 +25,7 @@ from batchtune.analysis.ratio import (
     classify,
     ratio_to_reference,
 )
-from batchtune.analysis.scaling import McCandlishFit, fit_mccandlish
+from batchtune.analysis.sample.scaling import McCandlishFit, fit_mccandlish
 from batchtune.errors import AnalysisError
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from batchtune.analysis.curves import samples_to_target
+from batchtune.analysis.sample.curves import samples_to_target
 from batchtune.errors import AnalysisError
 
 

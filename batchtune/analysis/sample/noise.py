@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from batchtune.analysis.curves import clean_curve, ema
+from batchtune.analysis.sample.curves import clean_curve, ema
 from batchtune.errors import AnalysisError
 
 __all__ = [

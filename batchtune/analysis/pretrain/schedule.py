@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchtune.analysis.lr import RULES, scaled_lr
+from batchtune.analysis.sample.lr import RULES, scaled_lr
 from batchtune.errors import AnalysisError, RecipeError
 
 
@@ -81,7 +81,7 @@ def schedule_from_bopt(
 
     ``lr_i = base_lr * (B_i / B_0)^p`` with ``p = 0.5`` (``rule="sqrt"``, Adam, default),
     ``1`` (``"linear"``, SGD) or ``0`` (``"none"``), or ``lr_table[B_i]`` (``"table"``), through
-    :func:`batchtune.analysis.lr.scaled_lr`: ``base_lr`` is the LR tuned at the first stage's batch.
+    :func:`batchtune.analysis.sample.lr.scaled_lr`: ``base_lr`` is the LR tuned at the first stage's batch.
     ``batch_multiple_tokens`` rounds each batch to the nearest positive multiple (sequence length
     x data-parallel size); the LR follows the rounded batch. The first breakpoint must be 0.
     Example (Zhou et al. 2026 on Qwen3): breakpoints 0, 125e9, 250e9, 375e9 with 2M, 4M, 5M, 6M
@@ -102,7 +102,7 @@ def schedule_from_bopt(
     if batch_multiple_tokens is not None:
         m = float(_positive_finite("batch_multiple_tokens", batch_multiple_tokens)[0])
         batches = np.maximum(np.round(batches / m), 1.0) * m
-    try:  # the LR rules have one home, batchtune.analysis.lr (docs/method.md §3.1)
+    try:  # the LR rules have one home, batchtune.analysis.sample.lr (docs/method.md §3.1)
         lrs = [scaled_lr(base_lr, float(b), float(batches[0]), rule, lr_table) for b in batches]
     except RecipeError as exc:
         raise AnalysisError(str(exc)) from exc

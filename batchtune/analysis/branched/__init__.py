@@ -1,0 +1,1 @@
+"""Branched probes: local ratios from a trunk, their summary, progress fits, schedules."""

@@ -1,0 +1,1 @@
+"""Decisions: the time-to-target ranking, the recommendation and the config check."""

@@ -1,0 +1,1 @@
+"""Sample efficiency: curves, samples-to-target R(B), the critical batch and its fits."""

@@ -1,0 +1,1 @@
+"""System throughput: generation and training profiles, rooflines, contention, pipelines."""
