@@ -385,3 +385,26 @@ def test_an_untimed_evaluation_entry_does_not_pull_the_step_time_down(tmp_path):
     assert {c["train_s_per_step"] for c in json.loads(out.stdout)["candidates"]} == {4.0}
     # and the run's time counts each timed entry for the 5 steps it stands for, evaluations or not
     assert {r.wall_s for r in ResultsStore(tmp_path / "r").runs()} == {100 * 4.0}
+
+
+def test_a_step_s_column_alone_is_a_throughput_source(tmp_path):
+    """Issue 32 item 8: a log that times only the whole step (`step_s`, no gen_s/train_s) ranks by it;
+    it used to be kept as a metric, and recommend had no throughput source."""
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, np.random.default_rng(0))
+    lines = log.read_text().splitlines()
+    rows = [ln.rsplit(",", 2)[0] for ln in lines]  # gen_s, train_s dropped
+    step = [float(a) + float(b) for a, b in (ln.rsplit(",", 2)[1:] for ln in lines[1:])]
+    body = [f"{r},{s:.4f}" for r, s in zip(rows[1:], step, strict=True)]
+    log.write_text("\n".join([rows[0] + ",step_s", *body]) + "\n")
+    runner = CliRunner()
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(tmp_path / "r"), "--metric", "score"]
+    assert runner.invoke(app, [*args, "--target", "0.6"]).exit_code == 0
+    out = runner.invoke(app, ["recommend", "--results", str(tmp_path / "r"), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["throughput_source"] == "timings from the imported logs"
+    by = {c["name"]: c for c in data["candidates"]}
+    n = 32
+    assert by["P4xG8"]["responses_per_s"] == pytest.approx(n / (0.5 + 0.002 * n + 0.01 * n), rel=1e-3)
+    assert data["recommended"]["prompts"] == 16  # as with the gen_s + train_s columns

@@ -8,6 +8,8 @@ Columns (logical name -> default column; rename with ``columns={"reward": "train
     step        optimiser step; samples = step * prompts * group_size when no samples column
     grad_norm, critic_grad_norm    pre-clip norms (optional)
     tokens      generated tokens so far (optional)     gen_s, train_s, other_s  seconds (optional)
+    step_s      the whole step's seconds (optional; alone it is a throughput source: other_s =
+                step_s - gen_s - train_s, and a given other_s is then ignored)
 
 Every other numeric column is kept as a metric under its own name; a logical name that is none of the
 above maps a metric, e.g. ``eval_reward="val/acc"`` (that column is then required). prompts,
@@ -53,6 +55,7 @@ COLUMNS: dict[str, str] = {
     "gen_s": "gen_s",
     "train_s": "train_s",
     "other_s": "other_s",
+    "step_s": "step_s",
 }
 _INTEGER = ("prompts", "group_size", "seed", "samples", "step")
 
@@ -206,7 +209,7 @@ def read_table(
                     )
                 if v is not None:
                     values[logical] = v
-        for logical in ("grad_norm", "critic_grad_norm", "tokens", "gen_s", "train_s", "other_s"):
+        for logical in ("grad_norm", "critic_grad_norm", "tokens", "gen_s", "train_s", "other_s", "step_s"):
             if has[logical]:
                 v = number(line, cols[logical], row.get(cols[logical]), False)
                 if v is not None:
@@ -232,7 +235,9 @@ def read_table(
         step = int(values["step"]) if "step" in values else None
         if step is None:
             step = len(runs.get(name, [])) + 1
-        if "other_s" in values:
+        if "step_s" in values:  # the whole step: other_s is what gen_s and train_s leave of it
+            values["step_s_total"] = values["step_s"]
+        elif "other_s" in values:
             values["step_s_total"] = values["other_s"] + values.get("gen_s", 0.0) + values.get("train_s", 0.0)
         runs.setdefault(name, []).append(StepEntry(step=step, values=values, where=where, samples=samples))
 

@@ -140,3 +140,12 @@ def test_readers_do_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_step_s_is_the_whole_step_and_other_s_its_remainder(tmp_path):
+    text = "step,prompts,group_size,lr,step_s,gen_s\n1,4,8,1e-3,3.0,1.0\n2,4,8,1e-3,2.5,\n"
+    (run,) = read_log(write(tmp_path, "t.csv", text), "csv")
+    assert [(s.gen_s, s.train_s, s.other_s) for s in run.steps] == [(1.0, 0.0, 2.0), (0.0, 0.0, 2.5)]
+    assert all(s.timed for s in run.steps) and all("step_s" not in s.metrics for s in run.steps)
+    (alone,) = read_log(write(tmp_path, "u.csv", "step,prompts,group_size,lr,step_s\n1,4,8,1e-3,4\n"), "csv")
+    assert alone.steps[0].other_s == 4.0
