@@ -38,7 +38,10 @@ def read_log_text(path: Path) -> str:
         raise InputError(f"{path}: no such file")
     if not path.is_file():
         raise InputError(f"{path} is not a regular file (a folder, pipe or device): give a log file")
-    return path.read_text(encoding="utf-8-sig")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start})") from None
 
 
 COLUMNS: dict[str, str] = {
@@ -60,7 +63,7 @@ COLUMNS: dict[str, str] = {
 _INTEGER = ("prompts", "group_size", "seed", "samples", "step")
 
 
-def _rows_csv(path: Path, text: str, partial: bool) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+def _rows_csv(path: Path, text: str, partial: bool) -> tuple[list[str], list[tuple[int, dict[str, object]]]]:
     if partial and text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     reader = csv.reader(io.StringIO(text))
@@ -72,7 +75,7 @@ def _rows_csv(path: Path, text: str, partial: bool) -> tuple[list[str], list[tup
     dupes = sorted({h for h in header if header.count(h) > 1})
     if dupes:
         raise InputError(f"{path}:1: duplicate column(s) {', '.join(dupes)}")
-    rows = []
+    rows: list[tuple[int, dict[str, object]]] = []
     for cells in reader:
         line = reader.line_num
         if not any(c.strip() for c in cells):
@@ -121,6 +124,23 @@ def _rows_jsonl(
     return header, rows
 
 
+def read_rows(
+    path: Path, fmt: str, partial: bool = False
+) -> tuple[list[str], list[tuple[int, dict[str, object]]]]:
+    """The header and the (line number, row) pairs of a CSV (``fmt="csv"``) or JSON-lines file;
+    ``partial=True`` drops a last line still being written. Bad input raises one InputError naming
+    the file and line."""
+    if path.is_dir():
+        raise InputError(
+            f"{path} is a folder: give the log file in it (folders are read with --format verl, trl "
+            "or tensorboard)"
+        )
+    text = read_log_text(path)
+    if not text.strip():
+        raise InputError(f"{path} is empty: expected a header line and one row per step")
+    return (_rows_csv if fmt == "csv" else _rows_jsonl)(path, text, partial)
+
+
 def read_table(
     path: str | Path,
     columns: Mapping[str, str] | None = None,
@@ -134,16 +154,9 @@ def read_table(
     """
     path = Path(path)
     info = info or RunInfo()
-    fmt = fmt or ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl")
-    if path.is_dir():
-        raise InputError(
-            f"{path} is a folder: give the log file in it (folders are read with --format verl, trl "
-            "or tensorboard)"
-        )
-    text = read_log_text(path)
-    if not text.strip():
-        raise InputError(f"{path} is empty: expected a header line and one row per step")
-    header, rows = (_rows_csv if fmt == "csv" else _rows_jsonl)(path, text, partial)
+    header, rows = read_rows(
+        path, fmt or ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl"), partial
+    )
 
     cols = dict(COLUMNS)
     if "run" not in header and "run_id" in header:  # a run_id key names the run as well as "run"

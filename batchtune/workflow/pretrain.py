@@ -38,9 +38,10 @@ def pretrain(
     """Fit the pre-training curves of loss logs; returns analysis.pretrain.logs's result. ``overrides``
     (``--set``) may give PRETRAIN_SET_KEYS, checked by the recipe's own types and ranges; anything
     else, or a key also given by its option, is refused."""
-    from batchtune.analysis.pretrain.logs import analyse, read_runs
+    from batchtune.analysis.pretrain.logs import analyse
     from batchtune.errors import RecipeError
     from batchtune.integrations.importing import parse_mapping
+    from batchtune.integrations.pretrain_logs import read_runs
 
     data = apply_overrides({}, list(overrides or []))
     given = {
