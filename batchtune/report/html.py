@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from batchtune.analysis.decide.recommend import how_sure, weak_advice
+from batchtune.analysis.sample.intervals import ci_header
 from batchtune.report.terminal import fmt_ci, fmt_n, fmt_time, r_statistic
 
 _CSS = """
@@ -42,7 +43,8 @@ class Section:
 
 
 def efficiency_rows(eff: Any) -> tuple[tuple[str, ...], ...]:
-    head = ("candidate", "N", "LR", "seeds", f"R ({r_statistic(eff)})", "CI", "R/R0 paired", "status")
+    ci_col = ci_header([c.estimate for c in eff.candidates])
+    head = ("candidate", "N", "LR", "seeds", f"R ({r_statistic(eff)})", ci_col, "R/R0 paired", "status")
     rows: list[tuple[str, ...]] = [head]
     for c in eff.candidates:
         est = c.estimate

@@ -9,6 +9,7 @@ from batchtune import codec
 from batchtune.analysis.decide.recommend import Recommendation
 from batchtune.analysis.sample.curves import TargetEstimate
 from batchtune.analysis.sample.efficiency import SampleEfficiency
+from batchtune.analysis.sample.intervals import interval_kind
 
 
 def _interval(low: float, high: float) -> list[float | str | None] | None:
@@ -70,6 +71,7 @@ def probe_cost(eff: SampleEfficiency, rec: Recommendation | None) -> dict[str, A
         "wall_s": eff.total_wall_s,
         "full_run_samples": num(full),
         "full_run_ci": [num(v) for v in eff.absolute_ci(est)] if est is not None else None,
+        "full_run_ci_kind": interval_kind(est, eff.scale_ci) if est is not None else None,
         "full_run_candidate": label,
         "ratio": num(eff.total_samples / full) if full else None,
         "ratio_range": [num(span[0]), num(span[1])] if span is not None else None,
@@ -97,6 +99,7 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
                 "samples_to_target": num(est.samples_to_target) if est else None,
                 "samples_statistic": est.statistic if est else None,  # over seeds
                 "samples_ci": [num(v) for v in eff.absolute_ci(est)] if est else None,
+                "samples_ci_kind": interval_kind(est, eff.scale_ci) if est else None,
                 "sample_ratio": num(ratio.ratio) if ratio else (1.0 if c.label == eff.reference else None),
                 # null where there is no interval: the reference, or no seed spread on either side
                 "sample_ratio_ci": _interval(ratio.ci_low, ratio.ci_high) if ratio else None,

@@ -14,6 +14,7 @@ from batchtune.analysis.decide.ranking import RankedCandidate
 from batchtune.analysis.decide.recommend import TIE_MARGIN, Recommendation, how_sure, weak_advice
 from batchtune.analysis.sample.curves import MEDIAN
 from batchtune.analysis.sample.efficiency import SampleEfficiency
+from batchtune.analysis.sample.intervals import ci_header
 from batchtune.report.json import cost_ratio_range
 
 STATUS_STYLE = {
@@ -74,7 +75,8 @@ def efficiency_table(eff: SampleEfficiency) -> Table:
     goal = f"{eff.metric} {cmp} {eff.target:g}" if math.isfinite(eff.target) else "the target"
     table = Table(title=f"Sample efficiency: {eff.batch_noun} until {goal}")
     r_col = f"R ({r_statistic(eff)})"
-    for col in ("candidate", eff.shape_header, "N", "LR", "seeds", r_col, "CI", "R/R0 paired", "status"):
+    ci_col = ci_header([c.estimate for c in eff.candidates])
+    for col in ("candidate", eff.shape_header, "N", "LR", "seeds", r_col, ci_col, "R/R0 paired", "status"):
         table.add_column(col, justify="right" if col not in ("candidate", "status") else "left")
     for c in eff.candidates:
         est = c.estimate

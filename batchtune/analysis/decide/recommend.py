@@ -15,6 +15,7 @@ from batchtune.analysis.branched.schedule import ScheduleComparison
 from batchtune.analysis.decide.ranking import Ranking, rank_time_to_target
 from batchtune.analysis.sample.curves import TargetEstimate
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
+from batchtune.analysis.sample.intervals import interval_kind
 from batchtune.analysis.sample.ratio import INVARIANT, REFERENCE
 from batchtune.analysis.system.profile import ProfileResult
 from batchtune.analysis.system.throughput import Knee, end_to_end_throughput, predict_end_to_end
@@ -321,7 +322,7 @@ def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput,
     text += f" ({steps:,.0f} step{'' if round(steps) == 1 else 's'}"
     lo, hi = eff.absolute_ci(est)
     if hi > lo:
-        text += f"; {est.confidence:.0%} CI {lo:,.0f}-{hi:,.0f}"
+        text += f"; {interval_kind(est, eff.scale_ci)} {lo:,.0f}-{hi:,.0f}"
     text += ")"
     if absolute and math.isfinite(est.samples_to_target):
         seconds = est.samples_to_target / wt.responses_per_s
