@@ -153,6 +153,12 @@ class NQMBackend:
     name = "nqm"
     supports_checkpoints = True
 
+    @staticmethod
+    def metric_ranges(recipe: Recipe) -> dict[str, tuple[float, float]]:
+        """``loss`` = 1/2 sum h_i theta_i^2 with every h_i > 0: never below 0, so a lower target is
+        refused before the probe runs (measure/guards.py)."""
+        return {"loss": (0.0, math.inf)}
+
     def train(self, spec: RunSpec) -> Iterator[StepRecord]:
         recipe, cand = spec.recipe, spec.candidate
         cfg, opt = recipe.nqm, recipe.optimizer

@@ -33,18 +33,27 @@ def check_metric_present(metric: str, metrics: dict[str, float], logged: set[str
         )
 
 
-def check_target_range(recipe: Recipe) -> None:
-    """Refuse a target outside the range the training backend declares for its metric."""
+def target_range_problem(recipe: Recipe) -> str | None:
+    """Why no run could reach the target: it lies outside the range the training backend declares
+    for its metric (``metric_ranges``); None when it lies inside or nothing is declared."""
     cls = backends.load("training", recipe.backend.training)
     ranges = cls.metric_ranges(recipe) if hasattr(cls, "metric_ranges") else {}
     t = recipe.target
     if t.metric not in ranges:
-        return
+        return None
     lo, hi = ranges[t.metric]
     reachable = t.value <= hi if t.higher_is_better else t.value >= lo
-    if not reachable:
-        raise RecipeError(
-            f"target.value {t.value:g} is outside {t.metric}'s range [{lo:g}, {hi:g}] "
-            f"({'higher' if t.higher_is_better else 'lower'} is better), so no run could reach it; "
-            "choose a target inside the range"
-        )
+    if reachable:
+        return None
+    return (
+        f"target.value {t.value:g} is outside {t.metric}'s range [{lo:g}, {hi:g}] "
+        f"({'higher' if t.higher_is_better else 'lower'} is better), so no run could reach it; "
+        "choose a target inside the range"
+    )
+
+
+def check_target_range(recipe: Recipe) -> None:
+    """Refuse a target outside the range the training backend declares for its metric."""
+    problem = target_range_problem(recipe)
+    if problem:
+        raise RecipeError(problem)

@@ -3,7 +3,8 @@
 recipe/ checks what the values alone say (types, ranges, cross-field rules). Here: what only the
 backend that will run them can say: that the task exists and can be built (the prompts file opens,
 the reward function imports, which runs the user's module: a recipe is code), and that the command's
-placeholders are known and its program exists. Every problem is reported at once, as a RecipeError,
+placeholders are known and its program exists, and that the target lies inside the range the
+backend declares for its metric. Every problem is reported at once, as a RecipeError,
 so nothing is written and no run is sealed as failed for a mistake in the recipe.
 """
 
@@ -13,19 +14,23 @@ import shutil
 from pathlib import Path
 
 from batchtune.errors import BatchtuneError, RecipeError
+from batchtune.measure.guards import target_range_problem
 from batchtune.recipe.schema import Recipe
 
 MAX_ARITHMETIC_DIGITS = 3  # the arithmetic task enumerates all 10**(2d) problems
 
 
 def problems(recipe: Recipe) -> list[str]:
-    """Every problem the backend of ``recipe`` would meet before training, one message each."""
+    """Every problem the backend of ``recipe`` would meet before training, one message each: a
+    target outside its metric's declared range too (guards.target_range_problem)."""
     training = recipe.backend.training
+    found = []
     if training in ("torch", "trl"):
-        return _task_problems(recipe)
-    if training == "command":
-        return _command_problems(recipe)
-    return []
+        found = _task_problems(recipe)
+    elif training == "command":
+        found = _command_problems(recipe)
+    unreachable = target_range_problem(recipe)
+    return found + ([unreachable] if unreachable else [])
 
 
 def check(recipe: Recipe) -> None:

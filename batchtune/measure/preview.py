@@ -3,7 +3,9 @@
 The plan (candidates, LRs, seeds) is measure/plan.py's; this module adds the budget of every run in
 samples and steps, and a wall-time prediction for this machine from a few steps of each candidate
 timed alone (no other run sharing the cores), in a scratch folder of the results directory. The
-prediction is an upper bound: runs stop earlier at the target or outside the reference's band.
+prediction has every run go to its budget (runs stop earlier at the target or outside the
+reference's band); runs at once that compete for cores, or more load than while timing (the
+other processes' cores are measured, measure/contention.py), make the probe slower than it.
 
     run_s(N) ~ setup_s + steps(N) * step_s(N) + evals(N) * eval_s,   steps(N) = ceil(max_samples / N)
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from batchtune import backends
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
+from batchtune.measure import contention
 from batchtune.measure.plan import plan_candidates, run_id
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore
@@ -72,6 +75,7 @@ class PlanPreview:
     mode: str = "grid"  # probe.mode (measure/preview_branched.py previews "branched")
     wall_s_left_max: float = math.nan  # the same bound for the runs not yet finished (a rerun's cost)
     unit: str = "samples"  # what the samples columns count: "tokens" for the pre-training grid
+    other_cores_busy: float = math.nan  # CPU cores other processes used while timing (contention.py)
 
     @property
     def branched(self) -> bool:
@@ -149,13 +153,15 @@ UNTIMED = (math.nan, math.nan, math.nan)  # (step_s, eval_s, setup_s) of a candi
 
 def time_candidates(
     recipe: Recipe, cands: Sequence[Candidate], time_steps: int, reference_batch: int | None = None
-) -> tuple[dict[str, tuple[float, float, float]], list[str]]:
+) -> tuple[dict[str, tuple[float, float, float]], list[str], float]:
     """``time_candidate`` for each of ``cands`` (none when ``time_steps`` is 0), in a scratch folder
-    of the results directory removed after: label -> (step_s, eval_s, setup_s), and a note for each
-    that failed while timed."""
+    of the results directory removed after: label -> (step_s, eval_s, setup_s), a note for each
+    that failed while timed, and the CPU cores other processes kept busy meanwhile
+    (contention.other_cores; NaN when not timed or unknown)."""
     timed: dict[str, tuple[float, float, float]] = {}
     notes: list[str] = []
     scratch = Path(recipe.run.results_dir) / TIMING_DIR
+    start = contention.read()
     try:
         for cand in cands if time_steps > 0 else []:
             step_s, eval_s, setup_s, failed = time_candidate(
@@ -169,11 +175,13 @@ def time_candidates(
                 )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return timed, notes
+    other = contention.other_cores(start) if timed else math.nan
+    return timed, notes, other
 
 
-def timing_source(time_steps: int, backend: str, what: str) -> str:
-    """Where a plan's wall times come from, in words (``what``: candidate, batch)."""
+def timing_source(time_steps: int, backend: str, what: str, other_cores: float = math.nan) -> str:
+    """Where a plan's wall times come from, in words (``what``: candidate, batch), with how busy
+    the machine was with other work meanwhile (``other_cores``: measure/contention.py)."""
     if time_steps <= 0:
         if backend == "command":
             return "not timed: the command backend starts a trainer per run (pass --time-steps K)"
@@ -181,7 +189,27 @@ def timing_source(time_steps: int, backend: str, what: str) -> str:
     timing = f"{time_steps} training steps of each {what} timed alone on this machine"
     if backend == "nqm":
         timing += " (the simulation's own compute; its simulated step times are not wall time)"
-    return timing
+    return timing + "; " + load_words(other_cores)
+
+
+def load_words(other_cores: float) -> str:
+    """How machine load was counted while timing, in words."""
+    cores = contention.cpu_count()
+    if not math.isfinite(other_cores):
+        return "other work on the machine was not measured (no /proc/stat)"
+    return (
+        f"meanwhile other processes kept {other_cores:.1f} of its {cores} CPU cores busy on average "
+        "(from /proc/stat, less this process): the times hold at that load and grow with more"
+    )
+
+
+def sharing_note(workers: int, cuda: bool) -> str:
+    """What running ``workers`` runs at once does to a time predicted from runs timed alone."""
+    what = "the machine" if cuda else f"this machine's {contention.cpu_count()} CPU cores"
+    return (
+        f"{workers} runs at a time share {what}: the predicted time assumes they do not slow each "
+        "other down, so where they compete for cores the probe takes longer than predicted"
+    )
 
 
 def _with_setup(c: CandidateCost, setup_s: float) -> CandidateCost:
@@ -216,7 +244,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
         )
     if time_steps is None:
         time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
-    timed, notes = time_candidates(recipe, cands, time_steps, ref_batch)
+    timed, notes, other_cores = time_candidates(recipe, cands, time_steps, ref_batch)
     costs: list[CandidateCost] = []
     for cand in cands:
         n = cand.batch_responses
@@ -252,12 +280,9 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     finished = len(reusable)
     workers = 1 if recipe.study.pretrain else max(1, min(recipe.run.workers, runs))
     total_run_s = one_off_s + sum(c.run_s_max * c.seeds for c in costs)
-    timing = timing_source(time_steps, backend, "candidate")
+    timing = timing_source(time_steps, backend, "candidate", other_cores)
     if time_steps > 0 and workers > 1:
-        notes.append(
-            f"{workers} runs at a time share this machine's cores: the wall time assumes they do "
-            "not slow each other down, so it is a lower bound on that account"
-        )
+        notes.append(sharing_note(workers, recipe.hardware.device == "cuda"))
     ref = next(c for c in costs if c.label == reference)
     total_samples = sum(c.max_samples_per_run * c.seeds for c in costs)
     wall = total_run_s / workers
@@ -289,4 +314,5 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
         notes=tuple(notes),
         unit=unit,
         wall_s_left_max=wall_left,
+        other_cores_busy=other_cores,
     )

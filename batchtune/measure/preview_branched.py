@@ -85,6 +85,7 @@ class BranchedPlanPreview:
     notes: tuple[str, ...] = ()
     mode: str = "branched"
     unit: str = "samples"  # what the samples count: "tokens" for a pre-training recipe
+    other_cores_busy: float = math.nan  # CPU cores other processes used while timing (contention.py)
 
     @property
     def branched(self) -> bool:
@@ -132,7 +133,7 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
     backend = recipe.backend.training
     if time_steps is None:
         time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
-    timed, notes = time_candidates(recipe, main, time_steps)
+    timed, notes, other_cores = time_candidates(recipe, main, time_steps)
 
     def run_s(label: str, samples: int, batch: int) -> float:
         step_s, eval_s, setup_s = timed.get(label, UNTIMED)
@@ -179,7 +180,7 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
     # rounds are of varying size (a confirmation seed's is two runs, a slow control's extension
     # often one), so only one run at a time is a bound on the wall time; runs at once shorten it
     one_run = _steps(recipe.budget.max_samples, b0) * b0
-    timing = timing_source(time_steps, backend, "batch")
+    timing = timing_source(time_steps, backend, "batch", other_cores)
     if time_steps > 0 and workers > 1:
         notes.append(
             f"the wall time is for one run at a time: with run.workers = {recipe.run.workers}, up to "
@@ -221,4 +222,5 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         gpu_hours_max=total_s * gpus / 3600 if gpus else 0.0,  # every run holds its GPUs
         notes=tuple(notes),
         unit=recipe.sample_unit,
+        other_cores_busy=other_cores,
     )

@@ -53,7 +53,10 @@ def plan_summary(preview: Any, run_it: str) -> list[str]:
         f"({p.reference_run_samples:,} {p.unit})",
     ]
     if math.isfinite(p.wall_s_max):
-        text = f"Predicted wall time here: at most {fmt_time(p.wall_s_max)} with {p.workers} run(s) at a time"
+        text = (
+            f"Predicted wall time here: {fmt_time(p.wall_s_max)} with every run to its budget, "
+            f"{p.workers} run(s) at a time"
+        )
         if math.isfinite(p.reference_run_s):
             text += f" (one full reference run: {fmt_time(p.reference_run_s)})"
         if p.one_off_s > 0:
@@ -61,7 +64,8 @@ def plan_summary(preview: Any, run_it: str) -> list[str]:
         lines.append(text)
         left = p.runs - p.runs_finished
         if p.runs_finished and left:  # a rerun pays only for what is left
-            lines.append(f"Left to run: {left} of {p.runs} runs, at most {fmt_time(p.wall_s_left_max)}")
+            to_budgets = f"{fmt_time(p.wall_s_left_max)} to their budgets"
+            lines.append(f"Left to run: {left} of {p.runs} runs, {to_budgets}")
         elif p.runs_finished:
             lines.append("Left to run: nothing, every run is finished (a probe reads them)")
     reused = f"{p.runs_finished} of {p.runs} runs already finished in {p.results_dir}: a probe reuses them"
@@ -131,8 +135,8 @@ def branched_plan_summary(preview: Any, run_it: str) -> list[str]:
     ]
     if math.isfinite(p.wall_s_max):
         lines.append(
-            f"Predicted wall time here: at most {fmt_time(p.wall_s_max)}, one run at a time (the trunk "
-            f"{fmt_time(p.trunk_s)})"
+            f"Predicted wall time here: {fmt_time(p.wall_s_max)} with every branch to its longest, one "
+            f"run at a time (the trunk {fmt_time(p.trunk_s)})"
         )
     reused = (
         f"{p.runs_finished} runs already finished in {p.results_dir}/branched: a probe reuses those its "

@@ -66,14 +66,20 @@ def validate_recipe(recipe: str) -> Recipe:
 
 
 def plan_preview(cfg: Recipe, time_steps: int | None = None) -> Preview:
-    """What the probe of ``cfg`` will cost, before running it (upper bounds; the study map says how)."""
+    """What the probe of ``cfg`` will cost, before running it (upper bounds; the study map says how).
+    A recipe the probe would refuse before its first run (preflight.check) is refused here too."""
+    from batchtune.measure import preflight
+
+    preflight.check(cfg)
     return study_for(cfg).preview(cfg, time_steps)
 
 
 def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> ProbeOutcome:
     """Run (or resume) the probe of the kind ``cfg`` names; a grid's learning curves are drawn after."""
+    from batchtune.measure import preflight
     from batchtune.measure.probe import ProbeResult
 
+    preflight.check(cfg)  # every study kind, before its first write (a branched probe too)
     result = study_for(cfg).probe(cfg, progress)
     if not isinstance(result, ProbeResult):  # branched and pre-training probes draw their own
         return result

@@ -1,0 +1,62 @@
+"""`plan` and `--dry-run` refuse what the probe refuses, before timing anything, and their wall-time
+lines say which way each assumption errs and how the machine's load was counted (issue 33, item 10)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.recipe.load import shipped_recipes
+
+NQM = str(shipped_recipes()["nqm"])
+SMALL = ["--set", "candidates.prompts=[1,4]", "--set", "budget.seeds=[0]"]
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.parametrize("command", [["plan"], ["probe", "--dry-run"], ["tune", "--dry-run"]])
+def test_a_reward_target_above_its_range_is_refused_by_the_plan(tmp_path: Path, command: list[str]):
+    results = tmp_path / "r"
+    out = _invoke(*command, "tiny-grpo", "-r", str(results), "--set", "target.value=1.5")
+    assert out.exit_code == 2, out.output
+    assert "outside eval_reward's range [0, 1]" in out.output
+    assert not results.exists()  # refused before the timing scratch folder is made
+
+
+@pytest.mark.parametrize("command", [["probe"], ["plan"], ["probe", "--dry-run"]])
+def test_an_nqm_loss_target_below_zero_is_refused_before_the_probe_runs(tmp_path: Path, command: list[str]):
+    """The NQM loss 1/2 sum h theta^2 is never negative: before, the whole probe ran, then exit 3."""
+    results = tmp_path / "r"
+    out = _invoke(*command, NQM, "-r", str(results), *SMALL, "--set", "target.value=-1")
+    assert out.exit_code == 2, out.output
+    assert "outside loss's range [0, inf]" in out.output
+    assert not (results / "runs").exists()
+
+
+def test_a_reachable_nqm_target_still_plans(tmp_path: Path):
+    args = ("plan", NQM, "-r", str(tmp_path / "r"), *SMALL, "--time-steps", "0")
+    out = _invoke(*args, "--set", "target.value=0")  # the range's own edge is inside it
+    assert out.exit_code == 0, out.output
+
+
+def test_plan_time_wording_has_no_bound_that_contradicts_itself(tmp_path: Path):
+    """Before: "at most 1.5 min" and, two lines on, "a lower bound on that account"."""
+    args = ("plan", NQM, "-r", str(tmp_path / "r"), *SMALL, "--set", "run.workers=2", "--time-steps", "2")
+    out = _invoke(*args)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.stdout.split())  # rich wraps long lines
+    wall = text[text.index("Predicted wall time here:") :]
+    assert not wall.startswith("Predicted wall time here: at most")
+    assert "with every run to its budget, 2 run(s) at a time" in wall
+    assert "lower bound" not in text
+    assert "the probe takes longer than predicted" in text  # runs at once can only lengthen it
+    data = json.loads(_invoke(*args, "--json").stdout)
+    assert "CPU cores busy on average (from /proc/stat" in data["timing_source"]
+    assert math.isfinite(data["other_cores_busy"]) and data["other_cores_busy"] >= 0.0
