@@ -70,6 +70,7 @@ def probe(
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency, render_probe_cost
 
+    _say_choice(cfg, json_out)
     with probe_progress(console, enabled=not json_out) as progress:
         result = workflow.probe(cfg, progress)
     if isinstance(result, PretrainProbeResult):  # a grid of token batches -> B_opt, B_min per target loss
@@ -90,6 +91,7 @@ def probe(
                 "runs_reused": result.runs_skipped,
                 "wall_s": result.wall_s,
                 "plot": str(result.plot_path) if result.plot_path else None,
+                "probe_choice": cfg.probe_choice,
                 **eff,
                 "notes": notes,
                 **_branched_json(result),
@@ -111,6 +113,12 @@ def probe(
         render_branched(console, result.summary)
     _plot_lines(result)
     _exit_if_not_estimated(not_estimated(result.efficiency))
+
+
+def _say_choice(cfg: Any, json_out: bool) -> None:
+    """Why probe.mode = "auto" chose this probe (recipe.probe_choice), before it runs."""
+    if cfg.probe_choice and not json_out:
+        console.print(f"Probe mode: {cfg.probe_choice}", highlight=False, markup=False)
 
 
 def not_estimated(eff: Any) -> str | None:
@@ -198,9 +206,9 @@ def _show_plan(cfg: Any, time_steps: int | None, json_out: bool, run_it: str) ->
 
     preview = workflow.plan_preview(cfg, time_steps)
     if json_out:
-        _print_json({**plan_to_dict(preview), "run_it": run_it})
+        _print_json({**plan_to_dict(preview), "probe_choice": cfg.probe_choice, "run_it": run_it})
     else:
-        render_plan(console, preview, run_it)
+        render_plan(console, preview, run_it, cfg.probe_choice)
 
 
 @app.command("profile-gen")
@@ -303,6 +311,7 @@ def tune(
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency
 
+    _say_choice(cfg, json_out)
     if not json_out:
         console.rule("1/3 probe: sample efficiency")
     with probe_progress(console, enabled=not json_out) as progress:

@@ -13,7 +13,8 @@ from typing import Any
 from batchtune.errors import RecipeError
 from batchtune.recipe.checks import check_recipe
 from batchtune.recipe.ranges import check_ranges
-from batchtune.recipe.schema import CHOICES, Recipe
+from batchtune.recipe.schema import CHOICES, LOADER_FIELDS, Recipe
+from batchtune.recipe.study import resolve_auto
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,7 +75,7 @@ def _convert(value: Any, tp: Any, path: str, errors: list[str]) -> Any:
 
 def _build(cls: Any, data: dict[str, Any], prefix: str, errors: list[str]) -> Any:
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.name != "source"}
+    names = {f.name for f in dataclasses.fields(cls) if f.name not in LOADER_FIELDS}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else key
@@ -136,8 +137,13 @@ def recipe_from_dict(data: dict[str, Any], source: str = "") -> Recipe:
     errors: list[str] = []
     recipe = _build(Recipe, data, "", errors)
     if not errors:
-        # ranges first: the cross-field checks assume finite, sane values
-        errors = check_ranges(recipe) or check_recipe(recipe)
+        # ranges first: the cross-field checks assume finite, sane values; auto's choice assumes both
+        # (checked as a grid), and the recipe it resolves to is checked again as what it became
+        grid = dataclasses.replace(recipe, probe=dataclasses.replace(recipe.probe, mode="grid"))
+        errors = check_ranges(recipe) or check_recipe(grid)
+        if not errors and recipe.probe.mode != grid.probe.mode:
+            recipe = resolve_auto(recipe)
+            errors = check_recipe(recipe)
     if errors:
         where = f" in {source}" if source else ""
         raise RecipeError(f"{len(errors)} problem(s){where}: " + "; ".join(errors))

@@ -136,6 +136,12 @@ class BudgetConfig:
     diverge_factor: float = 10.0  # loss above this multiple of its first value counts as diverged
     # sequential seeding: rounds of one more seed (paired with the reference) for inconclusive batches
     max_extra_seeds: int = 3
+    # the full run this probe is for (the run you will launch at the pick): its samples, or its steps
+    # at full_run_batch samples a step (0 = the geometric middle of the main candidates); 0 = not
+    # stated. probe.mode = "auto" weighs the probe's cost against it (measure/probe_size.py)
+    full_run_samples: int = 0
+    full_run_steps: int = 0
+    full_run_batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -208,8 +214,10 @@ class BackendConfig:
 class ProbeConfig:
     # grid: every candidate a run from scratch towards the target (docs/method.md §3.2);
     # branched: one trunk at the reference batch, checkpointed, and short branches at k x the batch
-    # from each checkpoint (Merrill et al. 2025, arXiv 2505.23971); the [branch] section sets it up
-    mode: str = "grid"
+    # from each checkpoint (Merrill et al. 2025, arXiv 2505.23971); the [branch] section sets it up;
+    # auto: branched where the recipe states a full run (budget.full_run_*) long enough for it and
+    # it costs less than the grid, else grid (measure/probe_size.py; `batchtune plan` says why)
+    mode: str = "auto"
     # off-policy sweep (docs/trainer.md): each main candidate also runs at every staleness k (rollouts
     # from the weights of k trainer steps ago) x updates per rollout batch u listed here (u a multiple
     # of algorithm.mini_batches: mini-batches x epochs), labelled P{p}xG{g}-k{k}u{u}; [] = on-policy only
@@ -316,10 +324,12 @@ class Recipe:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     branch: BranchConfig = field(default_factory=BranchConfig)
     source: str = ""  # the file it came from; set by the loader
+    probe_choice: str = ""  # why probe.mode = "auto" resolved as it did; set by the loader
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data.pop("source")
+        for name in LOADER_FIELDS:
+            data.pop(name)
         return data
 
     @property
@@ -332,6 +342,8 @@ class Recipe:
         """What a sample (and a batch) counts: "tokens" for pre-training, else "samples" (responses)."""
         return self.study.sample_unit
 
+
+LOADER_FIELDS = ("source", "probe_choice")  # set by the loader, never read from a recipe file
 
 # LR scaling rules (Malladi et al. 2022 sqrt for Adam; Goyal et al. 2017 linear for SGD; none = a control)
 LR_RULES = ("sqrt", "linear", "none", "table")
@@ -350,7 +362,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "pretrain.size": ("xs", "s", "m"),
     "pretrain.data": ("markov", "files"),
     "pretrain.schedule": ("wsd", "cosine", "constant"),
-    "probe.mode": ("grid", "branched"),
+    "probe.mode": ("auto", "grid", "branched"),
     "branch.search": ("bisect", "all"),
     "backend.command_log_format": ("jsonl", "csv", "verl", "trl", "tensorboard", "wandb"),
     "backend.resume_steps": ("continue", "restart"),

@@ -145,9 +145,12 @@ def branched_plan_summary(preview: Any, run_it: str) -> list[str]:
     return lines + _closing(p, reused, run_it)
 
 
-def render_plan(console: Console, preview: Any, run_it: str) -> None:
-    """``run_it``: the command line that runs what the plan shows, with the user's options."""
+def render_plan(console: Console, preview: Any, run_it: str, choice: str = "") -> None:
+    """``run_it``: the command line that runs what the plan shows, with the user's options;
+    ``choice``: why probe.mode = "auto" chose this probe (recipe.probe_choice), shown first."""
     branched = bool(preview.branched)
+    if choice:
+        console.print(f"Probe mode: {escape(choice)}", highlight=False)
     console.print(branched_plan_table(preview) if branched else plan_table(preview))
     summary = branched_plan_summary if branched else plan_summary
     for line in summary(preview, run_it):  # the command on one line, to paste as it is

@@ -1,0 +1,70 @@
+"""probe.mode = "auto": grid or branched, decided once at load against the full run the recipe states."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.errors import RecipeError
+from batchtune.measure.probe_size import TRUNK_SHARE, choose_probe, full_run_samples
+from batchtune.recipe.load import load_recipe, recipe_to_toml
+from batchtune.recipe.schema import Recipe
+from batchtune.recipe.study import StudyKind
+
+
+def test_without_a_full_run_auto_is_the_grid_so_the_default_tune_is_unchanged() -> None:
+    cfg = load_recipe("tiny-grpo")
+    assert cfg.probe.mode == "grid" and cfg.study is StudyKind.RL_GRID
+    assert "no full run stated" in cfg.probe_choice
+    assert Recipe().study is StudyKind.RL_GRID  # built in code, unresolved: the same answer
+
+
+def test_a_long_stated_run_gets_the_branched_probe_with_its_costs() -> None:
+    cfg = load_recipe("nqm-long")
+    assert cfg.probe.mode == "branched" and cfg.study is StudyKind.RL_BRANCHED
+    assert cfg.probe_choice.startswith("auto chose branched")
+    choice = choose_probe(cfg)
+    assert choice.full_run_samples == 670 * 256
+    assert choice.branched_samples_max < choice.grid_samples  # cheaper even at its bound
+
+
+def test_a_trunk_over_a_quarter_of_the_run_keeps_the_grid() -> None:
+    full = int(load_recipe("tiny-grpo").branch.trunk_samples / TRUNK_SHARE) - 8
+    cfg = load_recipe("tiny-grpo", [f"budget.full_run_samples={full}"])
+    assert cfg.probe.mode == "grid"
+    assert "over 25% of the run" in cfg.probe_choice
+
+
+def test_steps_count_at_the_stated_batch_or_the_middle_candidate() -> None:
+    steps = ["budget.full_run_steps=10", "budget.full_run_batch=256"]
+    assert full_run_samples(load_recipe("nqm", steps)) == 2560
+    assert full_run_samples(load_recipe("tiny-grpo", ["budget.full_run_steps=10"])) == 640  # 16..256: 64
+    assert full_run_samples(load_recipe("nqm", ["budget.full_run_samples=99"])) == 99
+
+
+def test_an_explicit_mode_is_kept_and_a_pretraining_grid_stays_a_grid() -> None:
+    cfg = load_recipe("nqm-long", ["probe.mode=grid"])
+    assert cfg.probe.mode == "grid" and cfg.probe_choice == ""
+    pre = load_recipe("tiny-pretrain", ["budget.full_run_samples=10000000"])
+    assert pre.study is StudyKind.PRETRAIN_GRID and "B_opt" in pre.probe_choice
+
+
+def test_the_choice_is_not_a_recipe_key() -> None:
+    cfg = load_recipe("nqm-long")
+    assert "probe_choice" not in cfg.to_dict()
+    assert "probe_choice" not in recipe_to_toml(cfg)
+    with pytest.raises(RecipeError, match="unknown key"):
+        load_recipe("nqm", ["probe_choice=x"])
+
+
+def test_plan_shows_the_choice_and_why(tmp_path: object) -> None:
+    runner = CliRunner()
+    args = ["plan", "nqm-long", "--time-steps", "0", "--results", str(tmp_path)]
+    text = runner.invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert "Probe mode: auto chose branched" in text.output
+    out = runner.invoke(app, [*args, "--json"])
+    assert json.loads(out.stdout)["probe_choice"].startswith("auto chose branched")
