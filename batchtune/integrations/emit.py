@@ -10,6 +10,7 @@ the rule and the nearest valid setting when the winner cannot be expressed exact
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from batchtune.analysis.decide.recommend import Recommendation
@@ -45,20 +46,63 @@ def recommendation_input(rec: Recommendation, cfg: Recipe | None = None) -> Reco
     w = rec.winner
     concurrency = rec.winner_throughput.generation_concurrency or 0
     if cfg is None:
-        return RecommendationInput(
+        base = RecommendationInput(
             w.prompts, w.group_size, w.lr, critic_lr=w.critic_lr or 0.0, generation_concurrency=concurrency
         )
-    return RecommendationInput(
-        prompts=w.prompts,
-        group_size=w.group_size,
-        lr=w.lr,
-        algorithm=cfg.algorithm.name,
-        mini_batches=cfg.algorithm.mini_batches,
-        critic_lr=(w.critic_lr or 0.0) if cfg.algorithm.name == "ppo" else 0.0,
-        generation_concurrency=concurrency,
-        gpu_memory_utilization=(
-            cfg.generation.gpu_memory_utilization if cfg.generation.backend == "vllm" else 0.0
+        return _with_async(base, rec, None)
+    return _with_async(
+        RecommendationInput(
+            prompts=w.prompts,
+            group_size=w.group_size,
+            lr=w.lr,
+            algorithm=cfg.algorithm.name,
+            mini_batches=cfg.algorithm.mini_batches,
+            critic_lr=(w.critic_lr or 0.0) if cfg.algorithm.name == "ppo" else 0.0,
+            generation_concurrency=concurrency,
+            gpu_memory_utilization=(
+                cfg.generation.gpu_memory_utilization if cfg.generation.backend == "vllm" else 0.0
+            ),
         ),
+        rec,
+        cfg,
+    )
+
+
+_OFFPOLICY_LABEL = re.compile(r"-k(\d+)u(\d+)$")  # the plan's off-policy candidates: P{p}xG{g}-k{k}u{u}
+
+
+def pick_offpolicy(rec: Recommendation) -> tuple[int, int]:
+    """(staleness k, updates per batch u; 0 = the recipe's mini-batches) of the winner: its own
+    fields when the ranking carries them, else its label's ``-k{k}u{u}``, else on-policy."""
+    w = rec.winner
+    k, u = getattr(w, "staleness", None), getattr(w, "updates_per_batch", None)
+    if isinstance(k, int) and isinstance(u, int):
+        return k, u
+    m = _OFFPOLICY_LABEL.search(w.label)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _with_async(base: RecommendationInput, rec: Recommendation, cfg: Recipe | None) -> RecommendationInput:
+    """The off-policy part of the pick: k and u from the winner; mode, split and in-flight cap from
+    the async ranking's choice (``rec.async_choice``) when there is one, else the recipe's [algorithm]."""
+    k, u = pick_offpolicy(rec)
+    mini = base.mini_batches  # without a recipe, its default: 1 (u then counts epochs, as the trainer does)
+    if u and u % mini:
+        raise InputError(f"the pick's updates_per_batch={u} is not a multiple of mini_batches={mini}")
+    choice = getattr(rec, "async_choice", None)
+    alg = cfg.algorithm if cfg is not None else None
+    mode = getattr(choice, "mode", None) or (alg.mode if alg is not None else "sync")
+    cap = getattr(choice, "in_flight_cap", None)
+    sync_every = getattr(choice, "sync_every", None) or (alg.sync_every if alg is not None else 1)
+    return dataclasses.replace(
+        base,
+        mini_batches=mini,
+        epochs=(u // mini) if u else 1,
+        staleness=k,
+        mode=mode,
+        sync_every=sync_every,
+        in_flight_cap=cap if cap is not None else (alg.in_flight_cap if alg is not None else 0),
+        rollout_gpus=getattr(choice, "rollout_gpus", None) or 0,
     )
 
 

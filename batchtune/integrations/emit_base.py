@@ -30,10 +30,32 @@ class RecommendationInput:
     generation_concurrency: int = 0  # responses decoded at once per inference engine; 0 = engine default
     gpu_memory_utilization: float = 0.0  # inference engine's share of GPU memory; 0 = leave as is
     micro_batch_per_gpu: int = 0  # responses per forward/backward per GPU; 0 = no accumulation
+    # off-policy and async (docs/trainer.md "Off-policy knobs"; emit_async.py writes them)
+    epochs: int = 1  # passes over the mini-batches: updates per batch u = mini_batches x epochs
+    staleness: int = 0  # k: rollouts from the weights of k trainer steps ago (0 = on-policy)
+    mode: str = "sync"  # sync: generate and train in turn on the same GPUs | async: separate GPUs
+    sync_every: int = 1  # trainer steps between weight syncs to the rollout side (<= staleness + 1)
+    in_flight_cap: int = 0  # finished batches queued ahead; 0 = max(staleness, 1)
+    rollout_gpus: int = 0  # async: GPUs of num_gpus that generate (the rest train); 0 = not given
+    partial_rollout: bool = False  # in-flight responses continue across a weight sync (mixed versions)
 
     @property
     def batch_responses(self) -> int:
         return self.prompts * self.group_size
+
+    @property
+    def updates_per_batch(self) -> int:
+        return self.mini_batches * self.epochs
+
+    @property
+    def off_policy(self) -> bool:
+        """True when the trainer must run its async / off-policy path: stale rollouts or two sides."""
+        return self.staleness > 0 or self.mode == "async"
+
+    @property
+    def cap(self) -> int:
+        """The in-flight cap in batches, as the built-in async run applies it."""
+        return self.in_flight_cap or max(self.staleness, 1)
 
     @property
     def lr_known(self) -> bool:
@@ -96,10 +118,32 @@ def check_recommendation(rec: RecommendationInput, num_gpus: int) -> None:
         problems.append("micro_batch_per_gpu and generation_concurrency cannot be negative")
     if not 0 <= rec.gpu_memory_utilization <= 1:
         problems.append("gpu_memory_utilization must lie in [0, 1]")
+    problems += _async_problems(rec, num_gpus)
     if num_gpus < 1:
         problems.append(f"num_gpus must be at least 1, got {num_gpus}")
     if problems:
         raise InputError("cannot emit a config: " + "; ".join(problems))
+
+
+def _async_problems(rec: RecommendationInput, num_gpus: int) -> list[str]:
+    """The off-policy settings' own rules, as the built-in trainer enforces them (recipe/checks.py)."""
+    problems = []
+    if rec.epochs < 1 or rec.staleness < 0 or rec.sync_every < 1 or rec.in_flight_cap < 0:
+        problems.append("epochs and sync_every must be at least 1; staleness and in_flight_cap at least 0")
+    elif rec.sync_every > rec.staleness + 1:
+        problems.append(
+            f"sync_every={rec.sync_every} needs staleness >= {rec.sync_every - 1} (weights synced every "
+            f"{rec.sync_every} steps are up to {rec.sync_every - 1} steps old), got {rec.staleness}"
+        )
+    if rec.mode not in ("sync", "async"):
+        problems.append(f"mode must be 'sync' or 'async', got {rec.mode!r}")
+    if rec.rollout_gpus < 0 or (rec.rollout_gpus and rec.rollout_gpus >= num_gpus):
+        problems.append(
+            f"rollout_gpus={rec.rollout_gpus} must leave GPUs to train on (0 < rollout_gpus < {num_gpus})"
+        )
+    if rec.rollout_gpus and rec.mode != "async":
+        problems.append("rollout_gpus splits the GPUs: it needs mode='async'")
+    return problems
 
 
 def nearest_valid(

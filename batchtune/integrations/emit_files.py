@@ -54,9 +54,11 @@ def trainer_file(trainer: str, values: dict[str, object], text: str) -> str:
         return text
     notes = notes_of(text)
     if trainer == "verl":
+        first = text.split("\n", 1)[0].split()  # python3 -m MODULE \ (an async pick: another module)
+        module = first[2] if first[:2] == ["python3", "-m"] and len(first) > 2 else "verl.trainer.main_ppo"
         head = [
             "batchtune: verl (Hydra) overrides for the recommended configuration, one per line",
-            "use: python3 -m verl.trainer.main_ppo $(grep -v '^#' THIS_FILE) <model, data, reward overrides>",
+            f"use: python3 -m {module} $(grep -v '^#' THIS_FILE) <model, data, reward overrides>",
         ]
         body = "".join(f"{k}={_scalar(v)}\n" for k, v in values.items())
         return _comments(head + notes) + body
@@ -67,9 +69,17 @@ def trainer_file(trainer: str, values: dict[str, object], text: str) -> str:
             "batchtune: TRL GRPOConfig for the recommended configuration",
             "use: GRPOConfig(**yaml.safe_load(open(THIS_FILE))), or trl grpo --config THIS_FILE",
         ]
+        if "AsyncGRPOConfig(" in text:
+            head = [
+                "batchtune: TRL AsyncGRPOConfig (trl.experimental.async_grpo) for the recommended "
+                "configuration",
+                "use: AsyncGRPOConfig(**yaml.safe_load(open(THIS_FILE)))",
+            ]
         return _comments(head + notes) + yaml.safe_dump(dict(values), sort_keys=False)
     if trainer == "openrlhf":
-        flags = "".join(f"    {k} {_scalar(v)} \\\n" for k, v in values.items())
+        flags = "".join(
+            f"    {k} {_scalar(v)} \\\n" if v is not True else f"    {k} \\\n" for k, v in values.items()
+        )
         return (
             "#!/usr/bin/env bash\n"
             + _comments(["batchtune: OpenRLHF launch for the recommended configuration", *notes])

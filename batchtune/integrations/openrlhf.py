@@ -18,6 +18,7 @@ from batchtune.errors import InputError
 from batchtune.integrations.common import (
     LogKeys,
 )
+from batchtune.integrations.emit_async import async_split, node_layout, openrlhf_async
 from batchtune.integrations.emit_base import (
     UNKNOWN_LR_NOTE,
     EmittedConfig,
@@ -90,6 +91,12 @@ def emit_openrlhf(
 ) -> EmittedConfig:
     """Flags for ``python3 -m openrlhf.cli.train_ppo_ray`` (actor on ``num_gpus`` GPUs, colocated)."""
     check_recommendation(rec, num_gpus)
+    if legacy_flags and (rec.off_policy or rec.epochs > 1):
+        raise InputError(
+            "the async and epoch flags are emitted for OpenRLHF >= 0.10.2 only (checked against 0.11.2): "
+            "drop legacy_flags"
+        )
+    rollout_gpus, num_gpus, split_notes = async_split(rec, num_gpus)  # the actor trains on the rest
     P, G = rec.prompts, rec.group_size
     critic_mb = rec.critic_mini_batches or rec.mini_batches
     if rec.algorithm == "ppo" and critic_mb != rec.mini_batches:
@@ -107,7 +114,9 @@ def emit_openrlhf(
         )  # fmt: skip
         raise InputError(f"OpenRLHF cannot run P={P} x G={G} on {num_gpus} GPUs: {problem}{hint}")
     per_node = min(gpus_per_node or num_gpus, num_gpus)
-    if num_gpus % per_node:
+    if rollout_gpus:
+        _, per_node = node_layout(num_gpus, gpus_per_node or num_gpus + rollout_gpus, "actor")
+    elif num_gpus % per_node:
         raise InputError(f"{num_gpus} GPUs do not fill nodes of {per_node}; give a multiple of {per_node}")
     train_batch = P * G // rec.mini_batches
     micro = rec.micro_batch_per_gpu or train_batch // num_gpus
@@ -126,6 +135,8 @@ def emit_openrlhf(
         values["--critic.adam.lr"] = rec.critic_lr_or_actor()
     if rec.gpu_memory_utilization:
         values["--vllm.gpu_memory_utilization"] = rec.gpu_memory_utilization
+    async_values, async_notes = openrlhf_async(rec, rollout_gpus)
+    values.update(async_values)
     if legacy_flags:
         values = {_LEGACY.get(k, k): v for k, v in values.items()}
     constant = (
@@ -135,9 +146,10 @@ def emit_openrlhf(
     )
     notes = [
         f"{P} prompts x {G} = {P * G} responses per rollout; "
-        f"{rec.mini_batches} optimiser step(s) per rollout",
+        f"{rec.updates_per_batch} optimiser step(s) per rollout",
         f"{constant} to keep the LR the probe measured (the default decays it: cosine_with_min_lr)",
     ]
+    notes += split_notes + async_notes
     notes += micro_note("train.micro_batch_size", train_batch // num_gpus, rec.micro_batch_per_gpu)
     if not rec.lr_known:
         notes.append(UNKNOWN_LR_NOTE)
@@ -147,7 +159,7 @@ def emit_openrlhf(
             "flag; vLLM schedules the whole rollout batch"
         )
     lines = ["python3 -m openrlhf.cli.train_ppo_ray \\"]
-    lines += [f"    {k} {_flag(v)} \\" for k, v in values.items()]
+    lines += [f"    {k} {_flag(v)} \\" if v is not True else f"    {k} \\" for k, v in values.items()]
     lines.append("    ...  # models, data, reward and placement flags")
     return EmittedConfig("openrlhf", commented("\n".join(lines) + "\n", notes), values, tuple(notes))
 

@@ -29,6 +29,7 @@ from batchtune.integrations.common import (
     build_run,
     merge_by_step,
 )
+from batchtune.integrations.emit_async import async_split, trl_async
 from batchtune.integrations.emit_base import (
     UNKNOWN_LR_NOTE,
     EmittedConfig,
@@ -183,6 +184,7 @@ def emit_trl(rec: RecommendationInput, num_gpus: int) -> EmittedConfig:
     check_recommendation(rec, num_gpus)
     if rec.algorithm != "grpo":
         raise InputError("TRL's emitter covers GRPOTrainer only; for PPO emit verl or openrlhf")
+    rollout_gpus, num_gpus, split_notes = async_split(rec, num_gpus)  # async: train on the rest
     P, G = rec.prompts, rec.group_size
     problem = _trl_problem(P, G, rec.mini_batches, num_gpus, rec.micro_batch_per_gpu)
     if problem:
@@ -199,33 +201,58 @@ def emit_trl(rec: RecommendationInput, num_gpus: int) -> EmittedConfig:
         "gradient_accumulation_steps": per_gpu // micro,
         "num_generations": G,
         "generation_batch_size": N,
-        "num_iterations": 1,
+        "num_iterations": rec.epochs,
     }
+    stale = rec.staleness > 0
+    if stale:  # AsyncGRPOConfig: no generation_batch_size nor num_iterations; it streams completions
+        del values["generation_batch_size"], values["num_iterations"]
     if rec.lr_known:
         values["learning_rate"] = rec.lr
     # GRPOConfig's default is TrainingArguments' linear decay to 0 over max_steps: the probe measured
     # a constant LR
     values["lr_scheduler_type"] = "constant"
-    if rec.gpu_memory_utilization:
+    if rec.gpu_memory_utilization and not stale:  # AsyncGRPO's vLLM is a server started on its own
         values["vllm_gpu_memory_utilization"] = rec.gpu_memory_utilization
+    async_values: dict[str, object] = {}
+    async_notes: list[str] = []
+    if stale:
+        async_values, async_notes = trl_async(rec, rollout_gpus, num_gpus + rollout_gpus)
+    elif rollout_gpus:  # on-policy on separate GPUs: GRPOTrainer against a vLLM server
+        async_values = {"use_vllm": True, "vllm_mode": "server"}
+        async_notes = [f"serve the policy with `trl vllm-serve` on the other {rollout_gpus} GPU(s)"]
+    values.update(async_values)
     notes = [
-        f"{P} prompts x {G} = {N} completions generated per {rec.mini_batches} optimiser step(s); "
+        f"{P} prompts x {G} = {N} completions generated per {rec.updates_per_batch} optimiser step(s); "
         f"run with {num_gpus} processes (accelerate launch --num_processes {num_gpus})",
-        "generation_batch_size and steps_per_generation are mutually exclusive; TRL derives "
-        f"steps_per_generation = {N // (micro * num_gpus)}",
     ]
+    if not stale:
+        notes.append(
+            "generation_batch_size and steps_per_generation are mutually exclusive; TRL derives "
+            f"steps_per_generation = {N // (micro * num_gpus)}"
+        )
+    if rec.epochs > 1:
+        notes.append(
+            f"num_iterations={rec.epochs}: each generation is reused for {rec.epochs} passes (TRL's mu)"
+        )
+    notes += split_notes + async_notes
     notes += micro_note("per_device_train_batch_size", per_gpu, rec.micro_batch_per_gpu)
     if not rec.lr_known:
         notes.append(UNKNOWN_LR_NOTE)
-    if rec.generation_concurrency:
+    if rec.generation_concurrency and not stale:
         notes.append(
             "TRL generates each process's share of the generation batch at once; "
             f"generation_concurrency={rec.generation_concurrency} has no separate GRPOConfig setting"
         )
     body = "".join(f"    {k}={v!r},\n" for k, v in values.items())
     flags = " ".join(f"--{k} {v}" for k, v in values.items())
-    text = (
-        f"GRPOConfig(\n{body}    ...  # output_dir, model and generation settings\n)\n"
-        f"# CLI: trl grpo {flags}\n"
-    )
+    if stale:
+        text = (
+            "from trl.experimental.async_grpo import AsyncGRPOConfig\n"
+            f"AsyncGRPOConfig(\n{body}    ...  # output_dir, model and vllm_server_base_url\n)\n"
+        )
+    else:
+        text = (
+            f"GRPOConfig(\n{body}    ...  # output_dir, model and generation settings\n)\n"
+            f"# CLI: trl grpo {flags}\n"
+        )
     return EmittedConfig("trl", commented(text, notes), values, tuple(notes))

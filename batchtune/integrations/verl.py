@@ -25,6 +25,7 @@ from batchtune.integrations.common import (
     build_run,
     merge_by_step,
 )
+from batchtune.integrations.emit_async import VERL_MODULES, VERL_V1, async_split, node_layout, verl_async
 from batchtune.integrations.emit_base import (
     UNKNOWN_LR_NOTE,
     EmittedConfig,
@@ -110,14 +111,21 @@ def _verl_problem(P: int, G: int, mini_batches: int, dp: int, micro: int) -> str
     return ""
 
 
-def emit_verl(rec: RecommendationInput, num_gpus: int, gpus_per_node: int = 0) -> EmittedConfig:
+def emit_verl(
+    rec: RecommendationInput, num_gpus: int, gpus_per_node: int = 0, async_trainer: str = VERL_V1
+) -> EmittedConfig:
     """Hydra overrides for ``python3 -m verl.trainer.main_ppo``. Batch sizes in prompts except the
-    micro-batch (responses per GPU), as verl counts them."""
+    micro-batch (responses per GPU), as verl counts them. An off-policy or async pick (emit_async.py)
+    adds ``async_trainer``'s keys: V1 (main_ppo), fully_async or one_step_off (verl.experimental)."""
     check_recommendation(rec, num_gpus)
-    P, G, dp = rec.prompts, rec.group_size, num_gpus
+    rollout_gpus, train_gpus, split_notes = async_split(rec, num_gpus)
+    P, G, dp = rec.prompts, rec.group_size, train_gpus
     per_node = min(gpus_per_node or num_gpus, num_gpus)
-    if num_gpus % per_node:
+    if num_gpus % per_node and not rollout_gpus:
         raise InputError(f"{num_gpus} GPUs do not fill nodes of {per_node}; give a multiple of {per_node}")
+    nodes, node_gpus = (
+        node_layout(train_gpus, per_node, "trainer") if rollout_gpus else (num_gpus // per_node, per_node)
+    )
     critic_mb = rec.critic_mini_batches or rec.mini_batches
     for role, mb in (("actor", rec.mini_batches), ("critic", critic_mb if rec.algorithm == "ppo" else None)):
         if mb is None:
@@ -128,7 +136,8 @@ def emit_verl(rec: RecommendationInput, num_gpus: int, gpus_per_node: int = 0) -
                 _verl_problem, rec, dp, mb, "ppo_micro_batch_size_per_gpu", P // mb * G // dp,
                 "data.train_batch_size",
             )  # fmt: skip
-            raise InputError(f"verl cannot run P={P} x G={G} on {dp} GPUs ({role}): {problem}{hint}")
+            where = f"{dp} trainer GPUs" if rollout_gpus else f"{dp} GPUs"
+            raise InputError(f"verl cannot run P={P} x G={G} on {where} ({role}): {problem}{hint}")
     mini = P // rec.mini_batches
     per_gpu = mini * G // dp
     micro = rec.micro_batch_per_gpu or per_gpu
@@ -151,10 +160,12 @@ def emit_verl(rec: RecommendationInput, num_gpus: int, gpus_per_node: int = 0) -
         values["actor_rollout_ref.rollout.max_num_seqs"] = rec.generation_concurrency
     if rec.gpu_memory_utilization:
         values["actor_rollout_ref.rollout.gpu_memory_utilization"] = rec.gpu_memory_utilization
-    values["trainer.n_gpus_per_node"] = per_node
-    values["trainer.nnodes"] = num_gpus // per_node
+    values["trainer.n_gpus_per_node"] = node_gpus
+    values["trainer.nnodes"] = nodes
+    extra, async_notes = verl_async(rec, async_trainer, rollout_gpus, per_node)
+    values.update(extra)
     notes = [
-        f"{P} prompts x {G} = {P * G} responses per step; {rec.mini_batches} actor update(s) per step",
+        f"{P} prompts x {G} = {P * G} responses per step; {rec.updates_per_batch} actor update(s) per step",
         "ppo_mini_batch_size is in prompts (verl multiplies by rollout.n); the micro-batch is in responses",
     ]
     notes += micro_note("ppo_micro_batch_size_per_gpu", per_gpu, rec.micro_batch_per_gpu)
@@ -162,7 +173,9 @@ def emit_verl(rec: RecommendationInput, num_gpus: int, gpus_per_node: int = 0) -
         notes.append(UNKNOWN_LR_NOTE)
     if rec.generation_concurrency:
         notes.append("rollout.max_num_seqs is per inference engine (one per tensor-parallel group)")
-    lines = ["python3 -m verl.trainer.main_ppo \\"]
+    notes += split_notes + async_notes
+    module = VERL_MODULES[async_trainer] if rec.off_policy else "verl.trainer.main_ppo"
+    lines = [f"python3 -m {module} \\"]
     lines += [f"    {k}={_hydra(v)} \\" for k, v in values.items()]
     lines.append("    ...  # your model, data and reward settings")
     return EmittedConfig("verl", commented("\n".join(lines) + "\n", notes), values, tuple(notes))

@@ -1,0 +1,161 @@
+"""Off-policy and async picks in each trainer's keys (integrations/emit_async.py), in the system Python:
+the values, the constraints each trainer enforces, the refusals, and reading the pick from a
+recommendation. The trainers themselves judge these configs in test_packages_async.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from batchtune.errors import InputError
+from batchtune.integrations.emit import emit, recommendation_input
+from batchtune.integrations.emit_async import VERL_FULLY_ASYNC, VERL_ONE_STEP_OFF
+from batchtune.integrations.emit_base import RecommendationInput
+from batchtune.integrations.emit_files import trainer_file
+
+
+def rec(**kw) -> RecommendationInput:
+    base = {"prompts": 64, "group_size": 8, "lr": 1e-6}
+    return RecommendationInput(**{**base, **kw})
+
+
+SPLIT = {"mode": "async", "rollout_gpus": 4}
+
+
+def test_sync_pick_has_no_async_keys():
+    """On-policy, one epoch, colocated: the text is what it always was (no async keys or notes)."""
+    for trainer in ("verl", "trl", "openrlhf"):
+        out = emit(trainer, rec(mini_batches=2), 8)
+        assert not any("async" in k or "v1" in k or "staleness" in k for k in out.values), trainer
+        assert "not checked" not in out.text
+
+
+def test_verl_v1_separate_async():
+    out = emit("verl", rec(mini_batches=2, staleness=2, **SPLIT), 8)
+    v = out.values
+    assert out.text.startswith("python3 -m verl.trainer.main_ppo")
+    assert v["trainer.v1.trainer_mode"] == "separate_async"
+    assert v["trainer.v1.separate_async.num_warmup_batches"] == 2
+    assert v["trainer.v1.sampler.max_off_policy_threshold"] == 3
+    # verl asserts train_batch_size == parameter_sync_step * ppo_mini_batch_size
+    mini = v["actor_rollout_ref.actor.ppo_mini_batch_size"]
+    assert v["data.train_batch_size"] == v["trainer.v1.separate_async.parameter_sync_step"] * mini
+    assert v["actor_rollout_ref.hybrid_engine"] is False
+    assert v["actor_rollout_ref.rollout.checkpoint_engine.backend"] != "naive"
+    train = v["trainer.n_gpus_per_node"] * v["trainer.nnodes"]
+    roll = v["actor_rollout_ref.rollout.n_gpus_per_node"] * v["actor_rollout_ref.rollout.nnodes"]
+    assert (train, roll) == (4, 4)
+    # the per-GPU batch is split over the 4 trainer GPUs, not 8
+    assert v["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 32 * 8 // 4
+    assert v["algorithm.rollout_correction.bypass_mode"] is True
+    assert "fully_async" in out.text and "not checked" in out.text
+
+
+def test_verl_colocated_stale_pick_is_colocate_async():
+    v = emit("verl", rec(staleness=1, epochs=2), 8).values
+    assert v["trainer.v1.trainer_mode"] == "colocate_async"
+    assert v["trainer.v1.colocate_async.num_warmup_batches"] == 1
+    assert v["actor_rollout_ref.actor.ppo_epochs"] == 2
+    assert "actor_rollout_ref.hybrid_engine" not in v and v["trainer.n_gpus_per_node"] == 8
+
+
+@pytest.mark.parametrize(
+    ("k", "sync_every", "mb", "epochs"), [(0, 1, 1, 1), (2, 1, 2, 1), (2, 3, 2, 2), (4, 2, 4, 1)]
+)
+def test_verl_fully_async_sync_interval(k, sync_every, mb, epochs):
+    """One sync interval is sync_every batches: trigger x require x mini = sync_every x P prompts, and
+    staleness_threshold is the share of an interval generated ahead of it."""
+    r = rec(staleness=k, sync_every=sync_every, mini_batches=mb, epochs=epochs, **SPLIT)
+    out = emit("verl", r, 8, async_trainer=VERL_FULLY_ASYNC)
+    v = out.values
+    assert out.text.startswith("python3 -m verl.experimental.fully_async_policy.fully_async_main")
+    assert v["data.train_batch_size"] == 0 and v["data.gen_batch_size"] == 1  # fully_async asserts both
+    mini = v["actor_rollout_ref.actor.ppo_mini_batch_size"]
+    interval = v["async_training.trigger_parameter_sync_step"] * v["async_training.require_batches"] * mini
+    assert interval == sync_every * 64
+    assert v["async_training.staleness_threshold"] == pytest.approx((k + 1 - sync_every) / sync_every)
+    if epochs > 1:  # whole batch per local update: ppo_epochs pass over all its mini-batches
+        assert v["async_training.require_batches"] == mb
+    assert v["rollout.n_gpus_per_node"] * v["rollout.nnodes"] == 4
+
+
+def test_verl_one_step_off_is_exactly_k1():
+    v = emit("verl", rec(staleness=1, **SPLIT), 8, async_trainer=VERL_ONE_STEP_OFF).values
+    assert v["rollout.n_gpus_per_node"] == 4 and v["data.train_batch_size"] == 64
+    with pytest.raises(InputError, match="exactly staleness 1"):
+        emit("verl", rec(staleness=2, **SPLIT), 8, async_trainer=VERL_ONE_STEP_OFF)
+    with pytest.raises(InputError, match="needs mode='async'"):
+        emit("verl", rec(staleness=2), 8, async_trainer=VERL_FULLY_ASYNC)
+
+
+def test_trl_epochs_and_async_grpo():
+    v = emit("trl", rec(mini_batches=2, epochs=3), 8).values
+    assert v["num_iterations"] == 3 and v["generation_batch_size"] == 512
+    out = emit("trl", rec(mini_batches=2, staleness=2, sync_every=2, in_flight_cap=1, **SPLIT), 8)
+    v = out.values
+    assert "AsyncGRPOConfig(" in out.text
+    assert "generation_batch_size" not in v and "num_iterations" not in v  # AsyncGRPOConfig has neither
+    assert v["max_staleness"] == 1  # versions: one per 2 steps
+    assert v["weight_sync_steps"] == 2 * 2  # optimiser steps per sync: mini-batches x sync_every
+    assert v["queue_maxsize"] == 1 * 512
+    assert v["per_device_train_batch_size"] * v["gradient_accumulation_steps"] * 4 == 256  # 4 trainer GPUs
+    with pytest.raises(InputError, match="uses each completion once"):
+        emit("trl", rec(staleness=1, epochs=2), 8)
+    assert "AsyncGRPOConfig(**yaml" in trainer_file("trl", out.values, out.text)
+
+
+def test_openrlhf_async_flags():
+    out = emit("openrlhf", rec(mini_batches=2, epochs=2, staleness=2, partial_rollout=True, **SPLIT), 8)
+    v = out.values
+    assert v["--train.async_enable"] is True and v["--train.partial_rollout_enable"] is True
+    assert v["--train.async_queue_size"] == 2 and v["--train.max_epochs"] == 2
+    assert v["--vllm.num_engines"] == 4 and v["--actor.num_gpus_per_node"] == 4
+    assert v["--train.batch_size"] == 256
+    for text in (out.text, trainer_file("openrlhf", v, out.text)):  # store_true flags take no value
+        assert "    --train.async_enable \\\n" in text and "--train.async_enable True" not in text
+    # partial rollout needs async (OpenRLHF asserts it): never emitted for an on-policy pick
+    assert "--train.partial_rollout_enable" not in emit("openrlhf", rec(partial_rollout=True), 8).values
+    assert emit("openrlhf", rec(staleness=3, in_flight_cap=1), 8).values["--train.async_queue_size"] == 1
+    with pytest.raises(InputError, match="0.10.2 only"):
+        emit("openrlhf", rec(staleness=1), 8, legacy_flags=True)
+
+
+@pytest.mark.parametrize(
+    ("kw", "gpus", "match"),
+    [
+        ({"staleness": 0, "sync_every": 2}, 8, "needs staleness >= 1"),
+        ({"mode": "async"}, 1, "give --gpus 2 or more"),
+        ({"mode": "async", "rollout_gpus": 8}, 8, "must leave GPUs to train on"),
+        ({"rollout_gpus": 2}, 8, "needs mode='async'"),
+        ({"mode": "later"}, 8, "mode must be"),
+        ({"epochs": 0}, 8, "epochs and sync_every"),
+    ],
+)
+def test_bad_async_settings_are_refused(kw, gpus, match):
+    for trainer in ("verl", "trl", "openrlhf"):
+        with pytest.raises(InputError, match=match):
+            emit(trainer, rec(**kw), gpus)
+
+
+def test_split_without_rollout_gpus_is_half_and_said():
+    out = emit("verl", rec(staleness=1, mode="async"), 8)
+    assert out.values["actor_rollout_ref.rollout.n_gpus_per_node"] == 4
+    assert "names no rollout:train split" in out.text
+
+
+def _recommendation(label: str, **winner):
+    w = SimpleNamespace(label=label, prompts=64, group_size=8, lr=1e-6, critic_lr=None, **winner)
+    return SimpleNamespace(winner=w, winner_throughput=SimpleNamespace(generation_concurrency=None))
+
+
+def test_pick_read_from_label_fields_and_async_choice():
+    """k and u from the winner's fields when present, else its -k{k}u{u} label; the split and cap from
+    the async ranking's choice; without a recipe u counts epochs of one mini-batch (its default)."""
+    r = recommendation_input(_recommendation("P64xG8-k2u4"))  # type: ignore[arg-type]
+    assert (r.staleness, r.mini_batches, r.epochs, r.mode) == (2, 1, 4, "sync")  # the recipe default: 1
+    rec2 = _recommendation("P64xG8", staleness=1, updates_per_batch=2)
+    rec2.async_choice = SimpleNamespace(mode="async", rollout_gpus=2, in_flight_cap=3)
+    r = recommendation_input(rec2)  # type: ignore[arg-type]
+    assert (r.staleness, r.epochs, r.mode, r.rollout_gpus, r.in_flight_cap) == (1, 2, "async", 2, 3)
+    assert recommendation_input(_recommendation("P64xG8")).staleness == 0  # type: ignore[arg-type]
