@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,7 +51,7 @@ from batchtune.backends.spec import (
     RunSpec,
     checkpoint_path,
 )
-from batchtune.errors import BackendError
+from batchtune.errors import BackendError, UnsafeCheckpoint
 from batchtune.recipe.schema import NQMConfig, Recipe
 from batchtune.records import StepRecord
 
@@ -251,12 +252,37 @@ def save_nqm_checkpoint(
 
 
 def load_nqm_checkpoint(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """The state ``save_nqm_checkpoint`` wrote, read with ``allow_pickle=False``: nothing in the file
+    runs. A pickle in it (an object array, or a pickle file in its place) is someone else's file, as
+    a planted torch checkpoint is (backends/checkpoint_file.py): the probe stops naming it
+    (UnsafeCheckpoint, exit 2) instead of sealing the runs to start from it as failed."""
+    file = path.with_suffix(".npz")
     try:
-        with np.load(path.with_suffix(".npz")) as z:
+        with np.load(file, allow_pickle=False) as z:
             samples, step = (int(x) for x in z["counters"])
             return z["theta"].copy(), z["m"].copy(), z["v"].copy(), samples, step
-    except OSError as exc:
-        raise RunFailed("failed", f"cannot read the NQM checkpoint {path}: {exc}") from None
+    except ValueError as exc:
+        if _holds_a_pickle(file, str(exc)):
+            raise UnsafeCheckpoint(
+                f"refused the checkpoint {file}: it holds a pickle (object data) that could run code, "
+                "not the arrays batchtune writes; nothing in it ran. Probe into a fresh results_dir "
+                "(and check who can write to this one)"
+            ) from None
+        raise RunFailed("failed", f"cannot read the NQM checkpoint {file}: {exc}") from None
+    except (OSError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+        raise RunFailed("failed", f"cannot read the NQM checkpoint {file}: {exc}") from None
+
+
+def _holds_a_pickle(file: Path, message: str) -> bool:
+    """np.load's ValueError is about pickled data: an object array in the archive, or a file that
+    starts as a pickle does (protocol 2+: byte 0x80) where the .npz should be."""
+    if "Object arrays cannot be loaded" in message:
+        return True
+    try:
+        with file.open("rb") as f:
+            return f.read(1) == b"\x80"
+    except OSError:
+        return False
 
 
 # ---- generation -----------------------------------------------------------------------------------
