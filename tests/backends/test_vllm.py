@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 
 from batchtune.backends.gen_transformers import draw_lengths
-from batchtune.backends.gen_vllm import engine_kwargs, kv_bytes_per_token, write_shape_dir
+from batchtune.backends.gen_vllm import (
+    CPU_BLOCK_TOKENS,
+    cpu_kv_cache_bytes,
+    engine_kwargs,
+    kv_bytes_per_token,
+    write_shape_dir,
+)
 from batchtune.backends.spec import GenRequest
 from batchtune.recipe.load import load_recipe
 
@@ -70,7 +76,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from batchtune.backends.gen_vllm import VLLMGeneration
 
     model_dir = write_shape_dir(tmp_path_factory.mktemp("vllm") / "tiny-qwen2", TINY_QWEN2)
-    kv = int(kv_bytes_per_token(TINY_QWEN2) * (PROMPT + NEW) * KV_SEQS)
+    kv = cpu_kv_cache_bytes(TINY_QWEN2, KV_SEQS, PROMPT + NEW)
     b = VLLMGeneration(load_recipe(None, _overrides(model_dir, kv)))
     try:
         yield b
@@ -85,6 +91,14 @@ def test_cpu_engine_arguments_size_the_kv_cache_in_bytes(tmp_path):
     need = 64 * (PROMPT + NEW) * kv_bytes_per_token(TINY_QWEN2)
     assert kw["kv_cache_memory_bytes"] >= need
     assert "kv_cache_memory_bytes" not in engine_kwargs(r, "cuda")
+
+
+def test_kv_cache_holds_what_batchtune_sized_it_for(engine):
+    """vLLM's own block count for the bytes asked: KV_SEQS sequences of one 128-token block each,
+    plus the pool's null block (cpu_kv_cache_bytes follows vLLM's accounting)."""
+    cache = engine.llm.llm_engine.vllm_config.cache_config
+    assert cache.block_size == CPU_BLOCK_TOKENS
+    assert cache.num_gpu_blocks == KV_SEQS * -(-(PROMPT + NEW) // CPU_BLOCK_TOKENS) + 1
 
 
 def test_exact_lengths_in_eos_mode(engine):
@@ -142,6 +156,9 @@ device = "cpu"
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout)  # pure JSON: vLLM's logs went to stderr
+    # the default KV cache (kv_cache_bytes = 0) holds max_num_seqs = 128 sequences of one block:
+    # vLLM counts the null block in its log, so 129 blocks read as 129.00x
+    assert f"Maximum concurrency for {PROMPT + NEW} tokens per request: 129.00x" in proc.stderr
     assert data["backend"] == "vllm" and data["device"] == "cpu"
     assert "says nothing about where a GPU's knee lies" in data["roofline_note"]
     fixed = data["modes"]["fixed"]
