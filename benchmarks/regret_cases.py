@@ -274,7 +274,7 @@ def run_synthetic_case(b_crit: float, group: int, seed: int = 0) -> CaseResult:
     import time
 
     t0 = time.perf_counter()
-    rng = np.random.default_rng([seed, int(b_crit), group])
+    rng = np.random.default_rng([seed, int(min(b_crit, 2.0**62)), group])
     with tempfile.TemporaryDirectory() as tmp:
         _syn_store(Path(tmp), b_crit, group, rng)
         runs = load_run_data(ResultsStore(tmp))
@@ -284,4 +284,5 @@ def run_synthetic_case(b_crit: float, group: int, seed: int = 0) -> CaseResult:
     r = E_MIN * (1 + batches / b_crit)
     t = r * (GEN_T0 + TRAIN_T0 + (GEN_T1 + TRAIN_T1) * batches) / batches
     crossing = batches[0] * (1 + TOL) + TOL * b_crit
-    return _result("synthetic", f"Bc{b_crit:g}-G{group}", batches, r, t, rec, TOL, crossing, t0)
+    name = f"Bc{b_crit:g}-G{group}" + (f"-s{seed}" if seed else "")
+    return _result("synthetic", name, batches, r, t, rec, TOL, crossing, t0)

@@ -129,6 +129,15 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
             "crossing": num(crit.crossing),
             "crossing_ci": [num(v) for v in crit.crossing_ci] if crit.crossing_ci else None,
             "failed_from": num(crit.failed_from),
+            "shape_free": None
+            if crit.shape_free is None
+            else {
+                "crossing": num(crit.shape_free.crossing),
+                "ci": [num(v) for v in crit.shape_free.ci],
+                "bracket": [num(v) for v in crit.shape_free.bracket],
+                "open_above": crit.shape_free.open_above,  # no critical batch in the measured range
+                "confidence": crit.shape_free.confidence,
+            },
             "walk_batch": num(crit.walk_batch),
             "fit": None
             if crit.joint is None

@@ -14,7 +14,7 @@ from batchtune.analysis.decide.ranking import RankedCandidate
 from batchtune.analysis.decide.recommend import TIE_MARGIN, Recommendation, how_sure, weak_advice
 from batchtune.analysis.sample.curves import MEDIAN
 from batchtune.analysis.sample.efficiency import SampleEfficiency
-from batchtune.analysis.sample.intervals import ci_header
+from batchtune.analysis.sample.intervals import ci_header, crossing_words
 from batchtune.report.json import cost_ratio_range
 
 STATUS_STYLE = {
@@ -119,7 +119,10 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
                 head += f" (the measured bracket: {fmt_n(crit.lower)} to {fmt_n(crit.upper)})"
             else:
                 head += " or more (no probed batch deviated)"
-        if crit.crossing is not None and crit.crossing_ci is not None and crit.joint is not None:
+        words = crossing_words(crit.shape_free, crit.crossing_ci, eff.batch_noun)
+        if words:
+            head += f"; {words}"
+        elif crit.crossing is not None and crit.crossing_ci is not None and crit.joint is not None:
             lo, hi = crit.crossing_ci
             conf = f"{100 * crit.joint.confidence:.0f}%"
             head += f"; R(B)/R(B0) reaches 1+tol at {fmt_n(crit.crossing)} ({conf} CI {fmt_ci(lo, hi)})"
@@ -160,7 +163,8 @@ TABLE_LEGEND = (
 JOINT_LEGEND = (
     "(1+tol crossing: the batch where R(B)/R(B0) = 1 + target.tolerance; B_crit: the fitted curve's "
     "scale, where a run needs about twice the samples of a small batch; dAIC(mcc-pow) = AIC(McCandlish) "
-    "- AIC(power): above 6 the power law is chosen)"
+    "- AIC(power): above 6 the power law is chosen; its intervals hold if its shape does, the shape-free one "
+    "above whatever the shape)"
 )
 ACT_ON = (
     "The number to act on: {batch} {noun}, the largest measured batch within 1+tol of the reference's "

@@ -3,10 +3,14 @@ the McCandlish model (item 2): analysis/sample/intervals.py."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from batchtune.analysis.sample.critical import critical_batch
 from batchtune.analysis.sample.curves import GEOMETRIC_MEAN, TargetCrossing, estimate_over_seeds
-from batchtune.analysis.sample.intervals import ci_header, interval_kind
+from batchtune.analysis.sample.intervals import ci_header, crossing_words, interval_kind, shape_free_crossing
+from batchtune.analysis.sample.joint import fit_joint
 from tests.analysis.test_recommend_evidence import _cand, _recommend
 
 
@@ -37,3 +41,65 @@ def test_range_of_three_seeds_covers_a_new_run_half_the_time():
     draws = rng.lognormal(0.0, 0.15, size=(4000, 4))
     inside = (draws[:, 3] >= draws[:, :3].min(axis=1)) & (draws[:, 3] <= draws[:, :3].max(axis=1))
     assert 0.47 < inside.mean() < 0.53
+
+
+def _runs(batches, ratios, noise=0.03, seeds=3, rng_seed=0):
+    rng = np.random.default_rng(rng_seed)
+    b, r, s = [], [], []
+    luck = rng.normal(0.0, 0.15, seeds)
+    for bb, q in zip(batches, ratios, strict=True):
+        for k in range(seeds):
+            b.append(bb)
+            r.append(2000.0 * q * np.exp(luck[k] + rng.normal(0.0, noise)))
+            s.append(k)
+    return b, r, s
+
+
+NQM_GRID = [8.0, 16, 32, 64, 128, 256, 512]
+NQM_RATIO = [1.0, 1.0, 1.001, 1.003, 1.007, 1.021, 1.701]  # the shipped NQM's exact R(B)/R(B0)
+NQM_CROSSING = 431.4  # its exact 1+tol crossing (backends/nqm_theory), between 256 and 512
+
+
+def test_flat_then_steep_the_shape_free_interval_holds_where_the_model_interval_does_not():
+    """Issue 32 item 2: on the NQM's R(B) the McCandlish/power fit puts a narrow interval on a
+    crossing the grid cannot locate, and misses it; the shape-free one is [chord, next batch]."""
+    b, r, s = _runs(NQM_GRID, NQM_RATIO, noise=0.01)
+    sf = shape_free_crossing(b, r, s, reference_batch=8.0, failed_from=1024.0)
+    assert sf.bracket == (256.0, 512.0) and sf.ci[0] <= NQM_CROSSING <= sf.ci[1]
+    assert sf.ci[1] == 512.0 and 256.0 < sf.ci[0] < 300.0
+    joint = fit_joint(b, r, s, reference_batch=8.0)
+    assert not joint.best.crossing_ci[0] <= NQM_CROSSING <= joint.best.crossing_ci[1]
+
+
+def test_on_mccandlish_curves_the_shape_free_interval_holds_the_crossing_and_is_narrow():
+    grid = [32.0 * 2**k for k in range(7)]
+    b_crit = 256.0
+    ratios = [(1 + x / b_crit) / (1 + 32.0 / b_crit) for x in grid]
+    truth = 32.0 * 1.1 + 0.1 * b_crit
+    sf = shape_free_crossing(*_runs(grid, ratios, noise=0.002), reference_batch=32.0)
+    assert sf.ci[0] <= truth <= sf.ci[1] and sf.ci[1] / sf.ci[0] < 1.1
+    assert abs(sf.crossing / truth - 1) < 0.02  # the chord is exact on a straight R(B)
+
+
+def test_perfect_scaling_says_no_critical_batch_in_the_measured_range():
+    """Issue 32 item 5: R(B) flat over the grid: the interval reaches infinity and the words say so."""
+    grid = [32.0 * 2**k for k in range(7)]
+    sf = shape_free_crossing(*_runs(grid, [1.0] * 7), reference_batch=32.0)
+    assert sf.open_above and math.isinf(sf.crossing) and sf.ci[0] == grid[-1]
+    assert "no critical batch in the measured range" in crossing_words(sf, (100.0, 300.0), "responses")
+    # the model's interval alone reaching infinity says it too
+    assert "no critical batch in the measured range" in crossing_words(None, (3000.0, math.inf), "responses")
+
+
+def test_critical_batch_carries_the_shape_free_crossing():
+    b, r, s = _runs(NQM_GRID, NQM_RATIO, noise=0.01)
+    ests = [
+        estimate_over_seeds(
+            [TargetCrossing(v, False, 1e9) for v, bb in zip(r, b, strict=True) if bb == x],
+            seed_ids=[k for k, bb in zip(s, b, strict=True) if bb == x],
+        )
+        for x in NQM_GRID
+    ]
+    cb = critical_batch(NQM_GRID, ests, tol=0.1)
+    assert cb.shape_free is not None and cb.shape_free.ci[0] <= NQM_CROSSING <= cb.shape_free.ci[1]
+    assert cb.batch == 256.0

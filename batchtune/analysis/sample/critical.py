@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchtune.analysis.sample.curves import TargetEstimate
+from batchtune.analysis.sample.intervals import ShapeFreeCrossing, shape_free_crossing
 from batchtune.analysis.sample.joint import JointFit, fit_joint
 from batchtune.analysis.sample.ratio import (
     DEVIATES,
@@ -45,7 +46,10 @@ class CriticalBatch:
     (passing over inconclusive ones whose point is within 1 + tol, stopping at the first other),
     a lower bound kept as evidence. `verdicts[i]` is for `batches[i]` (input order). `fit`: the
     per-point McCandlish least-squares fit of the seed medians (`scaling.fit_mccandlish`).
-    `batch` is None only when the reference never reached the target.
+    `batch` is None only when the reference never reached the target. `shape_free`: the
+    crossing read off the measured batches with an interval that does not assume McCandlish's (or
+    any) shape between them (`intervals.shape_free_crossing`): the one to quote where R(B) is flat
+    then steep, and the one that says "no critical batch in the measured range".
     """
 
     batch: float | None
@@ -62,6 +66,7 @@ class CriticalBatch:
     joint: JointFit | None = None
     failed_from: float | None = None
     walk_batch: float | None = None
+    shape_free: ShapeFreeCrossing | None = None  # the crossing's interval without a model of R(B)
 
 
 def _model_crossing(
@@ -152,6 +157,29 @@ def _joint_runs(
     return bb, rr, ss if known else None
 
 
+def _shape_free(
+    runs: tuple[list[float], list[float], list[int] | None],
+    b0: float,
+    tol: float,
+    confidence: float,
+    failed_from: float | None,
+    seed: int,
+) -> ShapeFreeCrossing | None:
+    """The shape-free crossing of the usable runs (seeds paired when known, else one shared
+    effect); None when too few runs leave it no degree of freedom."""
+    bb, rr, ss = runs
+    if not bb or min(bb) != b0:
+        return None
+    seeds = ss if ss is not None and len(set(ss)) < len(ss) else [0] * len(bb)
+    try:
+        return shape_free_crossing(
+            bb, rr, seeds, reference_batch=b0, tol=tol, confidence=confidence, failed_from=failed_from,
+            seed=seed,
+        )  # fmt: skip
+    except AnalysisError:
+        return None
+
+
 def critical_batch(
     batches: Sequence[float],
     estimates: Sequence[TargetEstimate],
@@ -223,12 +251,12 @@ def critical_batch(
         b < (failed_from if failed_from is not None else math.inf)
     )
     joint = None
+    runs = _joint_runs(b, estimates, usable)
     try:
-        joint = fit_joint(
-            *_joint_runs(b, estimates, usable), reference_batch=b0, tol=tol, confidence=confidence
-        )
+        joint = fit_joint(*runs, reference_batch=b0, tol=tol, confidence=confidence)
     except AnalysisError as err:
         notes.insert(0, f"no joint fit ({err}): the walk decides")
+    shape_free = _shape_free(runs, b0, tol, confidence, failed_from, seed)
     fit = _model_crossing(b, estimates, confidence)
     measured = np.sort(b[usable])
     if joint is None:
@@ -276,4 +304,5 @@ def critical_batch(
         joint=joint,
         failed_from=failed_from,
         walk_batch=walk,
+        shape_free=shape_free,
     )

@@ -9,7 +9,15 @@ and never "90%".
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import isotonic_regression
+
 from batchtune.analysis.sample.curves import MEDIAN, TargetEstimate
+from batchtune.errors import AnalysisError
 
 
 def interval_kind(est: TargetEstimate, scale_ci: tuple[float, float] = (1.0, 1.0)) -> str:
@@ -31,3 +39,158 @@ def ci_header(estimates: list[TargetEstimate | None]) -> str:
     [min, max] (3 seeds: not a 90% interval), else "interval"."""
     kinds = {interval_kind(e) for e in estimates if e is not None and not e.no_interval}
     return "seed range" if kinds and all(k.startswith("range of") for k in kinds) else "interval"
+
+
+# ---- the 1+tol crossing without a model of R(B) --------------------------------------------------
+#
+# Data: log R[b, s] = u_s + h_b + e (seeds paired, h free at each measured batch: no shape).
+# Between two measured batches the ratio q(B) = exp(h(B) - h(B0)) is unknown; if it is convex on
+# the three or four batches around the crossing (flat then steep: the NQM) or concave, the crossing
+# lies between the chord's crossing and the crossing of the secant through the neighbouring pair
+# (extended across the bracket): one is a lower bound and the other an upper bound whichever way
+# it bends, and for McCandlish's linear R(B) all of them are the crossing itself. The interval is
+# the (1-c)/2 quantile of the lower of these over a parametric bootstrap of the additive model
+# (noise drawn at the fitted per-run sigma, itself drawn from its chi-square law) to the (1+c)/2
+# quantile of the upper; a crossing past the last measured batch is open up to the first failed
+# batch (or infinity: no critical batch in the measured range).
+
+N_BOOT = 400
+_SWEEPS = 30  # alternating-means sweeps of the additive fit (exact after one with balanced seeds)
+
+
+@dataclass(frozen=True)
+class ShapeFreeCrossing:
+    """The 1+tol crossing of R(B)/R(B0) read off the measured batches, with a shape-free interval.
+
+    `crossing`: where the linear interpolation (in B) of the monotone per-batch ratios reaches
+    1 + tol (inf when no measured batch does: then `ci` is [last batch, `failed_from` or inf]).
+    `ci`: see the module comment; its coverage is measured by benchmarks/coverage_shape_free.py.
+    `sigma_log`: the per-run noise of the additive fit; `dof` its degrees of freedom.
+    """
+
+    crossing: float
+    ci: tuple[float, float]
+    bracket: tuple[float, float]  # the measured batches either side of the crossing
+    sigma_log: float
+    dof: int
+    confidence: float
+
+    @property
+    def open_above(self) -> bool:
+        """True when the interval reaches perfect scaling: no critical batch in the measured range."""
+        return math.isinf(self.ci[1])
+
+
+def _additive(
+    y: np.ndarray, bidx: np.ndarray, sidx: np.ndarray, nb: int, ns: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(h (reps, nb), fitted (reps, cells)) of y (reps, cells) = u_s + h_b by alternating means;
+    h[:, 0] = 0 (the reference)."""
+    cb = np.bincount(bidx, minlength=nb).astype(float)
+    cs = np.bincount(sidx, minlength=ns).astype(float)
+    b_hot = np.eye(nb)[bidx]
+    s_hot = np.eye(ns)[sidx]
+    u = np.zeros((y.shape[0], ns))
+    h = np.zeros((y.shape[0], nb))
+    balanced = np.unique(cb).size == 1 and np.unique(cs).size == 1
+    for _ in range(2 if balanced else _SWEEPS):
+        h = ((y - u @ s_hot.T) @ b_hot) / cb
+        u = ((y - h @ b_hot.T) @ s_hot) / cs
+    fitted = h @ b_hot.T + u @ s_hot.T
+    return h - h[:, :1], fitted
+
+
+def _bounds(b: np.ndarray, q: np.ndarray, level: float, failed_from: float) -> tuple[float, float, float]:
+    """(chord crossing, lower bound, upper bound) of q(B) = level from monotone ratios q at b."""
+    above = np.flatnonzero(q > level)
+    if above.size == 0:
+        return math.inf, float(b[-1]), failed_from
+    k = int(above[0])
+    b0, b1, q0, q1 = b[k - 1], b[k], q[k - 1], q[k]
+    chord = float(b0 + (level - q0) / (q1 - q0) * (b1 - b0))
+    cands = [chord]
+    if k >= 2 and q0 > q[k - 2]:  # the secant below, extended up
+        cands.append(b0 + (level - q0) * (b0 - b[k - 2]) / (q0 - q[k - 2]))
+    elif k >= 2:  # flat below: a convex curve can cross anywhere up to b1
+        cands.append(b1)
+    if k + 1 < b.size and q[k + 1] > q1:  # the secant above, extended down
+        cands.append(b1 - (q1 - level) * (b[k + 1] - b1) / (q[k + 1] - q1))
+    elif k + 1 >= b.size and k < 2:  # nothing either side to bend by: the bracket
+        cands += [b0, b1]
+    c = np.clip(np.array(cands), b0, b1)
+    return chord, float(c.min()), float(c.max())
+
+
+def shape_free_crossing(
+    batches: Sequence[float],
+    samples_to_target: Sequence[float],
+    seeds: Sequence[int],
+    *,
+    reference_batch: float,
+    tol: float = 0.1,
+    confidence: float = 0.9,
+    failed_from: float | None = None,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> ShapeFreeCrossing:
+    """The crossing and its interval from one (batch, R, seed id) per run that reached the target
+    (runs at or above `failed_from` left out by the caller; seeds paired by id). Raises
+    AnalysisError when the reference is not among the batches or no degree of freedom is left."""
+    b = np.asarray(batches, dtype=float)
+    y = np.log(np.asarray(samples_to_target, dtype=float))
+    ub, bidx = np.unique(b, return_inverse=True)
+    _, sidx = np.unique(np.asarray(seeds), return_inverse=True)
+    nb, ns = int(ub.size), int(sidx.max()) + 1
+    if ub[0] != reference_batch:
+        raise AnalysisError(f"the reference {reference_batch:g} is not the smallest batch that reached")
+    dof = int(b.size - nb - ns + 1)
+    if nb < 2 or dof < 1:
+        raise AnalysisError(f"{b.size} runs over {nb} batches and {ns} seeds leave no degree of freedom")
+    top = math.inf if failed_from is None else float(failed_from)
+    h, fitted = _additive(y[None, :], bidx, sidx, nb, ns)
+    sigma = math.sqrt(float(np.sum((y - fitted[0]) ** 2)) / dof)
+    level = 1.0 + tol
+    weights = np.bincount(bidx, minlength=nb).astype(float)
+
+    def monotone(hh: np.ndarray) -> np.ndarray:
+        return np.asarray(isotonic_regression(np.exp(hh), weights=weights, increasing=True).x, dtype=float)
+
+    q = monotone(h[0])
+    point, lo0, hi0 = _bounds(ub, q, level, top)
+    rng = np.random.default_rng(seed)
+    s_draw = sigma * np.sqrt(dof / rng.chisquare(dof, size=n_boot))
+    ys = fitted + s_draw[:, None] * rng.standard_normal((n_boot, b.size))
+    hs, _ = _additive(ys, bidx, sidx, nb, ns)
+    ends = np.array([_bounds(ub, monotone(hh), level, top)[1:] for hh in hs])
+    alpha = (1.0 - confidence) / 2.0
+    lo = float(min(np.quantile(ends[:, 0], alpha), lo0))
+    hi = float(max(np.quantile(ends[:, 1], 1.0 - alpha, method="inverted_cdf"), hi0))
+    below = ub[ub <= point] if math.isfinite(point) else ub
+    k = int(below.size - 1)
+    bracket = (float(ub[k]), float(ub[k + 1]) if k + 1 < nb else top)
+    return ShapeFreeCrossing(point, (lo, hi), bracket, sigma, dof, confidence)
+
+
+def _n(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:.4g}"
+
+
+def crossing_words(sf: ShapeFreeCrossing | None, model_ci: tuple[float, float] | None, unit: str) -> str:
+    """The crossing as a report says it: "no critical batch in the measured range" whenever the
+    shape-free interval (or the model's) reaches perfect scaling, else the crossing with its
+    shape-free interval; "" when there is neither."""
+    conf = f"{100 * sf.confidence:.0f}%" if sf is not None else "90%"
+    if (sf is not None and sf.open_above) or (model_ci is not None and math.isinf(model_ci[1])):
+        lo = sf.ci[0] if sf is not None else model_ci[0] if model_ci is not None else math.nan
+        return (
+            f"no critical batch in the measured range: R(B)/R(B0) may stay within 1+tol past every "
+            f"measured batch (the {conf} interval of the 1+tol crossing is [{_n(lo)} {unit}, inf), "
+            "perfect scaling included)"
+        )
+    if sf is None:
+        return ""
+    return (
+        f"R(B)/R(B0) reaches 1+tol at {_n(sf.crossing)} between the measured batches "
+        f"{_n(sf.bracket[0])} and {_n(sf.bracket[1])} ({conf} shape-free interval "
+        f"[{_n(sf.ci[0])}, {_n(sf.ci[1])}])"
+    )
