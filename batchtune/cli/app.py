@@ -264,6 +264,11 @@ def _show_recommendation(
             from batchtune.report.schedule import schedule_to_dict
 
             data["batch_schedule"] = schedule_to_dict(rec.schedule, rec.efficiency.unit)
+        if rec.async_decision is not None:  # only for a recipe with staleness, reuse or async knobs
+            from batchtune.report.joint import joint_to_dict, pick_to_dict
+
+            data["recommended"]["run_as"] = pick_to_dict(rec.async_pick)
+            data["async_decision"] = joint_to_dict(rec.async_decision)
         if emitted is not None:
             data["emitted"] = {"text": emitted, "values": emitted_values, "file": written}
         _print_json(data)
@@ -271,6 +276,10 @@ def _show_recommendation(
     from batchtune.report.terminal import render_probe_cost, render_recommendation
 
     render_recommendation(console, rec, emitted, efficiency=not efficiency_shown)
+    if rec.async_decision is not None:
+        from batchtune.report.joint import render_joint
+
+        render_joint(console, rec.async_decision, rec.winner.label)
     if rec.schedule is not None:
         from batchtune.report.schedule import render_schedule
 

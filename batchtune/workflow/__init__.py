@@ -27,6 +27,7 @@ from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord, atomic_write_text
+from batchtune.workflow.joint import has_async_knobs
 from batchtune.workflow.pretrain import check_pretrain_ranking, emit_pretrain_pick
 from batchtune.workflow.study import Preview, ProbeOutcome, study_for
 
@@ -314,12 +315,18 @@ def recommend_for_recipe(
             eff,
         ) from None
     if branched is None:
+        joint = None
+        if has_async_knobs(cfg):  # only then: the sync path never reaches the async machinery
+            from batchtune.workflow.joint import joint_for, with_pick
+
+            joint, thr = joint_for(cfg, store, eff, thr)
         try:
             rec = recommend(eff, thr)
         except AnalysisError as exc:
             from batchtune.measure.advice import why_not_ranked
 
             raise NotRanked(why_not_ranked(str(exc), store, cfg, eff), eff) from None
+        rec = rec if joint is None else with_pick(rec, joint, cfg)
     else:  # what the search left unmeasured, and a batch schedule from the critical batch's progress
         from batchtune.analysis.branched.summary import with_schedule
         from batchtune.measure.branched import thin_evidence, unmeasured

@@ -9,6 +9,12 @@ batch, for every rollout:train split and in-flight cap offered, the per-side tim
 all-GPU ones by ``split_times`` (an assumption: ``gen_scaling`` / ``train_scaling``). The interval of
 T carries R's interval only; the time model is taken as exact (its own error is measured by
 benchmarks/pipeline_*.py). Pure, no I/O.
+
+Units of k: ``staleness_unit="updates"`` (the NQM's delay d, the pipeline model's bound) or
+``"steps"``: the built-in trainer's k, in trainer steps (rollout batches), as verl and prime-rl count
+it; a bound of k steps is k * u updates, and ``sync_every`` (trainer steps) is sync_every * u updates.
+``async_times``: the per-side times the async rows use when they differ from the sync rows' (on one
+shared device, what the two-process runs measured while both sides ran).
 """
 
 from __future__ import annotations
@@ -55,20 +61,62 @@ class AsyncChoice:
     t_hi: float
 
 
-def _choices(
-    est: REstimate,
-    times: StageTimes,
-    total_gpus: int,
-    splits: Sequence[int],
-    caps: Sequence[int | None],
-    gen_scaling: float,
-    train_scaling: float,
-) -> list[AsyncChoice]:
+@dataclass(frozen=True)
+class _Setting:
+    total_gpus: int
+    splits: Sequence[int]
+    caps: Sequence[int | None]
+    gen_scaling: float
+    train_scaling: float
+    steps: bool = False  # k and sync_every in trainer steps (else k in updates, one sync per batch)
+    sync_every: int = 1  # trainer steps per weight sync (steps only)
+
+
+@dataclass(frozen=True)
+class AsyncPick:
+    """How to run the recommended candidate: what the emitters write in each trainer's units
+    (contract: /work/notes of issue 30; docs/async.md)."""
+
+    label: str  # the winner's candidate label, e.g. "P4xG8-k1u2"
+    mode: str  # "sync" (colocated, generate then train) | "async" (separate rollout and trainer)
+    staleness: int  # k, in trainer steps (rollout batches), as verl and prime-rl count it; 0 = on-policy
+    updates_per_batch: int  # u = mini_batches x epochs per rollout batch
+    mini_batches: int  # optimiser steps per epoch; epochs = updates_per_batch // mini_batches
+    sync_every: int  # a weight sync every this many trainer steps (1 = every batch)
+    in_flight: int | None  # rollout batches generated or generating, not yet trained; None: k alone
+    rollout_gpus: int | None  # None: colocated (mode "sync"); 1 of total_gpus 1 = one shared device
+    train_gpus: int | None
+    total_gpus: int
+
+
+@dataclass(frozen=True)
+class JointRow:
+    """One ranked (mode, P, G, k, u, split, in-flight cap)."""
+
+    label: str
+    prompts: int
+    group_size: int
+    choice: AsyncChoice
+
+
+@dataclass(frozen=True)
+class JointDecision:
+    """The ranking over modes and off-policy knobs, its verdict and the pick (decide/async_joint.py)."""
+
+    rows: tuple[JointRow, ...]  # best predicted T first
+    verdict: tuple[str, ...]  # reasons, one a line; the last says whether async pays
+    status: str  # "pays" | "does not pay" | "not decided" | "one mode"
+    times_source: str  # where the stage times come from, in words
+    notes: tuple[str, ...] = ()
+    pick: AsyncPick | None = None  # the recommendation's winner in its best row
+    total_gpus: int = 1  # the devices ranked over (1: rollout and trainer share one)
+
+
+def _choices(est: REstimate, times: StageTimes, atimes: StageTimes, st: _Setting) -> list[AsyncChoice]:
     u, k = est.updates_per_batch, est.staleness
-    train_all = times.train_update_s * u
     out = []
     configs: list[tuple[int | None, int | None]] = (
-        [(None, None)] if k == 0 else [(g, c) for g in splits for c in caps]
+        [(None, None)] if k == 0 else [(g, c) for g in st.splits for c in st.caps]
     )
     for g, cap in configs:
         if g is None:
@@ -76,31 +124,31 @@ def _choices(
                 "sync",
                 batch_responses=est.batch,
                 gen_time_s=times.gen_time_s,
-                train_time_s=train_all,
+                train_time_s=times.train_update_s * u,
                 sync_time_s=times.sync_time_s,
                 updates_per_batch=u,
             )
         else:
             gen, train = split_times(
-                gen_time_all_s=times.gen_time_s,
-                train_time_all_s=train_all,
-                total_gpus=total_gpus,
+                gen_time_all_s=atimes.gen_time_s,
+                train_time_all_s=atimes.train_update_s * u,
+                total_gpus=st.total_gpus,
                 rollout_gpus=g,
-                gen_scaling=gen_scaling,
-                train_scaling=train_scaling,
+                gen_scaling=st.gen_scaling,
+                train_scaling=st.train_scaling,
             )
             e = predict_pipeline(
                 "async",
                 batch_responses=est.batch,
                 gen_time_s=gen,
                 train_time_s=train,
-                sync_time_s=times.sync_time_s,
-                staleness_bound=k,
+                sync_time_s=atimes.sync_time_s,
+                staleness_bound=k * u if st.steps else k,
                 in_flight_cap=cap,
-                sync_every=u,
+                sync_every=u * st.sync_every if st.steps else u,
                 updates_per_batch=u,
                 rollout_gpus=g,
-                train_gpus=total_gpus - g,
+                train_gpus=st.total_gpus - g,
             )
         th = e.responses_per_s
         out.append(
@@ -132,16 +180,28 @@ def rank_async(
     in_flight_caps: Sequence[int | None] = (None,),
     gen_scaling: float = 1.0,
     train_scaling: float = 1.0,
+    staleness_unit: str = "updates",
+    sync_every: int = 1,
+    async_times: Mapping[int, StageTimes] | None = None,
 ) -> list[AsyncChoice]:
     """Every (mode, B, k, u, split, cap) the inputs allow, best predicted T first (module docstring).
 
     ``times`` maps each batch to its measured StageTimes; ``splits`` are rollout GPU counts
     (1..total_gpus-1) for the async candidates, default the even split. With one GPU an async
-    candidate shares it: rollout and trainer each get the whole device (the two-process CPU case)."""
+    candidate shares it: rollout and trainer each get the whole device (the two-process CPU case).
+    ``staleness_unit``, ``sync_every`` and ``async_times``: the module docstring."""
     if not estimates:
         raise AnalysisError("rank_async needs at least one R estimate")
     if total_gpus < 1:
         raise AnalysisError(f"total_gpus must be >= 1, not {total_gpus}")
+    if staleness_unit not in ("updates", "steps"):
+        raise AnalysisError(f"staleness_unit must be updates or steps, not {staleness_unit!r}")
+    steps = staleness_unit == "steps"
+    if total_gpus == 1:  # no split to make: each side on the one device (times as measured)
+        st = _Setting(2, [1], in_flight_caps, 0.0, 0.0, steps, sync_every)
+    else:
+        split = list(splits) or [total_gpus // 2]
+        st = _Setting(total_gpus, split, in_flight_caps, gen_scaling, train_scaling, steps, sync_every)
     rows: list[AsyncChoice] = []
     for est in estimates:
         if est.batch not in times:
@@ -151,18 +211,8 @@ def rank_async(
                 f"R interval of B={est.batch} k={est.staleness} u={est.updates_per_batch} "
                 f"is not ordered: {est.r_lo} <= {est.r} <= {est.r_hi}"
             )
-        if total_gpus == 1:  # no split to make: each side on the one device (times as measured)
-            rows += _choices(est, times[est.batch], 2, [1], in_flight_caps, 0.0, 0.0)
-        else:
-            rows += _choices(
-                est,
-                times[est.batch],
-                total_gpus,
-                list(splits) or [total_gpus // 2],
-                in_flight_caps,
-                gen_scaling,
-                train_scaling,
-            )
+        t = times[est.batch]
+        rows += _choices(est, t, (async_times or {}).get(est.batch, t), st)
     # ties (to 9 digits: the simulation and the closed forms differ by rounding) go to the simpler
     return sorted(rows, key=lambda r: (float(f"{r.t:.9g}"), r.mode != "sync", r.staleness, r.t_hi))
 
@@ -193,8 +243,24 @@ def async_verdict(ranked: Sequence[AsyncChoice]) -> list[str]:
     ]
     if r_growth >= theta_gain:
         lines.append("async does not pay: R grows faster than throughput")
+    elif a.t_lo == a.t_hi or s.t_lo == s.t_hi:  # one seed: no interval to tell them apart
+        which = "async" if a.t_lo == a.t_hi else "sync"
+        lines.append(
+            f"async is ahead (T x{a.t / s.t:.3f}) but the best {which} R rests on one seed, with no "
+            "interval: not decided"
+        )
     elif a.t_hi < s.t_lo:
         lines.append(f"async pays: T x{a.t / s.t:.3f}, intervals apart")
     else:
         lines.append(f"async is ahead (T x{a.t / s.t:.3f}) but the intervals overlap: not decided")
     return lines
+
+
+def verdict_status(lines: Sequence[str]) -> str:
+    """The verdict of ``async_verdict``'s lines in two or three words."""
+    last = lines[-1] if lines else ""
+    if last.startswith("async does not pay"):
+        return "does not pay"
+    if last.startswith("async pays"):
+        return "pays"
+    return "not decided" if last.endswith("not decided") else "one mode"

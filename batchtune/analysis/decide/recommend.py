@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchtune.analysis.branched.schedule import ScheduleComparison
+from batchtune.analysis.decide.async_rank import AsyncPick, JointDecision
 from batchtune.analysis.decide.ranking import Ranking, rank_time_to_target
 from batchtune.analysis.sample.curves import TargetEstimate
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
@@ -56,6 +57,14 @@ class Recommendation:
     schedule: ScheduleComparison | None = None  # a batch schedule vs the best fixed batch (branched probes)
     # why the pick rests on thin evidence (weak_evidence); empty when none of its checks fired
     evidence: tuple[str, ...] = ()
+    # the ranking over sync and async runs (decide/async_joint.py); None: the recipe has no
+    # staleness, reuse or async knob, and nothing of it was computed
+    async_decision: JointDecision | None = None
+
+    @property
+    def async_pick(self) -> AsyncPick | None:
+        """How to run the winner (mode, k, u, sync, in-flight cap, split); None without knobs."""
+        return None if self.async_decision is None else self.async_decision.pick
 
 
 def throughput_from_profile(

@@ -1,0 +1,231 @@
+"""The joint decision of `recommend` over sync and async runs (issue 30 item 5): R(B, k, u) from the
+probe's estimates, stage times from its records, T = R / Theta from the pipeline model.
+
+For every main (on-policy) and off-policy candidate with an estimate, R and its interval are the
+efficiency code's (seeds paired on one samples axis; the low end is the censoring bound where seeds
+never reached the target, as in the main ranking). Stage times per batch B:
+
+- sync rows: generation = the throughput model's gen_s + other_s of the on-policy candidate at B
+  (the rollout side: reward, reference log-probs), one update = its train_s / mini_batches, a weight
+  sync = the median ``sync_s`` its runs recorded (0 in one process: nothing to send);
+- async rows: the same, times what the two-process runs (``algorithm.mode = "async"``, k >= 1)
+  measured while both sides ran, over what the k = 0 runs at B (every u; strict alternation, one side
+  at a time) measured: the ratio of median gen_s and of median train per update (at least 1:
+  sharing a device only slows a side), and their own median sync_s. The ratio is taken within the
+  probe, so a machine whose load drifts while it runs biases it (the runs at k >= 1 run later). A
+  recipe whose off-policy runs ran in one process measured no overlap: the async rows then assume
+  the sides overlap freely with no sync cost (said in the notes), a best case.
+
+``async_rank.rank_async`` ranks (mode, B, k, u, split, cap) with k in trainer steps; caps that
+cannot bind (k + 1 batches or more) are the "k alone" row. ``joint_throughput`` gives the main
+ranking each candidate's best-row throughput, so its one ranking covers both modes. Pure, no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+
+from batchtune.analysis.decide.async_rank import (
+    AsyncPick,
+    JointDecision,
+    JointRow,
+    REstimate,
+    StageTimes,
+    async_verdict,
+    rank_async,
+    verdict_status,
+)
+from batchtune.analysis.decide.recommend import ThroughputModel
+from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
+from batchtune.errors import AnalysisError
+
+IN_FLIGHT_CAPS: tuple[int | None, ...] = (1, 2, 4, None)  # batches; None: the staleness bound alone
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    """What a candidate's runs recorded about how they ran."""
+
+    staleness: int  # k, trainer steps
+    updates_per_batch: int  # u
+    sync_s: float = 0.0  # median seconds of one weight sync (0: none recorded)
+
+
+def _r_interval(eff: SampleEfficiency, c: CandidateEfficiency) -> tuple[float, float, float] | None:
+    est = c.estimate
+    if est is None:
+        return None
+    lo, hi = eff.absolute_ci(est)
+    if not math.isfinite(lo):  # most seeds censored: R is at least what they ran for
+        lo = max((b for b in est.censored_at if b is not None and math.isfinite(b)), default=math.inf)
+    r = est.samples_to_target
+    return min(lo, r), r, max(hi, r)
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isfinite(a) and math.isfinite(b) and math.isclose(a, b, rel_tol=1e-9))
+
+
+def _ratio(values: Sequence[float], base: float) -> float:
+    """Median of ``values`` over ``base``, at least 1 (nothing measured or no base: 1)."""
+    vals = [v for v in values if v > 0 and math.isfinite(v)]
+    if not vals or base <= 0:
+        return 1.0
+    return max(1.0, statistics.median(vals) / base)
+
+
+def _median(values: Sequence[float]) -> float:
+    vals = [v for v in values if v > 0 and math.isfinite(v)]
+    return statistics.median(vals) if vals else 0.0
+
+
+def _per_update(c: CandidateEfficiency, knobs: Mapping[str, Knobs]) -> float:
+    return c.train_s_per_step / knobs[c.label].updates_per_batch
+
+
+def _stage_times(
+    eff: SampleEfficiency,
+    thr: ThroughputModel,
+    knobs: Mapping[str, Knobs],
+    mini_batches: int,
+    two_process: bool,
+) -> tuple[dict[int, StageTimes], dict[int, StageTimes], list[str]]:
+    """(sync-row times, async-row times) per batch, and what they assumed (module docstring)."""
+    cands = [c for c in eff.candidates if c.label in knobs]
+    sync_t: dict[int, StageTimes] = {}
+    async_t: dict[int, StageTimes] = {}
+    notes: list[str] = []
+    for c in cands:
+        kn = knobs[c.label]
+        if c.family != "main" or (kn.staleness, kn.updates_per_batch) != (0, mini_batches):
+            continue
+        t = thr.per_candidate.get(c.label)
+        if t is None:
+            continue
+        b = c.batch_responses
+        gen = (c.gen_s_per_step if t.gen_s is None else t.gen_s) + (t.other_s or 0.0)
+        upd = (c.train_s_per_step if t.train_s is None else t.train_s) / mini_batches
+        sync_t[b] = StageTimes(gen, upd, kn.sync_s)
+        at_b = [x for x in cands if x.batch_responses == b]
+        stale = [x for x in at_b if knobs[x.label].staleness >= 1]
+        if not two_process or not stale:
+            async_t[b] = sync_t[b]
+            continue
+        fresh = [x for x in at_b if knobs[x.label].staleness == 0]  # every u: gen does not depend on it
+        fg = _ratio([x.gen_s_per_step for x in stale], _median([x.gen_s_per_step for x in fresh]))
+        ft = _ratio([_per_update(x, knobs) for x in stale], _median([_per_update(x, knobs) for x in fresh]))
+        syncs = [knobs[x.label].sync_s for x in stale if knobs[x.label].sync_s > 0]
+        async_t[b] = StageTimes(gen * fg, upd * ft, statistics.median(syncs) if syncs else kn.sync_s)
+        notes.append(
+            f"B={b}: the async rows take gen x{fg:.2f} and train x{ft:.2f} of the on-policy runs' times, "
+            "as the two-process runs measured them while both sides ran"
+        )
+    if not two_process:
+        notes.append(
+            "the off-policy runs ran in one process (algorithm.mode = sync), so no overlap was measured: "
+            "the async rows assume generation and training overlap without slowing each other and a "
+            'free weight sync, a best case (algorithm.mode = "async" measures both)'
+        )
+    return sync_t, async_t, notes
+
+
+def joint_decision(
+    eff: SampleEfficiency,
+    thr: ThroughputModel,
+    knobs: Mapping[str, Knobs],
+    *,
+    mini_batches: int,
+    two_process: bool,
+    sync_every: int = 1,
+    in_flight_caps: Sequence[int | None] = IN_FLIGHT_CAPS,
+) -> JointDecision:
+    """Rank every (mode, P, G, k, u, split, cap) of the main and off-policy candidates (module
+    docstring). ``knobs``: label -> what its runs recorded; ``two_process``: the off-policy runs ran
+    as rollout worker and trainer (their step times include the overlap's contention);
+    ``sync_every``: trainer steps per weight sync of those runs. The probe's device is the one device
+    (rollout and trainer share it): a split over several GPUs needs times measured on them."""
+    sync_t, async_t, notes = _stage_times(eff, thr, knobs, mini_batches, two_process)
+    ests: list[REstimate] = []
+    who: dict[tuple[int, int, int], CandidateEfficiency] = {}
+    for c in eff.candidates:
+        kn = knobs.get(c.label)
+        iv = _r_interval(eff, c) if kn is not None and c.family in ("main", "offpolicy") else None
+        if kn is None or iv is None or c.batch_responses not in sync_t:
+            continue
+        if 1 <= kn.staleness < sync_every - 1:  # the trainer refuses it: a bound sync_every cannot keep
+            continue
+        key = (c.batch_responses, kn.staleness, kn.updates_per_batch)
+        if key in who:  # two candidates at one (B, k, u): another group size; the first ranks
+            continue
+        who[key] = c
+        ests.append(REstimate(*key, iv[1], iv[0], iv[2]))
+    if not ests:
+        raise AnalysisError("no on-policy candidate with an estimate and timings to rank async runs against")
+    ranked = rank_async(
+        ests,
+        sync_t,
+        in_flight_caps=in_flight_caps,
+        staleness_unit="steps",
+        sync_every=sync_every,
+        async_times=async_t,
+    )
+    # the bound keeps at most k + 1 batches in flight, so a cap of k + 1 or more is the "k alone" row;
+    # a cap that predicts the same time as k alone buys nothing and is left out
+    alone = {(c.batch, c.staleness, c.updates_per_batch): c.t for c in ranked if c.in_flight_cap is None}
+    rows = []
+    for ch in ranked:
+        key = (ch.batch, ch.staleness, ch.updates_per_batch)
+        if ch.in_flight_cap is not None and (
+            ch.in_flight_cap >= ch.staleness + 1 or _same(ch.t, alone.get(key, math.nan))
+        ):
+            continue
+        c = who[key]
+        rows.append(JointRow(c.label, c.prompts, c.group_size, ch))
+    verdict = async_verdict([r.choice for r in rows])
+    source = f"stage times: {thr.source} (generation, training), weight syncs from the probe's records"
+    return JointDecision(tuple(rows), tuple(verdict), verdict_status(verdict), source, tuple(notes))
+
+
+def joint_throughput(thr: ThroughputModel, decision: JointDecision) -> ThroughputModel:
+    """``thr`` with each ranked candidate's throughput replaced by its best row's (the main ranking
+    then orders sync and async candidates on one footing)."""
+    per = dict(thr.per_candidate)
+    seen: set[str] = set()
+    for row in decision.rows:  # best first
+        if row.label in seen or row.label not in per:
+            continue
+        seen.add(row.label)
+        per[row.label] = dataclasses.replace(per[row.label], responses_per_s=row.choice.responses_per_s)
+    note = "candidates at staleness k >= 1 are ranked at their best async pipeline's throughput"
+    return dataclasses.replace(
+        thr,
+        per_candidate=per,
+        source=f"{thr.source}; pipeline model (sync and async)",
+        notes=(*thr.notes, note),
+    )
+
+
+def pick_for(
+    decision: JointDecision, label: str, *, mini_batches: int, sync_every: int, total_gpus: int = 1
+) -> AsyncPick | None:
+    """How to run ``label`` (the main ranking's winner): its best row; None when it has no row."""
+    row = next((r for r in decision.rows if r.label == label), None)
+    if row is None:
+        return None
+    ch = row.choice
+    sync = ch.mode == "sync"
+    return AsyncPick(
+        label=label,
+        mode=ch.mode,
+        staleness=ch.staleness,
+        updates_per_batch=ch.updates_per_batch,
+        mini_batches=mini_batches,
+        sync_every=1 if sync else sync_every,
+        in_flight=None if sync else ch.in_flight_cap,
+        rollout_gpus=None if sync else ch.rollout_gpus,
+        train_gpus=None if sync else (total_gpus - (ch.rollout_gpus or 0)) or 1,
+        total_gpus=total_gpus,
+    )

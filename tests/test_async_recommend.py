@@ -1,0 +1,108 @@
+"""`batchtune recommend` on async / off-policy probes (issue 30 item 5), on a tiny results directory built
+here: the table and --json rank over (mode, P, G, k, u, split, in-flight cap) with intervals and say
+whether async pays; a recipe without such knobs never reaches the async machinery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.recipe.load import load_recipe
+from batchtune.records import ResultsStore, RunRecord, StepRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+ASYNC = ROOT / "recipes" / "tiny-grpo-async.toml"
+SYNC_SET = ["algorithm.mode=sync", "probe.staleness=[0]", "probe.updates_per_batch=[]"]
+
+# label -> (P, k, u, crossing samples per seed, gen_s, train_s, sync_s per step)
+ASYNC_RUNS = {
+    "P2xG8": (2, 0, 1, (160, 224), 0.10, 0.05, 0.01),
+    "P4xG8": (4, 0, 1, (224, 320), 0.18, 0.08, 0.01),
+    "P2xG8-k0u2": (2, 0, 2, (128, 160), 0.10, 0.10, 0.01),
+    "P2xG8-k1u1": (2, 1, 1, (192, 256), 0.12, 0.06, 0.01),
+    "P4xG8-k1u1": (4, 1, 1, (256, 352), 0.20, 0.09, 0.01),
+}
+
+
+def _store(root: Path, overrides: list[str], runs: dict) -> Path:
+    cfg = load_recipe(str(ASYNC), overrides)
+    store = ResultsStore(root)
+    store.write_manifest({"recipe": cfg.to_dict(), "source": str(ASYNC), "created": 0.0})
+    for label, (p, k, u, cross, gen, train, sync) in runs.items():
+        b = p * 8
+        lr = cfg.optimizer.lr * (b / 16) ** 0.5
+        for seed, at in enumerate(cross):
+            rid = f"{label}-s{seed}"
+            steps = []
+            for i in range(0, 40):
+                m = {"eval_reward": 0.5 + 0.45 * min(1.0, i * b / at)}
+                m.update({"sync_s": sync} if i and sync else {})
+                g, t = (gen, train) if i else (0.0, 0.0)
+                steps.append(StepRecord(rid, i, i * b, 0, lr, p, 8, seed, m, gen_s=g, train_s=t))
+            rec = RunRecord(
+                rid, label, p, 8, seed, lr, "sqrt", cfg.optimizer.lr, 16, "completed", steps=39,
+                samples=39 * b, staleness=k, updates_per_batch=u, parallel_runs=1,
+            )  # fmt: skip
+            store.add_finished_run(rec, steps)
+    return root
+
+
+def _recommend(results: Path, *extra: str) -> object:
+    out = CliRunner().invoke(app, ["recommend", "-r", str(results), "--throughput", "probe", *extra])
+    assert out.exit_code == 0, out.output
+    return out
+
+
+def test_recommend_ranks_async_and_offpolicy_candidates(tmp_path: Path) -> None:
+    results = _store(tmp_path / "r", [], ASYNC_RUNS)
+    data = json.loads(_recommend(results, "--json").stdout)
+    joint = data["async_decision"]
+    rows = joint["candidates"]
+    assert {(r["staleness"], r["updates_per_batch"]) for r in rows} == {(0, 1), (0, 2), (1, 1)}
+    assert {r["mode"] for r in rows} == {"sync", "async"}
+    for r in rows:
+        lo, hi = r["time_to_target_ci_s"]
+        assert lo <= r["time_to_target_s"] <= hi and lo < hi  # two seeds: a real interval
+        assert (r["mode"] == "sync") == (r["staleness"] == 0)
+    times = [r["time_to_target_s"] for r in rows]
+    assert times == sorted(times)  # best first
+    assert joint["status"] in ("pays", "does not pay", "not decided")
+    assert joint["verdict"] == joint["reasons"][-1]
+    run_as = data["recommended"]["run_as"]
+    assert run_as["name"] == data["recommended"]["name"]
+    assert run_as["mode"] == next(r["mode"] for r in rows if r["name"] == run_as["name"])
+    text = _recommend(results).stdout
+    assert "Sync or async" in text and "Verdict:" in text and joint["verdict"].split(":")[0] in text
+
+
+def test_async_pays_or_not_follows_the_samples(tmp_path: Path) -> None:
+    # k = 1 needs 3x the samples: no throughput gain on one device makes that up
+    slow = dict(ASYNC_RUNS)
+    slow["P2xG8-k1u1"] = (2, 1, 1, (480, 672), 0.12, 0.06, 0.01)
+    slow["P4xG8-k1u1"] = (4, 1, 1, (672, 960), 0.20, 0.09, 0.01)
+    data = json.loads(_recommend(_store(tmp_path / "r", [], slow), "--json").stdout)
+    assert data["async_decision"]["verdict"] == "async does not pay: R grows faster than throughput"
+    assert data["recommended"]["run_as"]["mode"] == "sync"
+
+
+def test_a_sync_recipe_never_reaches_the_async_machinery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    main = {k: v for k, v in ASYNC_RUNS.items() if "-k" not in k}
+    results = _store(tmp_path / "r", SYNC_SET, {k: (*v[:6], 0.0) for k, v in main.items()})
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the sync path called the async machinery")
+
+    import batchtune.analysis.decide.async_joint as aj
+    import batchtune.workflow.joint as wj
+
+    monkeypatch.setattr(wj, "joint_for", boom)
+    monkeypatch.setattr(aj, "joint_decision", boom)
+    data = json.loads(_recommend(results, "--json").stdout)
+    assert "async_decision" not in data and "run_as" not in data["recommended"]
+    assert "Sync or async" not in _recommend(results).stdout
