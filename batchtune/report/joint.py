@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from batchtune.analysis.decide.async_rank import AsyncPick, JointDecision, JointRow
+from batchtune.analysis.decide.async_rank import AsyncPick, JointDecision, JointRow, queue_cap
 from batchtune.report.json import num
 from batchtune.report.terminal import fmt_n, fmt_time
 
@@ -23,15 +23,16 @@ def _split(row: JointRow, total_gpus: int) -> str:
 
 
 def _cap(row: JointRow) -> str:
+    """Finished batches queued, as algorithm.in_flight_cap counts them; "k": the bound alone."""
     c = row.choice
     if c.mode == "sync":
         return "-"
-    return "k alone" if c.in_flight_cap is None else str(c.in_flight_cap)
+    return "k" if c.in_flight_cap is None else str(queue_cap(c.in_flight_cap))
 
 
 def joint_table(decision: JointDecision, winner: str) -> Table:
     table = Table(title="Sync or async: predicted time-to-target over mode, batch, staleness k, updates u")
-    cols = ("candidate", "mode", "P x G", "k", "u", "split", "in flight", "resp/s", "lag", "T", "T interval")
+    cols = ("candidate", "mode", "P x G", "k", "u", "split", "queue", "resp/s", "lag", "T", "T interval")
     for col in cols:
         table.add_column(col, justify="left" if col in ("candidate", "mode", "split") else "right")
     for row in decision.rows[:SHOWN_ROWS]:
@@ -65,7 +66,11 @@ def pick_words(pick: AsyncPick) -> str:
     )
     if pick.mode == "sync":
         return f"Run it synchronous and on-policy (k = 0), colocated, {reuse}."
-    cap = "the staleness bound alone" if pick.in_flight is None else f"at most {pick.in_flight} batch(es)"
+    cap = (
+        f"the staleness bound alone ({pick.staleness} finished batch(es) queued)"
+        if pick.in_flight_cap == 0
+        else f"at most {pick.in_flight_cap} finished batch(es) queued"
+    )
     where = (
         "rollout and trainer sharing the one device"
         if pick.total_gpus == 1
@@ -73,7 +78,7 @@ def pick_words(pick: AsyncPick) -> str:
     )
     return (
         f"Run it async: rollouts at most k = {pick.staleness} trainer step(s) old, {reuse}, a weight sync "
-        f"every {pick.sync_every} step(s), in flight {cap}, {where}."
+        f"every {pick.sync_every} step(s), {cap}, {where}."
     )
 
 
@@ -99,7 +104,7 @@ def pick_to_dict(pick: AsyncPick | None) -> dict[str, Any] | None:
         "updates_per_batch": pick.updates_per_batch,
         "mini_batches": pick.mini_batches,
         "sync_every": pick.sync_every,
-        "in_flight": pick.in_flight,
+        "in_flight_cap": pick.in_flight_cap,  # finished batches queued; 0 = the staleness bound
         "rollout_gpus": pick.rollout_gpus,
         "train_gpus": pick.train_gpus,
         "total_gpus": pick.total_gpus,
@@ -121,7 +126,10 @@ def joint_to_dict(decision: JointDecision) -> dict[str, Any]:
                 "staleness": c.staleness,
                 "updates_per_batch": c.updates_per_batch,
                 "rollout_gpus": c.rollout_gpus,  # null: colocated
-                "in_flight_cap": c.in_flight_cap,  # null: the staleness bound alone (or sync)
+                # finished batches queued (algorithm.in_flight_cap; 0: the bound alone, or sync), and
+                # the model's count: generated or generating, not yet trained (null: the bound alone)
+                "in_flight_cap": 0 if c.mode == "sync" else queue_cap(c.in_flight_cap),
+                "in_flight_batches": c.in_flight_cap,
                 "responses_per_s": num(c.responses_per_s),
                 "lag_reached_updates": num(c.lag_reached),
                 "trainer_idle_frac": num(c.trainer_idle_frac),

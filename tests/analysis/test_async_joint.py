@@ -57,10 +57,10 @@ def test_stage_times_and_rows_by_hand() -> None:
     # u = 2 at k = 0: gen 1.0 + 2 x 0.5 per update (k = 0 runs' median per update) + 0.1
     assert rows[("P2xG8-k0u2", None)].responses_per_s == pytest.approx(16 / 2.1)
     # async k = 1 on the one device: gen 1.0 x 1.5 (measured overlap), train 0.5 x 1.2, one sync per
-    # batch pausing both sides: max(1.5, 0.6) + 0.1 = 1.6 s; the cap of 1 batch predicts the same: left out
+    # batch pausing both sides: max(1.5, 0.6) + 0.1 = 1.6 s; a cap of k + 1 = 2 is the bound: left out
     a = rows[("P2xG8-k1u1", None)]
     assert a.responses_per_s == pytest.approx(16 / 1.6, rel=1e-6) and a.lag_reached == pytest.approx(1.0)
-    assert ("P2xG8-k1u1", 1) not in rows
+    assert ("P2xG8-k1u1", 2) not in rows
     assert all(math.isfinite(r.choice.t_lo) and r.choice.t_lo <= r.choice.t <= r.choice.t_hi for r in d.rows)
     assert any("gen x1.50 and train x1.20" in n for n in d.notes)
     # same throughput as sync, more samples: async cannot pay
@@ -92,7 +92,7 @@ def test_main_ranking_gets_the_best_row_and_the_pick_follows_the_winner() -> Non
     row = next(r for r in d.rows if r.label == rec.winner.label)
     assert pick.mode == row.choice.mode and pick.staleness == row.choice.staleness
     if pick.mode == "sync":
-        assert pick.rollout_gpus is None and pick.in_flight is None
+        assert pick.rollout_gpus is None and pick.in_flight_cap == 0
     assert pick_for(d, "nobody", mini_batches=1, sync_every=1) is None
 
 

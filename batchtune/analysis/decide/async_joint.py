@@ -35,6 +35,7 @@ from batchtune.analysis.decide.async_rank import (
     REstimate,
     StageTimes,
     async_verdict,
+    queue_cap,
     rank_async,
     verdict_status,
 )
@@ -42,7 +43,9 @@ from batchtune.analysis.decide.recommend import ThroughputModel
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.errors import AnalysisError
 
-IN_FLIGHT_CAPS: tuple[int | None, ...] = (1, 2, 4, None)  # batches; None: the staleness bound alone
+# batches generated or generating, not yet taken (the pipeline model's count; None: the staleness bound
+# alone): 2, 3, 5 are the trainer's queues of 1, 2, 4 finished batches (one more being generated)
+IN_FLIGHT_CAPS: tuple[int | None, ...] = (2, 3, 5, None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +220,7 @@ def pick_for(
         return None
     ch = row.choice
     sync = ch.mode == "sync"
+    split = not sync and total_gpus > 1
     return AsyncPick(
         label=label,
         mode=ch.mode,
@@ -224,8 +228,8 @@ def pick_for(
         updates_per_batch=ch.updates_per_batch,
         mini_batches=mini_batches,
         sync_every=1 if sync else sync_every,
-        in_flight=None if sync else ch.in_flight_cap,
-        rollout_gpus=None if sync else ch.rollout_gpus,
-        train_gpus=None if sync else (total_gpus - (ch.rollout_gpus or 0)) or 1,
+        in_flight_cap=0 if sync else queue_cap(ch.in_flight_cap),
+        rollout_gpus=ch.rollout_gpus if split else None,
+        train_gpus=total_gpus - (ch.rollout_gpus or 0) if split else None,
         total_gpus=total_gpus,
     )

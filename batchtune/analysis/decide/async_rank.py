@@ -83,10 +83,18 @@ class AsyncPick:
     updates_per_batch: int  # u = mini_batches x epochs per rollout batch
     mini_batches: int  # optimiser steps per epoch; epochs = updates_per_batch // mini_batches
     sync_every: int  # a weight sync every this many trainer steps (1 = every batch)
-    in_flight: int | None  # rollout batches generated or generating, not yet trained; None: k alone
-    rollout_gpus: int | None  # None: colocated (mode "sync"); 1 of total_gpus 1 = one shared device
+    # finished rollout batches queued for the trainer, as algorithm.in_flight_cap counts them (one more
+    # is being generated); 0 = the staleness bound alone (k queued), and 0 for mode "sync"
+    in_flight_cap: int
+    rollout_gpus: int | None  # None: colocated (mode "sync"), or one device both sides share
     train_gpus: int | None
     total_gpus: int
+
+
+def queue_cap(in_flight_batches: int | None) -> int:
+    """The pipeline model's in-flight cap (batches generated or generating, not yet taken; None: the
+    bound alone) as the trainer's algorithm.in_flight_cap (finished batches queued; 0: the bound)."""
+    return 0 if in_flight_batches is None else max(1, in_flight_batches - 1)
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,11 @@ class Recommendation:
         """How to run the winner (mode, k, u, sync, in-flight cap, split); None without knobs."""
         return None if self.async_decision is None else self.async_decision.pick
 
+    @property
+    def async_choice(self) -> AsyncPick | None:
+        """The same pick, by the name the emitters read (integrations/emit.py)."""
+        return self.async_pick
+
 
 def throughput_from_profile(
     profile: ProfileResult | None, cands: Sequence[CandidateEfficiency], other_s: float
