@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from batchtune.cli.app import (
     GpusPerNodeOpt,
@@ -251,10 +252,24 @@ def import_logs_cmd(
     result, cfg, empty = import_logs(paths, fmt, results, info, parse_mapping(map_ or []), overrides)
     if json_out:
         added, skipped = list(result.added), list(result.skipped)
-        _print_json({"results_dir": results, "added": added, "skipped": skipped, "empty": list(empty)})
+        diverged = [{"run_id": rid, "reason": why} for rid, why in result.diverged]
+        _print_json(
+            {
+                "results_dir": results,
+                "added": added,
+                "skipped": skipped,
+                "empty": list(empty),
+                "diverged": diverged,
+            },
+        )
         return
     for path in empty:
         console.print(f"[yellow]skipped[/] {path}: empty (no header, no rows)")
+    for rid, why in result.diverged:  # as a probe's diverged run: no estimate, no bound on time
+        console.print(
+            f"[yellow]diverged[/] {escape(rid)}: {escape(why)}; stored as a diverged run, left out of the "
+            "ranking and its bounds"
+        )
     console.print(
         f"imported {len(result.added)} run(s) into {results}"
         + (f"; {len(result.skipped)} already there" if result.skipped else "")

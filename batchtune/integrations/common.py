@@ -1,7 +1,8 @@
 """The shapes shared by the log readers: what a run imported from a log looks like and which log
 keys mean what. Pure Python, no torch.
 
-An imported run becomes a RunRecord (status "completed", lr_rule "given") plus StepRecords, so it is
+An imported run becomes a RunRecord (status "completed", or "diverged": ``divergence``; lr_rule
+"given") plus StepRecords, so it is
 analysed exactly like a probe run. Samples are responses (docs/method.md §2): a log that counts optimiser
 steps is converted with ``samples = step * prompts * group_size`` unless it logs samples itself.
 """
@@ -162,6 +163,7 @@ class ImportedRun:
         gen_s = sum(k * s.gen_s for k, s in zip(covers, timed, strict=True))
         train_s = sum(k * s.train_s for k, s in zip(covers, timed, strict=True))
         other_s = sum(k * s.other_s for k, s in zip(covers, timed, strict=True))
+        diverged = divergence(self.steps)
         record = RunRecord(
             run_id=self.run_id,
             candidate=self.candidate,
@@ -172,7 +174,8 @@ class ImportedRun:
             lr_rule="given",
             base_lr=self.lr,
             reference_batch=self.batch_responses,
-            status="completed",
+            status="diverged" if diverged else "completed",
+            reason=diverged or "",
             steps=max(sum(1 for s in self.steps if s.step > 0), last.step),  # not verl's step 0
             samples=last.samples,
             tokens=last.tokens,
@@ -185,6 +188,31 @@ class ImportedRun:
             source=self.source,
         )
         return record, list(self.steps)
+
+
+def divergence(steps: Sequence[StepRecord]) -> str | None:
+    """Why a logged run counts as diverged, as a probe run that diverged does (records.FAILED_STATUSES:
+    left out of every estimate and bound, reported as a failure): its gradient norm, or a metric it
+    logged finite before, is nan or inf at a step and at every later step that logs it, to the end
+    of the log. A lone non-finite value that a later step recovers from (an fp16 loss-scale skip) is
+    not a divergence. None: the run did not diverge."""
+    first: dict[str, tuple[int, float]] = {}  # key -> (step, value) of a non-finite run still open
+    finite: set[str] = set()
+    for s in steps:
+        values = dict(s.metrics)
+        for name, g in (("grad_norm", s.grad_norm), ("critic_grad_norm", s.critic_grad_norm)):
+            if g is not None:
+                values[name] = g
+        for key, x in values.items():
+            if math.isfinite(x):
+                finite.add(key)
+                first.pop(key, None)
+            elif key in finite or key.endswith("grad_norm"):
+                first.setdefault(key, (s.step, x))
+    if not first:
+        return None
+    key, (step, x) = min(first.items(), key=lambda kv: kv[1][0])
+    return f"{key} is {x} from step {step} to the end of the log"
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ def read_log(
 class ImportResult:
     added: tuple[str, ...]  # run ids written
     skipped: tuple[str, ...]  # run ids already in the store (left untouched)
+    diverged: tuple[tuple[str, str], ...] = ()  # (run id, why) of the added runs stored as diverged
 
 
 def import_runs(store: ResultsStore, runs: Sequence[ImportedRun], backend: str = "import") -> ImportResult:
@@ -99,11 +100,13 @@ def import_runs(store: ResultsStore, runs: Sequence[ImportedRun], backend: str =
             raise InputError(f"{run.source}: run {run.run_id!r} has no steps")
         if any(s.run_id != run.run_id for s in run.steps):
             raise InputError(f"{run.source}: run {run.run_id!r} holds steps of another run")
-    added, skipped = [], []
+    added, skipped, diverged = [], [], []
     for run in runs:
         record, steps = run.to_records(backend)
         if store.add_finished_run(record, steps):
             added.append(run.run_id)
+            if record.status == "diverged":
+                diverged.append((run.run_id, record.reason))
         else:
             skipped.append(run.run_id)
-    return ImportResult(tuple(added), tuple(skipped))
+    return ImportResult(tuple(added), tuple(skipped), tuple(diverged))
