@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from batchtune.analysis.decide.async_sweep import sweep_grid
 from batchtune.analysis.sample.lr import scaled_lr
 from batchtune.backends.spec import Candidate
 from batchtune.errors import RecipeError
@@ -105,6 +106,8 @@ def offpolicy_candidates(recipe: Recipe, main: list[Candidate]) -> list[Candidat
         for k in sorted(set(recipe.probe.staleness))
         for u in sorted(set(recipe.probe.updates_per_batch or [m]))
     ]
+    if recipe.probe.async_sweep == "auto":  # the default sweep; the probe prunes it (measure/async_sweep.py)
+        grid = sweep_grid(m)
     return [
         dataclasses.replace(c, label=f"{c.label}-k{k}u{u}", staleness=k, updates_per_batch=u)
         for c in main

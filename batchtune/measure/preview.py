@@ -24,6 +24,7 @@ from pathlib import Path
 from batchtune import backends
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.measure import contention
+from batchtune.measure.async_sweep import sweep_decision
 from batchtune.measure.plan import plan_candidates, run_id
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore
@@ -224,6 +225,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     store = ResultsStore(recipe.run.results_dir)
     seeds = recipe.budget.seeds
     backend = recipe.backend.training
+    sweep_notes: list[str] = []
     if recipe.study.pretrain:  # measure.pretrain_probe: a grid of token batches, one run at a time
         plan = plan_candidates(recipe)  # the token batches (measure/plan.plan_pretrain)
         cands, ref_batch = list(plan.candidates), plan.reference_batch
@@ -236,6 +238,11 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
         )
     else:
         plan = plan_candidates(recipe)
+        sweep_timed = time_steps != 0 and backend in IN_PROCESS_BACKENDS
+        sweep = sweep_decision(recipe, plan, save=False, time=sweep_timed)  # the auto off-policy sweep
+        if sweep is not None:
+            kept = tuple(c for c in plan.candidates if c.label not in sweep.pruned)
+            plan, sweep_notes = dataclasses.replace(plan, candidates=kept), sweep.lines()
         cands, ref_batch, reference = list(plan.candidates), plan.reference_batch, plan.reference
         max_samples, every, unit = recipe.budget.max_samples, recipe.task.eval_every_samples, "samples"
         bound_note = (
@@ -245,6 +252,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     if time_steps is None:
         time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
     timed, notes, other_cores = time_candidates(recipe, cands, time_steps, ref_batch)
+    notes = [*sweep_notes, *notes]
     costs: list[CandidateCost] = []
     for cand in cands:
         n = cand.batch_responses

@@ -24,6 +24,7 @@ from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.errors import AnalysisError, BackendError, InputError, MetricMissingError, RecipeError
 from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts, preflight
+from batchtune.measure.async_sweep import pruned_plan
 from batchtune.measure.execute import run_jobs
 from batchtune.measure.guards import check_metric_present, check_target_range
 from batchtune.measure.plan import Plan, plan_candidates, run_id, run_record
@@ -397,7 +398,7 @@ def run_probe(
     check_target_range(recipe)
     preflight.check(recipe)  # task, prompts file, reward import, command placeholders: before any write
     check_manifest(store, recipe)
-    plan = plan_candidates(recipe)
+    plan = pruned_plan(recipe, plan_candidates(recipe))  # the auto off-policy sweep's pruning, if any
     seeds = recipe.budget.seeds
     jobs = [(c, s) for c in plan.candidates for s in seeds]
     failed_starts.reopen(store, progress)

@@ -46,6 +46,10 @@ def check_recipe(recipe: Recipe) -> list[str]:
         errors.append(f"probe.updates_per_batch: each must be a multiple of algorithm.mini_batches = {m}")
     if not recipe.probe.staleness:
         errors.append("probe.staleness: needs at least one value (0 = on-policy)")
+    if recipe.probe.async_sweep and (recipe.probe.staleness != [0] or recipe.probe.updates_per_batch):
+        errors.append(
+            "probe.async_sweep = 'auto' chooses k and u itself: drop probe.staleness and updates_per_batch"
+        )
     if recipe.algorithm.micro_batch_responses < 0:
         errors.append("algorithm.micro_batch_responses: must be 0 (no accumulation) or more")
     if recipe.optimizer.lr <= 0:

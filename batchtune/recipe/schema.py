@@ -224,6 +224,9 @@ class ProbeConfig:
     # of algorithm.mini_batches: mini-batches x epochs), labelled P{p}xG{g}-k{k}u{u}; [] = on-policy only
     staleness: list[int] = field(default_factory=lambda: [0])
     updates_per_batch: list[int] = field(default_factory=list)  # [] = algorithm.mini_batches
+    # "auto": instead of the two lists, k in {0, 1, 2, 4} x u in {1, 2, 4} (multiples of mini_batches),
+    # run only where the pipeline model says a (k, u) could beat the simpler ones (measure/async_sweep.py)
+    async_sweep: str = ""
 
 
 @dataclass(frozen=True)
@@ -364,6 +367,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "pretrain.data": ("markov", "files"),
     "pretrain.schedule": ("wsd", "cosine", "constant"),
     "probe.mode": ("auto", "grid", "branched"),
+    "probe.async_sweep": ("", "auto"),
     "branch.search": ("bisect", "all"),
     "backend.command_log_format": ("jsonl", "csv", "verl", "trl", "tensorboard", "wandb"),
     "backend.resume_steps": ("continue", "restart"),

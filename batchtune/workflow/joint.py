@@ -29,6 +29,7 @@ def has_async_knobs(cfg: Recipe) -> bool:
         cfg.algorithm.mode == "async"
         or any(k != 0 for k in p.staleness)
         or any(u != m for u in p.updates_per_batch)
+        or p.async_sweep == "auto"
     )
 
 

@@ -1,0 +1,170 @@
+"""The default off-policy sweep (``probe.async_sweep = "auto"``): time a few steps of each main
+candidate here, prune the (k, u) grid with the pipeline model (analysis/decide/async_sweep.py), and
+keep the decision in the results directory so a resumed probe and `recommend` see the same plan.
+
+    <results>/async_sweep.json   {"cells": {label: {kept, reason, step_time_s}}, "times": {...}}
+
+The main candidates are timed in one process (algorithm.mode = "sync"): generation and training
+each alone, the best case the pruning rule asks for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from batchtune import backends, codec
+from batchtune.analysis.decide.async_sweep import SweepCell, prune_sweep
+from batchtune.backends.spec import Candidate, RunFailed, RunSpec
+from batchtune.measure.plan import Plan, run_id
+from batchtune.recipe.schema import Recipe
+from batchtune.records import ResultsStore, atomic_write_text
+
+SWEEP_FILE = "async_sweep.json"
+TIMED_STEPS = 4  # per main candidate; the first (warm-up) is left out
+SCRATCH = "async-sweep-timing"
+
+
+@dataclass(frozen=True)
+class SweepDecision:
+    cells: dict[str, SweepCell]  # off-policy label -> kept or pruned, and why
+    times: dict[str, tuple[float, float]]  # main label -> (gen s per batch, train s per update)
+    source: str  # where the times come from, in words
+
+    @property
+    def pruned(self) -> list[str]:
+        return [lab for lab, c in self.cells.items() if not c.kept]
+
+    def lines(self) -> list[str]:
+        """What a plan says about the sweep: kept, pruned and why."""
+        kept = [lab for lab, c in self.cells.items() if c.kept]
+        out = [
+            f"async sweep (probe.async_sweep = auto): {len(kept)} of {len(self.cells)} off-policy "
+            f"candidates kept by the pipeline model ({self.source})"
+        ]
+        out += [f"pruned {lab}: {self.cells[lab].reason}" for lab in self.pruned]
+        return out
+
+
+def _time_stages(recipe: Recipe, cand: Candidate, scratch: Path, ref_batch: int) -> tuple[float, float]:
+    """(median gen_s per batch, median train_s per update) over a few steps of ``cand`` alone."""
+    sync = dataclasses.replace(recipe, algorithm=dataclasses.replace(recipe.algorithm, mode="sync"))
+    spec = RunSpec(
+        run_id=run_id(cand, 0),
+        candidate=cand,
+        seed=0,
+        recipe=sync,
+        run_dir=scratch / run_id(cand, 0),
+        base_lr=recipe.optimizer.lr,
+        reference_batch=ref_batch,
+    )
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    stream = backends.load("training", recipe.backend.training)().train(spec)
+    gens: list[float] = []
+    trains: list[float] = []
+    try:
+        for rec in stream:
+            if rec.step > 0:
+                gens.append(rec.gen_s)
+                trains.append(rec.train_s)
+            if len(gens) >= TIMED_STEPS:
+                break
+    except RunFailed:
+        pass  # timed up to where it failed; a probe records the failure itself
+    finally:
+        stream.close()
+    gens, trains = (gens[1:], trains[1:]) if len(gens) >= 2 else (gens, trains)
+    if not gens:
+        return math.nan, math.nan
+    u = cand.updates_per_batch or recipe.algorithm.mini_batches
+    return statistics.median(gens) + recipe.generation.other_s_per_step, statistics.median(trains) / u
+
+
+def decide(recipe: Recipe, plan: Plan, times: dict[str, tuple[float, float]], source: str) -> SweepDecision:
+    """Keep or prune each off-policy candidate of ``plan`` from its main candidate's times."""
+    by = plan.by_label()
+    m = recipe.algorithm.mini_batches
+    s = recipe.algorithm.sync_every if recipe.algorithm.mode == "async" else 1
+    cells: dict[str, SweepCell] = {}
+    for main in plan.main:
+        gen, upd = times.get(main, (math.nan, math.nan))
+        mine = [by[lab] for lab in plan.offpolicy if lab.startswith(f"{main}-k")]
+        if not (math.isfinite(gen) and math.isfinite(upd)):  # not timed: run them all
+            cells.update(
+                {c.label: SweepCell(c.staleness, c.updates_per_batch, math.nan, True, "") for c in mine}
+            )
+            continue
+        grid = [(c.staleness, c.updates_per_batch) for c in mine]
+        verdict = {
+            (c.staleness, c.updates_per_batch): c
+            for c in prune_sweep(gen, upd, mini_batches=m, cells=grid, sync_every=s)
+        }
+        cells.update({c.label: verdict[(c.staleness, c.updates_per_batch)] for c in mine})
+    return SweepDecision(cells, times, source)
+
+
+def _load(store: ResultsStore) -> SweepDecision | None:
+    path = store.root / SWEEP_FILE
+    if not path.is_file():
+        return None
+    data = codec.loads(path.read_text(), str(path))
+    cells = {lab: codec.from_dict(SweepCell, c, f"{path}: {lab}") for lab, c in data["cells"].items()}
+    times = {
+        lab: (codec.as_float(t[0], str(path)), codec.as_float(t[1], str(path)))
+        for lab, t in data["times"].items()
+    }
+    return SweepDecision(cells, times, str(data["source"]))
+
+
+def _save(store: ResultsStore, d: SweepDecision) -> None:
+    data: dict[str, Any] = {
+        "cells": {lab: dataclasses.asdict(c) for lab, c in d.cells.items()},
+        "times": {lab: list(t) for lab, t in d.times.items()},
+        "source": d.source,
+    }
+    store.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(store.root / SWEEP_FILE, codec.dumps(data, indent=2))
+
+
+def sweep_decision(recipe: Recipe, plan: Plan, *, save: bool, time: bool = True) -> SweepDecision | None:
+    """The stored decision of the results directory, else one from timing the main candidates now
+    (kept there when ``save``: the probe's; a plan only previews it; ``time`` False: nothing timed,
+    nothing pruned). None without the auto sweep."""
+    if recipe.probe.async_sweep != "auto" or not plan.offpolicy:
+        return None
+    store = ResultsStore(recipe.run.results_dir)
+    stored = _load(store)
+    if stored is not None and set(stored.cells) == set(plan.offpolicy):
+        return stored
+    if not time:
+        return decide(recipe, plan, {}, "not timed: every candidate is kept")
+    scratch = store.root / SCRATCH
+    times: dict[str, tuple[float, float]] = {}
+    try:
+        for c in (plan.by_label()[lab] for lab in plan.main):
+            times[c.label] = _time_stages(recipe, c, scratch, plan.reference_batch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    source = f"{TIMED_STEPS} steps of each main candidate timed here in one process"
+    d = decide(recipe, plan, times, source)
+    if save:
+        _save(store, d)
+    return d
+
+
+def pruned_plan(recipe: Recipe, plan: Plan) -> Plan:
+    """``plan`` without the off-policy candidates the auto sweep pruned (the probe runs this one)."""
+    d = sweep_decision(recipe, plan, save=True)
+    if d is None or not d.pruned:
+        return plan
+    gone = set(d.pruned)
+    return dataclasses.replace(
+        plan,
+        candidates=tuple(c for c in plan.candidates if c.label not in gone),
+        offpolicy=tuple(lab for lab in plan.offpolicy if lab not in gone),
+    )

@@ -1,0 +1,53 @@
+"""probe.async_sweep = "auto": the plan's default grid, the stored decision a probe runs by, and the
+recipe check (measure/async_sweep.py); no training here."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from batchtune.errors import RecipeError
+from batchtune.measure.async_sweep import _load, _save, decide, pruned_plan
+from batchtune.measure.plan import plan_candidates
+from batchtune.recipe.load import load_recipe
+from batchtune.records import ResultsStore
+
+ASYNC = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny-grpo-async.toml")
+AUTO = ["probe.async_sweep=auto", "probe.staleness=[0]", "probe.updates_per_batch=[]"]
+
+
+def _recipe(tmp_path: Path, extra: list[str] = ()):  # type: ignore[assignment]
+    return load_recipe(ASYNC, [*AUTO, f"run.results_dir={tmp_path / 'r'}", *extra])
+
+
+def test_auto_plans_the_default_grid(tmp_path: Path) -> None:
+    plan = plan_candidates(_recipe(tmp_path))
+    assert len(plan.offpolicy) == 2 * 11  # P2, P4 x (4 k x 3 u, bar the on-policy k0u1)
+    assert "P2xG8-k4u4" in plan.offpolicy and "P2xG8-k0u1" not in plan.offpolicy
+
+
+def test_decision_is_stored_and_the_probe_runs_the_kept_ones(tmp_path: Path) -> None:
+    cfg = _recipe(tmp_path)
+    plan = plan_candidates(cfg)
+    times = {"P2xG8": (1.0, 0.5), "P4xG8": (math.nan, math.nan)}  # P4 untimed: all of it kept
+    d = decide(cfg, plan, times, "by hand")
+    kept2 = {lab for lab in plan.offpolicy if lab.startswith("P2xG8-") and d.cells[lab].kept}
+    assert kept2 == {"P2xG8-k0u2", "P2xG8-k0u4", "P2xG8-k1u1", "P2xG8-k1u2"}
+    assert all(d.cells[lab].kept for lab in plan.offpolicy if lab.startswith("P4xG8-"))
+    store = ResultsStore(cfg.run.results_dir)
+    _save(store, d)
+    back = _load(store)
+    assert back is not None and {k: (c.kept, c.reason) for k, c in back.cells.items()} == {
+        k: (c.kept, c.reason) for k, c in d.cells.items()
+    }
+    run = pruned_plan(cfg, plan)  # reads the stored decision: times nothing
+    assert set(run.offpolicy) == set(plan.offpolicy) - set(d.pruned)
+    assert {c.label for c in run.candidates} == set(run.main) | set(run.offpolicy)
+    assert any(line.startswith("pruned P2xG8-k2u1: ") for line in d.lines())
+
+
+def test_auto_and_explicit_lists_refused(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match="async_sweep"):
+        _recipe(tmp_path, ["probe.staleness=[0,1]"])
