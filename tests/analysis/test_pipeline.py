@@ -11,6 +11,7 @@ from batchtune.analysis.system.pipeline import (
     closed_form_time,
     min_staleness_bound,
     predict_pipeline,
+    shared_device,
     simulate_pipeline,
     split_times,
 )
@@ -111,3 +112,58 @@ def test_split_times() -> None:
     assert (g, t) == (10.0, pytest.approx(8.0))
     with pytest.raises(AnalysisError):
         split_times(gen_time_all_s=1, train_time_all_s=1, total_gpus=2, rollout_gpus=2)
+
+
+def test_sync_that_costs_the_trainer_only() -> None:
+    # Rollout-bound, bound not binding: a sync that pauses the rollout too adds to its time;
+    # one that costs only the trainer (it sends, the rollout's load is in gen) does not.
+    both = simulate_pipeline(batch_responses=16, staleness_bound=50, in_flight_cap=4, **GEN_BOUND)
+    trainer = simulate_pipeline(
+        batch_responses=16, staleness_bound=50, in_flight_cap=4, sync_pauses_rollout=False, **GEN_BOUND
+    )
+    assert both.batch_time_s == pytest.approx(11.0) and trainer.batch_time_s == pytest.approx(10.0)
+
+
+def test_handoff_latency_by_hand() -> None:
+    # Strict alternation (bound 0): each batch crosses to the trainer and each sync back, so two
+    # handoffs per batch; a pipeline that runs ahead hides them.
+    kw = dict(batch_responses=8, sync_pauses_rollout=False, **GEN_BOUND)
+    serial = simulate_pipeline(staleness_bound=0, handoff_s=0.25, **kw)  # type: ignore[arg-type]
+    assert serial.batch_time_s == pytest.approx(10 + 4 + 1 + 0.5)
+    ahead = simulate_pipeline(staleness_bound=3, in_flight_cap=3, handoff_s=0.25, **kw)  # type: ignore[arg-type]
+    assert ahead.batch_time_s == pytest.approx(10.0)
+    with pytest.raises(AnalysisError, match="handoff_s"):
+        simulate_pipeline(staleness_bound=0, handoff_s=-1.0, **kw)  # type: ignore[arg-type]
+
+
+def test_overlap_shares() -> None:
+    # Rollout-bound with a cap: the trainer (4 of every 10 s) is always busy alongside the rollout.
+    e = simulate_pipeline(
+        batch_responses=8, staleness_bound=5, in_flight_cap=3, sync_pauses_rollout=False, **GEN_BOUND
+    )
+    assert e.trainer_overlap_frac == pytest.approx(1.0)
+    assert e.rollout_overlap_frac == pytest.approx(5 / 10)  # train 4 + sync 1 per 10 s of generation
+    serial = simulate_pipeline(batch_responses=8, staleness_bound=0, sync_pauses_rollout=False, **GEN_BOUND)
+    assert serial.rollout_overlap_frac == 0.0 and serial.trainer_overlap_frac == 0.0
+
+
+def test_shared_device_contention() -> None:
+    kw = dict(
+        batch_responses=8, sync_time_s=1.0, staleness_bound=5, in_flight_cap=3, sync_pauses_rollout=False
+    )
+    free = shared_device(contention=1.0, gen_time_s=10.0, train_time_s=4.0, **kw)  # type: ignore[arg-type]
+    assert free.batch_time_s == pytest.approx(10.0)
+    # c = 2 on both: the rollout runs at half speed while the trainer is busy; the fixed point
+    # meets the defining relation time = time alone / (1 - f (1 - 1 / c))
+    slow = shared_device(contention=2.0, gen_time_s=10.0, train_time_s=4.0, **kw)  # type: ignore[arg-type]
+    assert slow.batch_time_s > free.batch_time_s
+    assert slow.batch_time_s == pytest.approx(10.0 / (1 - slow.rollout_overlap_frac * 0.5), rel=1e-4)
+    worse = shared_device(contention=3.0, gen_time_s=10.0, train_time_s=4.0, **kw)  # type: ignore[arg-type]
+    assert worse.batch_time_s > slow.batch_time_s
+    # strict alternation never overlaps: contention changes nothing
+    alt = dict(kw, staleness_bound=0, in_flight_cap=None)
+    a1 = shared_device(contention=1.0, gen_time_s=10.0, train_time_s=4.0, **alt)  # type: ignore[arg-type]
+    a3 = shared_device(contention=3.0, gen_time_s=10.0, train_time_s=4.0, **alt)  # type: ignore[arg-type]
+    assert a1.batch_time_s == pytest.approx(15.0) and a3.batch_time_s == pytest.approx(15.0)
+    with pytest.raises(AnalysisError, match="contention"):
+        shared_device(contention=0.5, gen_time_s=10.0, train_time_s=4.0, **kw)  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ Modes (docs/async.md):
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -42,6 +43,10 @@ class PipelineEstimate:
     mean_staleness: float  # mean policy lag (updates) of the consumed rollouts, per update
     batch_time_s: float = math.nan  # wall seconds per rollout batch (= step_time_s * u)
     method: str = "closed_form"  # "closed_form" | "simulation"
+    # simulation only: share of the rollout's busy time during which the trainer is busy too, and
+    # the other way round (what two processes on one device slow each other by; see shared_device)
+    rollout_overlap_frac: float = math.nan
+    trainer_overlap_frac: float = math.nan
 
 
 def _check(batch_responses: int, gen: float, train: float, sync: float, sync_every: int, u: int) -> None:
@@ -118,8 +123,15 @@ def simulate_pipeline(
     sync_every: int = 1,
     updates_per_batch: int = 1,
     n_batches: int = 480,
+    sync_pauses_rollout: bool = True,
+    handoff_s: float = 0.0,
 ) -> PipelineEstimate:
     """The async pipeline as a deterministic discrete-event simulation (see the module docstring).
+
+    ``sync_pauses_rollout=False``: a sync costs only the trainer (it sends; the rollout's cost of
+    loading the weights is then part of ``gen_time_s``), as in backends/torch_rl/async_run.py.
+    ``handoff_s``: the latency of each message between the sides (a batch reaching the trainer,
+    weights or freed queue room reaching the rollout), e.g. a measured inter-process round trip / 2.
 
     Batches are processed in order: the trainer's timeline for batches < b fixes every version and
     sync that batch b's start and pauses depend on, so one pass suffices. Steady state: the second
@@ -136,6 +148,9 @@ def simulate_pipeline(
         )
     if cap is not None and cap < 1:
         raise AnalysisError(f"in_flight_cap must be >= 1 batch, not {cap}")
+    if not (math.isfinite(handoff_s) and handoff_s >= 0):
+        raise AnalysisError(f"handoff_s must be a finite time >= 0, not {handoff_s}")
+    hand = handoff_s
     per_update = train_time_s / u
     n_batches = max(n_batches, 4 * (s // math.gcd(u, s)))
     sync_end: list[float] = [0.0]  # end time of each sync, in order (version 0 at t = 0)
@@ -145,17 +160,18 @@ def simulate_pipeline(
     g_start: list[float] = []
     g_end: list[float] = []
     lag_sum: list[float] = []  # summed lag of batch b's u updates
+    t_busy: list[tuple[float, float]] = []  # the trainer's busy interval on each batch
     rollout_free = t_tr = 0.0
     for b in range(n_batches):
         start = rollout_free
         if cap is not None and b - cap >= 0:
-            start = max(start, taken[b - cap])
+            start = max(start, taken[b - cap] + hand)
         if k is not None:
             i = bisect.bisect_left(sync_ver, b * u - k)  # first sync with a new-enough version
-            start = max(start, sync_end[i])
-        v = sync_ver[bisect.bisect_right(sync_end, start) - 1]  # the latest version at start
+            start = max(start, sync_end[i] + hand)
+        v = sync_ver[max(0, bisect.bisect_right(sync_end, start - hand) - 1)]  # latest version received
         end = start + gen_time_s
-        first = bisect.bisect_left(sync_end, start + 1e-12)
+        first = bisect.bisect_left(sync_end, start + 1e-12) if sync_pauses_rollout else len(sync_end)
         for i2 in range(first, len(sync_end)):  # syncs overlapping the generation pause it
             ss, se = sync_start[i2], sync_end[i2]
             if ss >= end:
@@ -165,7 +181,7 @@ def simulate_pipeline(
         g_end.append(end)
         lag_sum.append(sum(b * u + jj - v for jj in range(u)))
         rollout_free = end
-        t = max(t_tr, end)
+        t = max(t_tr, end + hand)
         taken.append(t)
         for jj in range(u):
             t += per_update
@@ -175,8 +191,12 @@ def simulate_pipeline(
                 t += sync_time_s
                 sync_end.append(t)
                 sync_ver.append(n)
+        t_busy.append((taken[b], t))
         t_tr = t
-    return _steady(
+    lo = n_batches // 2
+    window = (taken[lo], taken[-1])  # steady state, both sides busy somewhere in it throughout
+    r_ov, t_ov = _overlaps(_clip(list(zip(g_start, g_end, strict=True)), window), _clip(t_busy, window))
+    est = _steady(
         b=n_batches,
         batch=batch_responses,
         taken=taken,
@@ -187,6 +207,28 @@ def simulate_pipeline(
         u=u,
         cycle=s // math.gcd(u, s),
     )
+    return dataclasses.replace(est, rollout_overlap_frac=r_ov, trainer_overlap_frac=t_ov)
+
+
+def _clip(spans: list[tuple[float, float]], window: tuple[float, float]) -> list[tuple[float, float]]:
+    lo, hi = window
+    return [(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]
+
+
+def _overlaps(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> tuple[float, float]:
+    """(share of a's length covered by b, share of b's covered by a): two sorted lists of
+    disjoint intervals each, merged in one pass."""
+    i = j = 0
+    both = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        both += max(0.0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    len_a, len_b = sum(e - s for s, e in a), sum(e - s for s, e in b)
+    return (both / len_a if len_a > 0 else 0.0), (both / len_b if len_b > 0 else 0.0)
 
 
 def _steady(
@@ -206,6 +248,40 @@ def _steady(
     period = (taken[hi] - taken[lo]) / (hi - lo)
     lag = sum(lag_sum[lo:hi]) / ((hi - lo) * u)
     return _estimate("async", batch, period, gen, train, sync_per_batch, lag, u, "simulation")
+
+
+def shared_device(
+    *,
+    contention: float | tuple[float, float],
+    batch_responses: int,
+    gen_time_s: float,
+    train_time_s: float,
+    sync_time_s: float,
+    iterations: int = 100,
+    **kw: object,
+) -> PipelineEstimate:
+    """The async pipeline with both sides on one device (two processes on the CPU cores), from
+    stage times measured ALONE and a measured ``contention`` factor c >= 1: the stage's time with
+    a second process busy beside it over its time alone (one for both sides, or (gen, train)).
+    A stage runs at speed 1 while the other side idles and 1 / c while it is busy, so with f the
+    share of its (stretched) time overlapped, time = time_alone / (1 - f (1 - 1 / c)); f comes
+    from the simulation at those times, and the fixed point is found by damped iteration.
+    ``kw``: simulate_pipeline's bounds and counts."""
+    c_gen, c_train = contention if isinstance(contention, tuple) else (contention, contention)
+    for c in (c_gen, c_train):
+        if not (math.isfinite(c) and c >= 1.0):
+            raise AnalysisError(f"contention must be a finite factor >= 1, not {c}")
+    g, t = gen_time_s, train_time_s
+    args = dict(batch_responses=batch_responses, sync_time_s=sync_time_s, **kw)
+    est = simulate_pipeline(gen_time_s=g, train_time_s=t, **args)  # type: ignore[arg-type]
+    for _ in range(iterations):
+        g_new = gen_time_s / (1.0 - est.rollout_overlap_frac * (1.0 - 1.0 / c_gen))
+        t_new = train_time_s / (1.0 - est.trainer_overlap_frac * (1.0 - 1.0 / c_train))
+        if abs(g_new - g) <= 1e-6 * g and abs(t_new - t) <= 1e-6 * max(t, 1e-12):
+            break
+        g, t = 0.5 * (g + g_new), 0.5 * (t + t_new)
+        est = simulate_pipeline(gen_time_s=g, train_time_s=t, **args)  # type: ignore[arg-type]
+    return est
 
 
 def predict_pipeline(
