@@ -60,7 +60,7 @@ TINY_QWEN2: dict[str, Any] = {  # the config of tests/backends/test_vllm.py
 PROMPT, NEW, GROUP = 16, 48, 8
 CONCURRENCY = (8, 16, 32, 64, 128)
 MODES = ("fixed", "eos")
-REPEATS = 3
+REPEATS = 5
 
 
 def recipe_for(model_dir: Path, backend: str) -> Any:
