@@ -217,6 +217,17 @@ def _with_setup(c: CandidateCost, setup_s: float) -> CandidateCost:
     return dataclasses.replace(c, setup_s=setup_s, run_s_max=c.run_s_max - c.setup_s + setup_s)
 
 
+def _offpolicy_cost(costs: Sequence[CandidateCost], labels: set[str], samples: int, run_s: float) -> str:
+    """What the off-policy / async candidates add to the probe, at most (samples, predicted seconds)."""
+    mine = [c for c in costs if c.label in labels]
+    n = sum(c.max_samples_per_run * c.seeds for c in mine)
+    secs = sum(c.run_s_max * c.seeds for c in mine)
+    text = f"off-policy / async candidates: {len(mine)}, {n:,} of the {samples:,} samples at most"
+    if math.isfinite(secs) and run_s > 0:
+        text += f", {secs:.0f} s of the {run_s:.0f} s of run time predicted ({secs / run_s:.0%})"
+    return text + "; `recommend` ranks them against the sync candidates (docs/async.md)"
+
+
 def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     """The probe's cost, predicted: budgets from the recipe, wall time from timed steps.
 
@@ -298,6 +309,8 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     at_once = max(1, min(workers, runs - finished))  # what is left shares the pool as far as it fills it
     wall_left = (left_s + (one_off_s if left_s > 0 else 0.0)) / at_once
     gpus = recipe.hardware.num_gpus if recipe.hardware.device == "cuda" else 0
+    if not recipe.study.pretrain and plan.offpolicy:
+        notes.append(_offpolicy_cost(costs, set(plan.offpolicy), total_samples, total_run_s))
     notes.append(bound_note)
     return PlanPreview(
         source=recipe.source,

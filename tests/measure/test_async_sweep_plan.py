@@ -51,3 +51,13 @@ def test_decision_is_stored_and_the_probe_runs_the_kept_ones(tmp_path: Path) -> 
 def test_auto_and_explicit_lists_refused(tmp_path: Path) -> None:
     with pytest.raises(RecipeError, match="async_sweep"):
         _recipe(tmp_path, ["probe.staleness=[0,1]"])
+
+
+def test_plan_says_what_the_offpolicy_runs_cost(tmp_path: Path) -> None:
+    from batchtune.measure.preview import plan_preview
+
+    pv = plan_preview(load_recipe(ASYNC, [f"run.results_dir={tmp_path / 'r'}"]), time_steps=0)
+    note = next(n for n in pv.notes if n.startswith("off-policy / async candidates: 10, "))
+    assert f"{10 * 2 * 4096:,} of the {12 * 2 * 4096:,} samples" in note
+    auto = plan_preview(_recipe(tmp_path), time_steps=0)  # not timed: nothing pruned, and it says so
+    assert any("22 of 22 off-policy candidates kept" in n and "not timed" in n for n in auto.notes)
