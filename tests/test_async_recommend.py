@@ -84,9 +84,14 @@ def test_async_pays_or_not_follows_the_samples(tmp_path: Path) -> None:
     slow = dict(ASYNC_RUNS)
     slow["P2xG8-k1u1"] = (2, 1, 1, (480, 672), 0.12, 0.06, 0.01)
     slow["P4xG8-k1u1"] = (4, 1, 1, (672, 960), 0.20, 0.09, 0.01)
-    data = json.loads(_recommend(_store(tmp_path / "r", [], slow), "--json").stdout)
+    results = _store(tmp_path / "r", [], slow)
+    data = json.loads(_recommend(results, "--json").stdout)
     assert data["async_decision"]["verdict"] == "async does not pay: R grows faster than throughput"
     assert data["recommended"]["run_as"]["mode"] == "sync"
+    out = CliRunner().invoke(app, ["report", str(results), "--out", str(tmp_path / "rep")])
+    assert out.exit_code == 0, out.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Sync or async" in md and "Verdict: async does not pay" in md
 
 
 def test_a_sync_recipe_never_reaches_the_async_machinery(

@@ -113,6 +113,12 @@ def build_sections(eff: Any, rec: Any | None, plots: list[Path], missing: str = 
         winner_idx = next(i for i, r in enumerate(rec.ranking.candidates) if r.name == rec.ranking.winner)
         imgs = tuple(p for n, p in by_name.items() if n == "time_to_target.png")
         sections.append(Section("Predicted time-to-target", (), ranking_rows(rec), winner_idx, imgs))
+        if rec.async_decision is not None:  # a recipe with off-policy or async knobs (report/joint.py)
+            from batchtune.report.joint import joint_paragraphs, joint_rows
+
+            d = rec.async_decision
+            best = next((i for i, r in enumerate(d.rows) if r.label == w.label), -1)
+            sections.append(Section("Sync or async", joint_paragraphs(d), joint_rows(d), best))
     else:
         sections.append(
             Section("Recommendation", (f"No time-to-target ranking: {missing}",), css_class="win")

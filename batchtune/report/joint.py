@@ -148,3 +148,35 @@ def joint_to_dict(decision: JointDecision) -> dict[str, Any]:
         "notes": list(decision.notes),
         "candidates": rows,
     }
+
+
+def joint_rows(decision: JointDecision) -> tuple[tuple[str, ...], ...]:
+    """The ranking as plain rows, header first (the HTML and Markdown report)."""
+    head = ("candidate", "mode", "P x G", "k", "u", "split", "queue", "resp/s", "lag", "T", "T interval")
+    rows = [head]
+    for row in decision.rows:
+        c = row.choice
+        rows.append(
+            (
+                row.label,
+                c.mode,
+                f"{row.prompts}x{row.group_size}",
+                str(c.staleness),
+                str(c.updates_per_batch),
+                _split(row, decision.total_gpus),
+                _cap(row),
+                fmt_n(c.responses_per_s),
+                f"{c.lag_reached:.2f}",
+                fmt_time(c.t),
+                f"[{fmt_time(c.t_lo)}, {fmt_time(c.t_hi)}]",
+            )
+        )
+    return tuple(rows)
+
+
+def joint_paragraphs(decision: JointDecision) -> tuple[str, ...]:
+    """The verdict, its reasons, how to run the pick, and where the times come from."""
+    paras = [f"Verdict: {decision.verdict[-1]}.", *decision.verdict[:-1]]
+    if decision.pick is not None:
+        paras.append(pick_words(decision.pick))
+    return (*paras, f"{decision.times_source}.", *decision.notes)
