@@ -112,6 +112,7 @@ def main() -> None:
         "noisy_max_abs_b_min_bias": float(np.nanmax(np.abs(bm))),
         "noisy_b_min_bracket_contains_frac": float(np.mean([r["b_min_bracket_contains"] for r in rows])),
         "noisy_b_opt_ci_contains_frac": float(np.mean([r["b_opt_ci_contains"] for r in rows])),
+        "noisy_b_min_ci_contains_frac": float(np.mean([r["b_min_ci_contains"] for r in rows])),
         "noisy_b_opt_bracket_contains_frac": float(np.mean([r["b_opt_bracket_contains"] for r in rows])),
         "wall_s": round(time.perf_counter() - t0, 2),
     }  # fmt: skip

@@ -52,7 +52,8 @@ def render_grid(console: Console, a: Any) -> None:
     console.print(t)
     console.print("* fewest tokens at that target (the measured B_opt)")
     s = Table(
-        title=f"B_opt and B_min per target loss ({a.estimates[0].confidence:.0%} paired-seed intervals)"
+        title=f"B_opt and B_min per target loss ({a.estimates[0].confidence:.0%} intervals: seed spread "
+        "and grid bracket)"
     )
     for col in (
         "target",
@@ -112,7 +113,7 @@ def plot_bopt_bmin(analysis: Any, path: Path) -> Path:
     hi = [e.b_opt_ci[1] if e.b_opt_ci else b for e, b in zip(rows, bopt, strict=True)]
     err = [[b - x for b, x in zip(bopt, lo, strict=True)], [x - b for b, x in zip(bopt, hi, strict=True)]]
     ax.errorbar(losses, bopt, yerr=err,
-                marker="o", capsize=3, label="B_opt (paired-seed interval)")  # fmt: skip
+                marker="o", capsize=3, label="B_opt (seed spread and grid bracket)")  # fmt: skip
     for e in analysis.estimates:
         if e.b_min_bracket is not None:
             low = e.b_min_bracket[0] or min(e.batches_tokens) / 2

@@ -105,3 +105,16 @@ def test_the_b_min_note_names_the_smallest_reaching_batch_when_a_smaller_one_did
     est = estimate_batches(grid, np.array([[np.inf, 220.0, 130.0]]), 3.0, plateaued_per_seed=improving)
     assert not any("the smallest measured batch reached" in n for n in est.notes), est.notes
     assert any("the smallest batch that reached the target is 2048" in n for n in est.notes)
+
+
+def test_agreeing_seeds_leave_the_grid_bracket_in_the_interval():
+    """Issue 32 item 3: three identical seeds made the B_opt / B_min intervals zero-width (the seed
+    spread alone), and on a doubling grid they missed the truth; each now holds its bracket."""
+    law = SynthLaw()
+    b = 256.0 * 2.0 ** np.arange(10)
+    for target in (2.9, 2.65, 2.45, 2.35):
+        est = estimate_batches(b, np.repeat(law.steps_to(target, b)[None, :], 3, axis=0), target)
+        assert est.b_opt_ci is not None and est.b_min_ci is not None
+        assert est.b_opt_ci[0] < est.b_opt_ci[1] and est.b_min_ci[0] < est.b_min_ci[1]
+        assert est.b_opt_ci[0] <= law.b_opt(target) <= est.b_opt_ci[1]
+        assert est.b_min_ci[0] <= law.b_min(target) <= est.b_min_ci[1]

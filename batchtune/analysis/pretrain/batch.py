@@ -23,8 +23,10 @@ Then a fit, checked, that refines each inside its bracket:
   over the line). With no never-reaching batch below, a root under the smallest measured batch is
   an extrapolation and is labelled so; otherwise the bracket is reported.
 
-Intervals: paired bootstrap over seeds (a seed's runs at every batch resampled together, docs/method.md §8),
-percentile interval of the reported estimator at ``confidence``; none with a single seed.
+Intervals: paired bootstrap over seeds (a seed's runs at every batch resampled together, docs/method.md §8)
+in which each resample contributes its fit or, where the fit is rejected, its grid bracket
+(``_seed_and_bracket_intervals``): the seed spread and the grid bracket together, so agreeing seeds
+do not make it zero-width; none with a single seed. Coverage: benchmarks/pretrain_recovery.py.
 """
 
 from __future__ import annotations
@@ -200,6 +202,47 @@ def _aggregate(steps: np.ndarray) -> np.ndarray:
     return np.median(steps, axis=0)  # inf (never reached) sorts last: a majority must reach
 
 
+def _seed_and_bracket_intervals(
+    b: np.ndarray,
+    s: np.ndarray,
+    flat: np.ndarray | None,
+    max_resid: float,
+    confidence: float,
+    n_boot: int,
+    rng_seed: int,
+) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """B_opt and B_min intervals from a paired bootstrap over seeds that keeps the grid's bracket.
+
+    Each resample gives a range, not a point: the grid bracket its data allow (B_opt: the
+    neighbours of its measured minimum; B_min: its bracket, from 0 when nothing below was
+    measured). A fit refines the point inside the bracket, but its error there is not known
+    (on a doubling grid the B_opt fit is off by up to 10% on exact data, the B_min line by up to 2%
+    on a 2^(1/2) grid), so a resample's fit alone would make the interval a point when seeds agree.
+    The interval runs from the (1-c)/2 quantile of the low ends to the (1+c)/2 quantile of the high
+    ends: at least the bracket, wider where the seeds disagree on it. The seed spread alone was
+    zero-width when seeds agreed, and missed the truth."""
+    rng = np.random.default_rng(rng_seed)
+    opts: list[tuple[float, float]] = []
+    mins: list[tuple[float, float]] = []
+    for _ in range(n_boot):
+        sm = _aggregate(s[rng.integers(0, s.shape[0], s.shape[0])])
+        meas, br, _, _, _ = _b_opt(b, b * sm, max_resid)
+        if meas is not None and br is not None:
+            opts.append((float(br[0]), float(br[1])))
+        m_br, _, _, val, _, _ = _b_min(b, sm, max_resid, flat)
+        if val is not None and m_br is not None:
+            mins.append((float(m_br[0] or 0.0), float(m_br[1])))
+    lo_q, hi_q = 0.5 - confidence / 2, 0.5 + confidence / 2
+
+    def interval(pairs: list[tuple[float, float]]) -> tuple[float, float] | None:
+        if not pairs:
+            return None
+        a = np.array(pairs)
+        return float(np.quantile(a[:, 0], lo_q)), float(np.quantile(a[:, 1], hi_q))
+
+    return interval(opts), interval(mins)
+
+
 def estimate_batches(
     batches_tokens: object,
     steps_per_seed: object,
@@ -237,22 +280,7 @@ def estimate_batches(
     b_val = b_fit if b_fit is not None else b_meas
     opt_ci = min_ci = None
     if s.shape[0] >= 2 and b_val is not None:
-        rng = np.random.default_rng(rng_seed)
-        opts, mins = [], []
-        for _ in range(n_boot):
-            rows = s[rng.integers(0, s.shape[0], s.shape[0])]
-            sm = _aggregate(rows)
-            meas, _, fit, _, _ = _b_opt(b, b * sm, max_resid)
-            if meas is not None:
-                opts.append(fit if fit is not None else meas)
-            val = _b_min(b, sm, max_resid, flat)[3]
-            if val is not None:
-                mins.append(val)
-        q = (0.5 - confidence / 2, 0.5 + confidence / 2)
-        if opts:
-            opt_ci = tuple(float(x) for x in np.quantile(opts, q))
-        if mins:
-            min_ci = tuple(float(x) for x in np.quantile(mins, q))
+        opt_ci, min_ci = _seed_and_bracket_intervals(b, s, flat, max_resid, confidence, n_boot, rng_seed)
     k = None if b_meas is None else int(np.flatnonzero(b == b_meas)[0])
     return BatchEstimate(
         target_loss=float(target_loss),
@@ -267,13 +295,13 @@ def estimate_batches(
         b_opt_fit_resid=b_res,
         b_opt_tokens=b_val,
         b_opt_source="fit" if b_fit is not None else "measured",
-        b_opt_ci=opt_ci,  # type: ignore[arg-type]
+        b_opt_ci=opt_ci,
         b_min_bracket=m_br,
         b_min_fit_tokens=m_fit,
         b_min_fit_resid=m_res,
         b_min_tokens=m_val,
         b_min_source=m_src,
-        b_min_ci=min_ci,  # type: ignore[arg-type]
+        b_min_ci=min_ci,
         e_min_tokens=None if k is None else float(e_med[k]),
         confidence=float(confidence),
         notes=tuple(notes_opt + notes_min),
