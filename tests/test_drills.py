@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from batchtune.measure.plan import plan_candidates, run_id
-from batchtune.measure.probe import _band_samples, run_probe
+from batchtune.measure.probe import reference_band, run_probe
 from batchtune.recipe.load import load_recipe, shipped_recipes
 from batchtune.records import ResultsStore
 from tests.drill_kit import (
@@ -180,19 +180,19 @@ def test_a_run_held_elsewhere_is_waited_for_and_the_band_never_uses_a_partial_re
     held.wait()
     events: list[tuple[str, dict]] = []
     bands: list[float] = []
-    real_band = _band_samples
 
     def spy_band(*args):
-        bands.append(real_band(*args))
-        return bands[-1]
+        band = reference_band(*args)
+        bands.append(band[0])
+        return band
 
     import batchtune.measure.probe as probe_mod
 
-    probe_mod._band_samples = spy_band
+    probe_mod.reference_band = spy_band
     try:
         result = run_probe(recipe, store.root, lambda kind, info: events.append((kind, info)))
     finally:
-        probe_mod._band_samples = real_band
+        probe_mod.reference_band = reference_band
         holder.join()
     waits = [info for kind, info in events if kind == "wait"]
     assert waits and waits[0]["run_ids"] == [held_id]
@@ -208,10 +208,10 @@ def test_no_band_from_a_partial_reference(tmp_path):
     plan = plan_candidates(recipe)
     store = ResultsStore(tmp_path / "r")
     run_probe(recipe, store.root)
-    assert math.isfinite(_band_samples(store, recipe, plan))
+    assert math.isfinite(reference_band(store, recipe, plan)[0])
     ref = plan.by_label()[plan.reference]
     (store.run_dir(run_id(ref, 1)) / "run.json").unlink()  # one reference seed unfinished
-    assert _band_samples(store, recipe, plan) == math.inf
+    assert reference_band(store, recipe, plan) == (math.inf, math.inf)
 
 
 @pytest.mark.slow

@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 from batchtune.cli import app
 from batchtune.errors import InputError, UnsafeCheckpoint
 from batchtune.measure.branched import branched_recipe, branched_store, run_branched_probe
+from batchtune.measure.one_run import execute_run
 from batchtune.measure.plan import plan_candidates
-from batchtune.measure.probe import StopPolicy, execute_run
+from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.load import load_recipe, shipped_recipes
 
 BRANCHED = str(shipped_recipes()["tiny-pretrain-branched"])

@@ -37,8 +37,8 @@ from batchtune.analysis.branched.ratios import (
 from batchtune.analysis.sample.efficiency import RunData
 from batchtune.backends.spec import Candidate, checkpoint_path
 from batchtune.errors import InputError
-from batchtune.measure.probe import StopPolicy
 from batchtune.measure.sequential import extra_seed
+from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord
 

@@ -50,8 +50,10 @@ from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts
 from batchtune.measure.branch_checkpoint import AtCheckpoint, Job, checkpoint_of, control_curve, origin
 from batchtune.measure.execute import Runner, run_until_finished
+from batchtune.measure.one_run import execute_run
 from batchtune.measure.plan import Plan, plan_candidates
-from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
+from batchtune.measure.probe import check_manifest
+from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
 

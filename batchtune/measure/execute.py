@@ -36,7 +36,7 @@ from batchtune.records import ResultsStore, RunRecord
 
 # execute_run(recipe, results_dir, candidate, seed, base_lr, reference_batch, policy[, rid, spec_extra],
 # events=, parallel_runs=)
-# measure.probe's, passed in (a module-level function, so a spawned worker can unpickle it)
+# measure.one_run's, passed in (a module-level function, so a spawned worker can unpickle it)
 RunFn = Callable[..., RunRecord | None]
 
 WAIT_POLL_S = 1.0  # how often a run held by another process is checked

@@ -19,8 +19,10 @@ from batchtune.backends.spec import Candidate
 from batchtune.errors import InputError
 from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts
+from batchtune.measure.one_run import execute_run
 from batchtune.measure.plan import lr_table, plan_pretrain, run_id
-from batchtune.measure.probe import StopPolicy, check_manifest, execute_run
+from batchtune.measure.probe import check_manifest
+from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore
 

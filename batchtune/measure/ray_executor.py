@@ -54,7 +54,7 @@ JOB_ERROR = "ray-job.error.json"  # written by a job whose run function raised o
 
 # The run function's positional arguments, as the local executor passes them:
 # (recipe, results_dir, candidate, seed, base_lr, reference_batch, policy), and for a branched probe's
-# run its run id and its checkpoint settings after them (measure.probe.execute_run's rid, spec_extra)
+# run its run id and its checkpoint settings after them (measure.one_run.execute_run's rid, spec_extra)
 RunArgs = tuple[Any, ...]
 RunFn = Callable[..., "RunRecord | None"]
 

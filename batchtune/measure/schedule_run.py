@@ -25,7 +25,8 @@ from batchtune.analysis.sample.curves import samples_to_target
 from batchtune.analysis.sample.efficiency import RunData
 from batchtune.backends.spec import Candidate, checkpoint_path
 from batchtune.errors import InputError
-from batchtune.measure.probe import StopPolicy, execute_run
+from batchtune.measure.one_run import execute_run
+from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore, StepRecord
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency
 from batchtune.analysis.sample.ratio import INCONCLUSIVE
@@ -30,6 +29,7 @@ from batchtune.backends.spec import Candidate
 from batchtune.events import ProbeEvents
 from batchtune.measure.execute import RunFn, run_jobs
 from batchtune.measure.plan import Plan, run_id
+from batchtune.measure.stop_rule import NO_BAND, StopPolicy, stop_policy
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore
 
@@ -65,15 +65,16 @@ def add_seeds(
     plan: Plan,
     run_fn: RunFn,
     analyse: Callable[[ResultsStore, Recipe, Plan], SampleEfficiency],
-    policy: Callable[[], Any],
+    policy: Callable[[], StopPolicy],
     progress: ProbeEvents | None = None,
 ) -> int:
     """Run the sequential rounds (module docstring); returns the number of runs executed here.
 
     ``analyse`` is measure.probe.analyse_store and ``policy()`` its stop policy for non-reference
-    runs (recomputed each round: the reference's band narrows as its seeds grow), passed in so
-    this module does not import measure.probe.
+    runs (computed once a round, after the reference's new seed: the band narrows as its seeds
+    grow), passed in so this module does not import measure.probe. The reference runs unbanded.
     """
+    no_band = stop_policy(recipe, NO_BAND)
     cap = recipe.budget.max_extra_seeds
     done = 0
     by_label = plan.by_label()
@@ -100,9 +101,9 @@ def add_seeds(
                     "phase": f"extra seed {seed}: {', '.join(c.label for c, _ in [*todo_ref, *todo])}",
                 },
             )
-        no_band = dataclasses.replace(policy(), band_samples=float("inf"))
         done += run_jobs(run_fn, recipe, store, plan.reference_batch, todo_ref, no_band, progress)
-        done += run_jobs(run_fn, recipe, store, plan.reference_batch, todo, policy(), progress)
+        if todo:  # the band once per round, after the reference's new seed
+            done += run_jobs(run_fn, recipe, store, plan.reference_batch, todo, policy(), progress)
     return done
 
 

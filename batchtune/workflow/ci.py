@@ -328,8 +328,9 @@ def _smoke_branches(cfg: Recipe) -> tuple[str, Any]:
     from batchtune.backends.spec import checkpoint_path
     from batchtune.errors import RunsFailed
     from batchtune.measure.branched import branched_recipe
+    from batchtune.measure.one_run import execute_run
     from batchtune.measure.plan import plan_candidates
-    from batchtune.measure.probe import StopPolicy, execute_run
+    from batchtune.measure.stop_rule import StopPolicy
     from batchtune.records import FAILED_STATUSES
 
     problem = backends.checkpoint_problem(cfg)

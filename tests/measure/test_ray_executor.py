@@ -281,7 +281,7 @@ def test_a_branched_runs_checkpoint_paths_reach_ray_absolute(monkeypatch, local_
     """A task or job may start in another directory than the driver: the trunk's checkpoints and a
     branch's resume path go to Ray absolute, as the results directory does."""
     from batchtune.measure import ray_executor
-    from batchtune.measure.probe import execute_run
+    from batchtune.measure.one_run import execute_run
     from batchtune.recipe.load import load_recipe
 
     seen: list = []
