@@ -31,6 +31,13 @@ from pathlib import Path
 from batchtune.errors import InputError
 from batchtune.integrations.config_files import Flat, read_flat
 from batchtune.integrations.openrlhf import _LEGACY as OPENRLHF_LEGACY
+from batchtune.integrations.trainer_configs_async import (
+    AsyncReading,
+    fully_async_verl,
+    openrlhf_async,
+    trl_async,
+    verl_async,
+)
 
 CONFIG_FORMATS = ("verl", "trl", "openrlhf", "generic")
 
@@ -76,6 +83,10 @@ class TrainerConfig:
     settings: dict[str, Setting] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     engines: int = 1  # inference engines a step's responses are split over (verl: GPUs / rollout TP)
+    # off-policy (trainer_configs_async.py): trainer steps of lag, updates per rollout batch, GPUs
+    staleness: float = 0.0
+    updates_per_batch: float = 1.0
+    mode: str = "sync"  # sync: generation shares the training GPUs | async: GPUs of its own
 
     @property
     def batch_responses(self) -> int:
@@ -152,7 +163,14 @@ def _require(s: Setting | None, what: str, names: tuple[str, ...], path: Path) -
 
 def _verl(flat: Flat, path: Path) -> TrainerConfig:
     n = VERL_NAMES
-    p = _require(_number(flat, (n["prompts"],), path, integer=True), "prompt batch", (n["prompts"],), path)
+    if fully_async_verl(flat):  # data.train_batch_size is 0 there: the sync interval is the batch
+        reading = verl_async(flat, None)
+        p = Setting("async_training.trigger_parameter_sync_step", float(reading.prompts or 0), None)
+    else:
+        p = _require(
+            _number(flat, (n["prompts"],), path, integer=True), "prompt batch", (n["prompts"],), path
+        )
+        reading = verl_async(flat, int(p.value))
     g = _require(
         _number(flat, (n["group_size"],), path, integer=True), "group size", (n["group_size"],), path
     )
@@ -172,6 +190,11 @@ def _verl(flat: Flat, path: Path) -> TrainerConfig:
     rollout = "actor_rollout_ref.rollout"
     per_node = _layout(flat, path, ("trainer.n_gpus_per_node",), VERL_GPUS_PER_NODE, notes)
     nodes = _layout(flat, path, ("trainer.nnodes",), 1, notes)
+    if reading.mode == "async":  # the rollout's own GPUs generate: V1 separate_async's, or the
+        # top-level rollout block, which fully_async and one-step-off copy over actor_rollout_ref's
+        block = "rollout" if "rollout.nnodes" in flat or fully_async_verl(flat) else rollout
+        per_node = _layout(flat, path, (f"{block}.n_gpus_per_node",), per_node, notes)
+        nodes = _layout(flat, path, (f"{block}.nnodes",), 1, notes)
     tp = _layout(flat, path, (f"{rollout}.tensor_model_parallel_size",), VERL_ROLLOUT_TP, notes)
     pp = _layout(flat, path, (f"{rollout}.pipeline_model_parallel_size",), 1, notes)
     engines = per_node * nodes // (tp * pp)
@@ -188,7 +211,7 @@ def _verl(flat: Flat, path: Path) -> TrainerConfig:
             f"{int(p.value * g.value)} responses over {engines} engines (GPUs / rollout TP x PP): at "
             f"most {share} in flight per engine, {cap.name}={int(cap.value)} caps each"
         )
-    return _build("verl", path, p, g, lr, cap, notes, engines=engines, in_flight=in_flight)
+    return _build("verl", path, p, g, lr, cap, notes, engines=engines, in_flight=in_flight, reading=reading)
 
 
 def _trl(flat: Flat, path: Path) -> TrainerConfig:
@@ -231,7 +254,7 @@ def _trl(flat: Flat, path: Path) -> TrainerConfig:
         engines = 1 if mode == "server" else max(1, nproc // tp)
         notes.append(f"vLLM in {mode} mode: {engines} engine(s) generate the batch")
     conc = Setting(gen.name, math.ceil(gen.value / engines), gen.line)  # each engine its share at once
-    return _build("trl", path, p, g, lr, conc, notes, batch=gen, engines=engines)
+    return _build("trl", path, p, g, lr, conc, notes, batch=gen, engines=engines, reading=trl_async(flat))
 
 
 def _openrlhf(flat: Flat, path: Path) -> TrainerConfig:
@@ -252,7 +275,8 @@ def _openrlhf(flat: Flat, path: Path) -> TrainerConfig:
         notes.append(
             f"{int(p.value * g.value // tb.value)} optimiser steps per rollout ({tb.name}={int(tb.value)})"
         )
-    return _build("openrlhf", path, p, g, lr, None, notes)
+    reading = openrlhf_async(flat, int(p.value * g.value))
+    return _build("openrlhf", path, p, g, lr, None, notes, reading=reading)
 
 
 def _generic(flat: Flat, path: Path) -> TrainerConfig:
@@ -274,6 +298,7 @@ def _build(
     batch: Setting | None = None,
     engines: int = 1,
     in_flight: int | None = None,
+    reading: AsyncReading | None = None,
 ) -> TrainerConfig:
     """``in_flight``: the responses one engine decodes at once when that is less than ``conc``, the
     configured cap (verl's max_num_seqs over a step's share per engine)."""
@@ -290,8 +315,11 @@ def _build(
         lr=lr.value if lr else None,
         generation_concurrency=in_flight if in_flight is not None else int(conc.value) if conc else None,
         settings=settings,
-        notes=tuple(notes),
+        notes=(*notes, *(reading.notes if reading else ())),
         engines=engines,
+        staleness=reading.staleness if reading else 0.0,
+        updates_per_batch=reading.updates_per_batch if reading else 1.0,
+        mode=reading.mode if reading else "sync",
     )
 
 

@@ -75,6 +75,11 @@ def check(
     value = eff.target if math.isfinite(eff.target) else None  # as JSON holds it (NaN: null)
     target = {"metric": eff.metric, "target": value, "higher_is_better": eff.higher_is_better}
     notes = list(tc.notes)
+    from batchtune.integrations.emit import pick_offpolicy
+    from batchtune.integrations.trainer_configs_async import pick_note
+
+    offpolicy = pick_note(tc.staleness, tc.updates_per_batch, *pick_offpolicy(rec))  # k, u as run vs pick
+    notes += [offpolicy] if offpolicy else []
     if base_target is not None and not _same_target(base_target, target):  # compares nothing
         raise InputError(
             f"the baseline {baseline} predicted the time to {_target_text(base_target)}, these results "

@@ -159,3 +159,68 @@ def test_pick_read_from_label_fields_and_async_choice():
     r = recommendation_input(rec2)  # type: ignore[arg-type]
     assert (r.staleness, r.epochs, r.mode, r.rollout_gpus, r.in_flight_cap) == (1, 2, "async", 2, 3)
     assert recommendation_input(_recommendation("P64xG8")).staleness == 0  # type: ignore[arg-type]
+
+
+def _read(tmp_path, trainer: str, text: str, extra: str = ""):
+    from batchtune.integrations.trainer_configs import read_trainer_config
+
+    path = tmp_path / f"{trainer}.cfg"
+    path.write_text(text + extra)
+    return read_trainer_config(path, trainer)
+
+
+def test_check_reads_the_async_keys_back(tmp_path):
+    """`check` finds k, u and the mode batchtune wrote, for each trainer, printed and as a file."""
+    from tests.integrations.async_cases import ASYNC_WINNERS
+
+    seen = 0
+    for _, r, gpus, opts in ASYNC_WINNERS:
+        for trainer, variant in (
+            ("verl", "v1"),
+            ("verl", VERL_FULLY_ASYNC),
+            ("openrlhf", None),
+            ("trl", None),
+        ):
+            o = {**opts, **({"async_trainer": variant} if variant else {})}
+            if trainer == "trl":
+                o.pop("gpus_per_node", None)
+            try:
+                e = emit(trainer, r, gpus, **o)
+            except InputError:
+                continue
+            texts = [trainer_file(trainer, e.values, e.text)] + ([e.text] if trainer != "trl" else [])
+            for text in texts:
+                # TRL's file has no process count (accelerate sets it): give it as check's input may
+                procs = f"num_processes: {gpus - r.rollout_gpus if r.mode == 'async' else gpus}\n"
+                c = _read(tmp_path, trainer, text, procs if trainer == "trl" else "")
+                seen += 1
+                if trainer == "verl" and variant == VERL_FULLY_ASYNC and r.off_policy:
+                    # one sync interval is read as the batch: k in intervals, u per interval
+                    assert c.prompts == r.sync_every * r.prompts
+                    assert c.staleness == pytest.approx((r.staleness + 1 - r.sync_every) / r.sync_every)
+                    assert c.updates_per_batch == r.sync_every * r.updates_per_batch
+                elif trainer == "trl" and r.staleness:  # AsyncGRPO: one optimiser step is the batch
+                    assert c.staleness * c.prompts == r.staleness * r.prompts  # the lag, in prompts
+                    assert c.updates_per_batch == 1
+                else:
+                    want_k = (
+                        min(r.staleness, r.in_flight_cap or r.staleness)
+                        if trainer == "openrlhf"
+                        else r.staleness
+                    )
+                    assert (c.prompts, c.staleness, c.updates_per_batch) == (
+                        r.prompts,
+                        want_k,
+                        r.updates_per_batch,
+                    )
+                if trainer == "verl" and r.off_policy:  # V1 separate_async and fully_async: GPUs apart
+                    assert c.mode == r.mode, (trainer, r)
+    assert seen >= 30
+
+
+def test_check_notes_a_config_that_is_not_the_pick():
+    from batchtune.integrations.trainer_configs_async import pick_note
+
+    assert pick_note(0.0, 2.0, 0, 0) == ""  # u not recorded by the pick: not compared
+    assert pick_note(1.0, 2.0, 1, 2) == ""
+    assert "staleness 2 with 1 update(s)" in pick_note(2.0, 1.0, 0, 4)

@@ -162,6 +162,35 @@ def test_verl_composes_and_passes_its_own_checks(verl_cases):
             assert any("train_batch_size == 0" in r for r in ran), (e.label, ran)
 
 
+def test_check_reads_async_keys_as_verl_resolves_them(verl_cases, tmp_path):
+    """check's k, u, mode and batch from the emitted lines equal those from verl's composed config,
+    written with its interpolations and resolved (its defaults included)."""
+    from omegaconf import OmegaConf
+
+    from batchtune.integrations.trainer_configs import read_trainer_config
+
+    for i, e in enumerate(verl_cases):
+        cfg = compose_for(e)
+        lines = tmp_path / f"{i}.sh"
+        lines.write_text(e.text)
+        want = read_trainer_config(lines, "verl")
+        for resolve in (False, True):
+            path = tmp_path / f"{i}-{resolve}.yaml"
+            path.write_text(OmegaConf.to_yaml(cfg, resolve=resolve))
+            got = read_trainer_config(path, "verl")
+            reading = (got.prompts, got.staleness, got.updates_per_batch, got.mode, got.engines)
+            assert reading == (
+                want.prompts,
+                want.staleness,
+                want.updates_per_batch,
+                want.mode,
+                want.engines,
+            ), (
+                e.label,
+                resolve,
+            )
+
+
 def test_verl_refuses_a_wrong_async_key_or_constraint(verl_cases):
     from hydra.errors import HydraException
 
