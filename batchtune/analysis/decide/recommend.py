@@ -16,6 +16,7 @@ from batchtune.analysis.decide.async_rank import AsyncPick, JointDecision
 from batchtune.analysis.decide.ranking import Ranking, rank_time_to_target
 from batchtune.analysis.sample.curves import TargetEstimate
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
+from batchtune.analysis.sample.evals import evals_to
 from batchtune.analysis.sample.intervals import interval_kind
 from batchtune.analysis.sample.ratio import INVARIANT, REFERENCE
 from batchtune.analysis.system.profile import ProfileResult
@@ -340,11 +341,22 @@ def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput,
     text += ")"
     if absolute and math.isfinite(est.samples_to_target):
         seconds = est.samples_to_target / wt.responses_per_s
-        when = (
-            f"{seconds / 3600:.2f} h"
-            if seconds >= 3600
-            else (f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s")
-        )
-        text += f", about {when} at the predicted throughput"
+        n_evals = evals_to(est.samples_to_target, w.evals)
+        eval_s = n_evals * w.evals.eval_s if n_evals and w.evals.eval_s > 0 else 0.0
+        text += f", about {_duration(seconds + eval_s)}"
+        if eval_s > 0:  # the run evaluates as the probe's runs of this batch did
+            text += (
+                f": {_duration(seconds)} at the predicted throughput and {_duration(eval_s)} for "
+                f"{n_evals} held-out evaluations ({w.evals.eval_s:.2g} s each, as the probe's runs of "
+                f"it took, one every {w.evals.samples_per_eval:,.0f} {eff.batch_noun})"
+            )
+        else:
+            text += " at the predicted throughput"
     text += ". If it needs clearly more, the probe was too short or too noisy: add seeds and probe again."
     return text
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"

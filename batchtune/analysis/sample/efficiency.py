@@ -22,6 +22,7 @@ from batchtune.analysis.sample.curves import (
     estimate_over_seeds,
     samples_to_target,
 )
+from batchtune.analysis.sample.evals import NO_EVALS, EvalCost, eval_cost
 from batchtune.analysis.sample.noise import (
     GradNormSlope,
     NoiseScale,
@@ -67,6 +68,7 @@ class CandidateEfficiency:
     samples_consumed: int  # what probing this candidate cost, all seeds
     wall_s: float
     critic_lr: float | None = None  # PPO: the critic's LR as the runs used it (carried, never re-planned)
+    evals: EvalCost = NO_EVALS  # what one held-out evaluation cost its runs, and how often (evals.py)
 
     @property
     def batch_responses(self) -> int:
@@ -250,6 +252,7 @@ def candidates_from_runs(
                 samples_consumed=sum(r.record.samples for r in group),
                 wall_s=sum(r.record.wall_s for r in group),
                 critic_lr=rec0.critic_lr,
+                evals=eval_cost([r.steps for r in group], metric),
             )
         )
     return out
@@ -286,6 +289,12 @@ def assess(
         raise AnalysisError(
             f"every run of the reference {ref_label} failed ({'; '.join(ref.failures)}); "
             "lower the base LR or the reference batch and probe again"
+        )
+    if ref.estimate.samples_to_target <= 0:  # met by the first evaluation: R/R0 divides by 0
+        raise AnalysisError(
+            f"the reference {ref_label} meets {metric} {'>=' if higher_is_better else '<='} {target} "
+            "before it trains (at its first evaluation), so no batch can be compared: set a target the "
+            "untrained model does not reach (target.value)"
         )
     if math.isinf(ref.estimate.samples_to_target):
         notes.append(
