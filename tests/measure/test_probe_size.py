@@ -27,7 +27,7 @@ def test_a_long_stated_run_gets_the_branched_probe_with_its_costs() -> None:
     assert cfg.probe.mode == "branched" and cfg.study is StudyKind.RL_BRANCHED
     assert cfg.probe_choice.startswith("auto chose branched")
     choice = choose_probe(cfg)
-    assert choice.full_run_samples == 670 * 256
+    assert choice.full_run_samples == 875 * 256
     assert choice.branched_samples_max < choice.grid_samples  # cheaper even at its bound
 
 
