@@ -38,7 +38,9 @@ def emit(trainer: str, rec: RecommendationInput, num_gpus: int, **options: Any) 
     return emitters[trainer](rec, num_gpus, **options)
 
 
-def recommendation_input(rec: Recommendation, cfg: Recipe | None = None) -> RecommendationInput:
+def recommendation_input(
+    rec: Recommendation, cfg: Recipe | None = None, num_gpus: int = 0
+) -> RecommendationInput:
     """The winner of a recommendation as emitter input. The winner carries its own LR and (PPO) the
     critic LR its runs used (Hilton et al. 2021: the critic has its own scale); the recipe, when
     known, supplies the algorithm, the mini-batches and vLLM's memory share; the generation
@@ -49,7 +51,7 @@ def recommendation_input(rec: Recommendation, cfg: Recipe | None = None) -> Reco
         base = RecommendationInput(
             w.prompts, w.group_size, w.lr, critic_lr=w.critic_lr or 0.0, generation_concurrency=concurrency
         )
-        return _with_async(base, rec, None)
+        return _with_async(base, rec, None, num_gpus)
     return _with_async(
         RecommendationInput(
             prompts=w.prompts,
@@ -65,6 +67,7 @@ def recommendation_input(rec: Recommendation, cfg: Recipe | None = None) -> Reco
         ),
         rec,
         cfg,
+        num_gpus,
     )
 
 
@@ -72,28 +75,47 @@ _OFFPOLICY_LABEL = re.compile(r"-k(\d+)u(\d+)$")  # the plan's off-policy candid
 
 
 def pick_offpolicy(rec: Recommendation) -> tuple[int, int]:
-    """(staleness k, updates per batch u; 0 = the recipe's mini-batches) of the winner: its own
-    fields when the ranking carries them, else its label's ``-k{k}u{u}``, else on-policy."""
-    w = rec.winner
-    k, u = getattr(w, "staleness", None), getattr(w, "updates_per_batch", None)
-    if isinstance(k, int) and isinstance(u, int):
-        return k, u
-    m = _OFFPOLICY_LABEL.search(w.label)
+    """(staleness k, updates per batch u; 0 = the recipe's mini-batches) of the winner: the async
+    ranking's pick when there is one (``rec.async_choice``), else the winner's ``-k{k}u{u}`` label,
+    else on-policy."""
+    choice = getattr(rec, "async_choice", None)
+    if choice is not None:
+        return int(choice.staleness), int(choice.updates_per_batch)
+    m = _OFFPOLICY_LABEL.search(rec.winner.label)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def _with_async(base: RecommendationInput, rec: Recommendation, cfg: Recipe | None) -> RecommendationInput:
-    """The off-policy part of the pick: k and u from the winner; mode, split and in-flight cap from
-    the async ranking's choice (``rec.async_choice``) when there is one, else the recipe's [algorithm]."""
+def _split(choice: Any, num_gpus: int) -> tuple[int, str]:
+    """The pick's rollout GPUs for ``num_gpus`` (0: none ranked), scaled when the ranking assumed
+    another GPU count; and the note that says so."""
+    rollout, total = getattr(choice, "rollout_gpus", None) or 0, getattr(choice, "total_gpus", 0) or 0
+    if not rollout or not num_gpus or not total or total == num_gpus or num_gpus < 2:
+        return rollout, ""
+    scaled = min(max(1, round(rollout * num_gpus / total)), num_gpus - 1)
+    note = (
+        f"the ranking split {total} GPUs {rollout}:{total - rollout} (rollout:train); scaled to "
+        f"{scaled}:{num_gpus - scaled} for {num_gpus} GPUs"
+    )
+    return scaled, note
+
+
+def _with_async(
+    base: RecommendationInput, rec: Recommendation, cfg: Recipe | None, num_gpus: int = 0
+) -> RecommendationInput:
+    """The off-policy part of the pick: k, u, mode, sync_every, in-flight cap and split from the async
+    ranking's pick (``rec.async_choice``) when there is one, else k and u from the winner's label and
+    the rest from the recipe's [algorithm]."""
     k, u = pick_offpolicy(rec)
-    mini = base.mini_batches  # without a recipe, its default: 1 (u then counts epochs, as the trainer does)
+    choice = getattr(rec, "async_choice", None)
+    # the pick's own mini-batches; else the recipe's, or without one its default 1 (u then counts epochs)
+    mini = int(getattr(choice, "mini_batches", 0) or base.mini_batches)
     if u and u % mini:
         raise InputError(f"the pick's updates_per_batch={u} is not a multiple of mini_batches={mini}")
-    choice = getattr(rec, "async_choice", None)
     alg = cfg.algorithm if cfg is not None else None
     mode = getattr(choice, "mode", None) or (alg.mode if alg is not None else "sync")
     cap = getattr(choice, "in_flight_cap", None)
     sync_every = getattr(choice, "sync_every", None) or (alg.sync_every if alg is not None else 1)
+    rollout, split_from = _split(choice, num_gpus)
     return dataclasses.replace(
         base,
         mini_batches=mini,
@@ -102,7 +124,8 @@ def _with_async(base: RecommendationInput, rec: Recommendation, cfg: Recipe | No
         mode=mode,
         sync_every=sync_every,
         in_flight_cap=cap if cap is not None else (alg.in_flight_cap if alg is not None else 0),
-        rollout_gpus=getattr(choice, "rollout_gpus", None) or 0,
+        rollout_gpus=rollout if mode == "async" else 0,
+        split_from=split_from,
     )
 
 
@@ -110,4 +133,4 @@ def emit_for_recommendation(
     rec: Recommendation, trainer: str, num_gpus: int, cfg: Recipe | None = None, **options: Any
 ) -> EmittedConfig:
     """``emit`` for a Recommendation (what `batchtune recommend --emit` prints)."""
-    return emit(trainer, recommendation_input(rec, cfg), num_gpus, **options)
+    return emit(trainer, recommendation_input(rec, cfg, num_gpus), num_gpus, **options)

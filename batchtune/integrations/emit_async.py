@@ -75,7 +75,7 @@ def async_split(rec: RecommendationInput, num_gpus: int) -> tuple[int, int, list
             "(or emit the colocated form with mode='sync')"
         )
     if rec.rollout_gpus:
-        return rec.rollout_gpus, num_gpus - rec.rollout_gpus, []
+        return rec.rollout_gpus, num_gpus - rec.rollout_gpus, [rec.split_from] if rec.split_from else []
     half = num_gpus // 2
     note = (
         f"the pick names no rollout:train split: {half}:{num_gpus - half} emitted; move GPUs to the side "

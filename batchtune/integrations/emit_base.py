@@ -38,6 +38,7 @@ class RecommendationInput:
     in_flight_cap: int = 0  # finished batches queued ahead; 0 = max(staleness, 1)
     rollout_gpus: int = 0  # async: GPUs of num_gpus that generate (the rest train); 0 = not given
     partial_rollout: bool = False  # in-flight responses continue across a weight sync (mixed versions)
+    split_from: str = ""  # how rollout_gpus was derived from the ranking's split, when it was scaled
 
     @property
     def batch_responses(self) -> int:

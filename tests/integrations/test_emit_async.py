@@ -149,16 +149,24 @@ def _recommendation(label: str, **winner):
     return SimpleNamespace(winner=w, winner_throughput=SimpleNamespace(generation_concurrency=None))
 
 
-def test_pick_read_from_label_fields_and_async_choice():
-    """k and u from the winner's fields when present, else its -k{k}u{u} label; the split and cap from
-    the async ranking's choice; without a recipe u counts epochs of one mini-batch (its default)."""
+def test_pick_read_from_the_async_choice_or_the_label():
+    """k, u, mini-batches, mode, sync_every, cap and split from the async ranking's pick when there is
+    one; else k and u from the -k{k}u{u} label (without a recipe u counts epochs of one mini-batch,
+    its default); a split ranked on other GPUs is scaled to --gpus, and the text says so."""
     r = recommendation_input(_recommendation("P64xG8-k2u4"))  # type: ignore[arg-type]
-    assert (r.staleness, r.mini_batches, r.epochs, r.mode) == (2, 1, 4, "sync")  # the recipe default: 1
-    rec2 = _recommendation("P64xG8", staleness=1, updates_per_batch=2)
-    rec2.async_choice = SimpleNamespace(mode="async", rollout_gpus=2, in_flight_cap=3)
-    r = recommendation_input(rec2)  # type: ignore[arg-type]
-    assert (r.staleness, r.epochs, r.mode, r.rollout_gpus, r.in_flight_cap) == (1, 2, "async", 2, 3)
+    assert (r.staleness, r.mini_batches, r.epochs, r.mode) == (2, 1, 4, "sync")
     assert recommendation_input(_recommendation("P64xG8")).staleness == 0  # type: ignore[arg-type]
+    rec2 = _recommendation("P64xG8-k1u2")
+    rec2.async_choice = SimpleNamespace(
+        mode="async", staleness=1, updates_per_batch=4, mini_batches=2, sync_every=2, in_flight_cap=3,
+        rollout_gpus=1, train_gpus=1, total_gpus=2,
+    )  # fmt: skip
+    r = recommendation_input(rec2, None, 2)  # type: ignore[arg-type]
+    assert (r.staleness, r.mini_batches, r.epochs, r.mode, r.sync_every) == (1, 2, 2, "async", 2)
+    assert (r.rollout_gpus, r.in_flight_cap, r.split_from) == (1, 3, "")
+    r8 = recommendation_input(rec2, None, 8)  # type: ignore[arg-type]
+    assert r8.rollout_gpus == 4 and "scaled to 4:4" in r8.split_from
+    assert "scaled to 4:4" in emit("verl", r8, 8).text
 
 
 def _read(tmp_path, trainer: str, text: str, extra: str = ""):
