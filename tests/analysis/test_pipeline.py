@@ -167,3 +167,25 @@ def test_shared_device_contention() -> None:
     assert a1.batch_time_s == pytest.approx(15.0) and a3.batch_time_s == pytest.approx(15.0)
     with pytest.raises(AnalysisError, match="contention"):
         shared_device(contention=0.5, gen_time_s=10.0, train_time_s=4.0, **kw)  # type: ignore[arg-type]
+
+
+def test_a_trace_of_varying_times() -> None:
+    # A constant trace is the constant case; alternating slow and fast batches with the same mean
+    # cost time when the bound stops the rollout running ahead (bound 0), not with room ahead.
+    kw = dict(batch_responses=8, train_time_s=4.0, sync_time_s=1.0, sync_pauses_rollout=False)
+    flat = simulate_pipeline(gen_time_s=10.0, staleness_bound=1, in_flight_cap=1, **kw)  # type: ignore[arg-type]
+    same = simulate_pipeline(
+        gen_time_s=10.0,
+        staleness_bound=1,
+        in_flight_cap=1,
+        gen_trace=[10.0],
+        **kw,  # type: ignore[arg-type]
+    )
+    assert same.batch_time_s == pytest.approx(flat.batch_time_s)
+    varied = dict(kw, gen_time_s=4.5, gen_trace=[1.0, 8.0])
+    tight = simulate_pipeline(staleness_bound=1, in_flight_cap=1, **varied)  # type: ignore[arg-type]
+    loose = simulate_pipeline(staleness_bound=8, in_flight_cap=8, **varied)  # type: ignore[arg-type]
+    assert loose.batch_time_s == pytest.approx(5.0)  # the trainer's 4 + 1 bounds it on average
+    assert tight.batch_time_s > loose.batch_time_s
+    with pytest.raises(AnalysisError, match="gen_trace"):
+        simulate_pipeline(staleness_bound=1, **dict(varied, gen_trace=[math.nan]))  # type: ignore[arg-type]

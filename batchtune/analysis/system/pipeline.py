@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from batchtune.errors import AnalysisError
@@ -125,6 +126,8 @@ def simulate_pipeline(
     n_batches: int = 480,
     sync_pauses_rollout: bool = True,
     handoff_s: float = 0.0,
+    gen_trace: Sequence[float] = (),
+    train_trace: Sequence[float] = (),
 ) -> PipelineEstimate:
     """The async pipeline as a deterministic discrete-event simulation (see the module docstring).
 
@@ -132,6 +135,9 @@ def simulate_pipeline(
     loading the weights is then part of ``gen_time_s``), as in backends/torch_rl/async_run.py.
     ``handoff_s``: the latency of each message between the sides (a batch reaching the trainer,
     weights or freed queue room reaching the rollout), e.g. a measured inter-process round trip / 2.
+    ``gen_trace`` / ``train_trace``: per-batch times (a measured run's, in order, repeated) in place
+    of the constant ones, so the variation of the stage times plays out against the bounds; the
+    constants should then be their means (the idle shares are computed from them).
 
     Batches are processed in order: the trainer's timeline for batches < b fixes every version and
     sync that batch b's start and pauses depend on, so one pass suffices. Steady state: the second
@@ -151,7 +157,9 @@ def simulate_pipeline(
     if not (math.isfinite(handoff_s) and handoff_s >= 0):
         raise AnalysisError(f"handoff_s must be a finite time >= 0, not {handoff_s}")
     hand = handoff_s
-    per_update = train_time_s / u
+    for name, tr in (("gen_trace", gen_trace), ("train_trace", train_trace)):
+        if any(not (math.isfinite(x) and x >= 0) for x in tr):
+            raise AnalysisError(f"{name} must hold finite times >= 0")
     n_batches = max(n_batches, 4 * (s // math.gcd(u, s)))
     sync_end: list[float] = [0.0]  # end time of each sync, in order (version 0 at t = 0)
     sync_start: list[float] = [0.0]
@@ -170,7 +178,7 @@ def simulate_pipeline(
             i = bisect.bisect_left(sync_ver, b * u - k)  # first sync with a new-enough version
             start = max(start, sync_end[i] + hand)
         v = sync_ver[max(0, bisect.bisect_right(sync_end, start - hand) - 1)]  # latest version received
-        end = start + gen_time_s
+        end = start + (gen_trace[b % len(gen_trace)] if gen_trace else gen_time_s)
         first = bisect.bisect_left(sync_end, start + 1e-12) if sync_pauses_rollout else len(sync_end)
         for i2 in range(first, len(sync_end)):  # syncs overlapping the generation pause it
             ss, se = sync_start[i2], sync_end[i2]
@@ -183,6 +191,7 @@ def simulate_pipeline(
         rollout_free = end
         t = max(t_tr, end + hand)
         taken.append(t)
+        per_update = (train_trace[b % len(train_trace)] if train_trace else train_time_s) / u
         for jj in range(u):
             t += per_update
             n = b * u + jj + 1
