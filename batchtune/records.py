@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from batchtune import codec, records_check
 from batchtune.codec import from_dict
@@ -305,6 +305,16 @@ class RunWriter:
             self._fh.close()
 
 
+class _RunSettings(Protocol):
+    @property
+    def results_dir(self) -> str: ...
+
+
+class _WithResultsDir(Protocol):  # a Recipe, without records importing the recipe layer
+    @property
+    def run(self) -> _RunSettings: ...
+
+
 class ResultsStore:
     """A results directory: append-only, atomic, resumable (see the module docstring)."""
 
@@ -312,6 +322,11 @@ class ResultsStore:
         self.root = Path(root)
         self.runs_dir = self.root / "runs"
         self.plots_dir = self.root / "plots"
+
+    @classmethod
+    def of(cls, recipe: _WithResultsDir) -> ResultsStore:
+        """The store of a recipe's results directory (``recipe.run.results_dir``)."""
+        return cls(recipe.run.results_dir)
 
     # ---- manifest -------------------------------------------------------------------------
     @property

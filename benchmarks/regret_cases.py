@@ -168,8 +168,8 @@ def probe_and_recommend(name: str, workdir: str | None = None) -> tuple[Recipe, 
     """The tool on NQM case `name` as a user runs it (probe, profile, recommend) in a fresh results dir."""
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         cfg = nqm_recipe(name, str(Path(tmp) / "results"))
-        run_probe(cfg, cfg.run.results_dir)
-        run_profile(cfg, ResultsStore(cfg.run.results_dir))
+        run_probe(cfg)
+        run_profile(cfg, ResultsStore.of(cfg))
         rec, _, _ = recommend_for_recipe(cfg, "auto", None, 1)
     return cfg, rec
 

@@ -45,7 +45,7 @@ def exhaustive_truth(name: str, seeds: list[int]):
             f"run.results_dir={ex_dir}",
         ],
     )
-    return run_probe(exhaustive, ex_dir).efficiency
+    return run_probe(exhaustive).efficiency
 
 
 def run_tiny_case(name: str, seeds: list[int]) -> CaseResult:
@@ -54,7 +54,7 @@ def run_tiny_case(name: str, seeds: list[int]) -> CaseResult:
     truth = exhaustive_truth(name, seeds)
     pr_dir = CACHE / f"{name}-probe"
     cfg = load_recipe(recipe, [f"run.results_dir={pr_dir}"])
-    run_probe(cfg, pr_dir)
+    run_probe(cfg)
     store = ResultsStore(pr_dir)
     if not store.throughput():
         run_profile(cfg, store)

@@ -189,8 +189,9 @@ def test_a_run_held_elsewhere_is_waited_for_and_the_band_never_uses_a_partial_re
     import batchtune.measure.probe as probe_mod
 
     probe_mod.reference_band = spy_band
+    at_store = recipe.with_results_dir(store.root)
     try:
-        result = run_probe(recipe, store.root, lambda kind, info: events.append((kind, info)))
+        result = run_probe(at_store, lambda kind, info: events.append((kind, info)))
     finally:
         probe_mod.reference_band = reference_band
         holder.join()
@@ -207,7 +208,7 @@ def test_no_band_from_a_partial_reference(tmp_path):
     recipe = load_recipe(NQM, NQM_SMALL)
     plan = plan_candidates(recipe)
     store = ResultsStore(tmp_path / "r")
-    run_probe(recipe, store.root)
+    run_probe(recipe.with_results_dir(store.root))
     assert math.isfinite(reference_band(store, recipe, plan)[0])
     ref = plan.by_label()[plan.reference]
     (store.run_dir(run_id(ref, 1)) / "run.json").unlink()  # one reference seed unfinished

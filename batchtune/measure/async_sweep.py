@@ -137,7 +137,7 @@ def sweep_decision(recipe: Recipe, plan: Plan, *, save: bool, time: bool = True)
     nothing pruned). None without the auto sweep."""
     if recipe.probe.async_sweep != "auto" or not plan.offpolicy:
         return None
-    store = ResultsStore(recipe.run.results_dir)
+    store = ResultsStore.of(recipe)
     stored = _load(store)
     if stored is not None and set(stored.cells) == set(plan.offpolicy):
         return stored

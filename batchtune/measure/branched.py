@@ -125,7 +125,7 @@ def run_branched(
     problem = backends.checkpoint_problem(recipe)
     if problem is not None:
         raise InputError(f"{problem}, so probe.mode = 'branched' cannot use it; use probe.mode = 'grid'")
-    root = ResultsStore(recipe.run.results_dir)
+    root = ResultsStore.of(recipe)
     check_manifest(root, recipe)
     recipe = branched_recipe(recipe)
     store = branched_store(recipe.run.results_dir)

@@ -42,7 +42,7 @@ def run_pretrain_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> P
     t0 = time.perf_counter()
     if not recipe.study.pretrain:
         raise InputError("the pre-training probe needs backend.training = 'pretrain'")
-    store = ResultsStore(recipe.run.results_dir)
+    store = ResultsStore.of(recipe)
     check_manifest(store, recipe)
     failed_starts.reopen(store, progress)  # a run that could not start measured nothing: run it again
     plan = plan_pretrain(recipe)

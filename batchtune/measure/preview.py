@@ -233,7 +233,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
 
     ``time_steps``: training steps to time per candidate (None: 3 for in-process backends, none for
     the command backend, which would start a trainer per candidate; 0: do not time)."""
-    store = ResultsStore(recipe.run.results_dir)
+    store = ResultsStore.of(recipe)
     seeds = recipe.budget.seeds
     backend = recipe.backend.training
     sweep_notes: list[str] = []

@@ -190,12 +190,10 @@ def reference_band(store: ResultsStore, recipe: Recipe, plan: Plan) -> tuple[flo
     return band_of(eff, plan.reference, recipe)
 
 
-def run_probe(
-    recipe: Recipe, results_dir: str | Path | None = None, progress: ProgressFn | None = None
-) -> ProbeResult:
-    """Run (or resume) the probe of ``recipe`` into ``results_dir`` and analyse it."""
+def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult:
+    """Run (or resume) the probe of ``recipe`` into its results directory and analyse it."""
     t0 = time.perf_counter()
-    store = ResultsStore(results_dir or recipe.run.results_dir)
+    store = ResultsStore.of(recipe)
     check_target_range(recipe)
     preflight.check(recipe)  # task, prompts file, reward import, command placeholders: before any write
     check_manifest(store, recipe)
@@ -243,9 +241,3 @@ def run_probe(
         wall_s=time.perf_counter() - t0,
         notes=(note,) if note else (),
     )
-
-
-def replace_results_dir(recipe: Recipe, results_dir: str | None) -> Recipe:
-    if not results_dir:
-        return recipe
-    return dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, results_dir=results_dir))

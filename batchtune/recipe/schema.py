@@ -6,6 +6,7 @@ A recipe is a TOML file whose tables mirror these dataclasses; `load.py` reads a
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -345,6 +346,13 @@ class Recipe:
     def sample_unit(self) -> str:
         """What a sample (and a batch) counts: "tokens" for pre-training, else "samples" (responses)."""
         return self.study.sample_unit
+
+    def with_results_dir(self, results_dir: str | os.PathLike[str] | None) -> Recipe:
+        """This recipe writing to ``results_dir`` (``run.results_dir``, the results directory's one
+        home); None or "" keeps the recipe's own."""
+        if not results_dir:
+            return self
+        return dataclasses.replace(self, run=dataclasses.replace(self.run, results_dir=str(results_dir)))
 
 
 LOADER_FIELDS = ("source", "probe_choice")  # set by the loader, never read from a recipe file

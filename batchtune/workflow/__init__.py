@@ -38,9 +38,7 @@ if TYPE_CHECKING:
 
 def recipe_for(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
     """The recipe named (or the default), with --set overrides and the results directory applied."""
-    from batchtune.measure.probe import replace_results_dir
-
-    cfg = replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
+    cfg = load_recipe(recipe or DEFAULT_RECIPE, overrides).with_results_dir(results)
     return _results_is_a_folder(cfg)
 
 
@@ -85,7 +83,7 @@ def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> ProbeOutcome:
     if not isinstance(result, ProbeResult):  # branched and pre-training probes draw their own
         return result
     try:  # best effort: a finished probe in a read-only directory still gives its answer
-        plot = _plot_probe(ResultsStore(cfg.run.results_dir), result.efficiency)
+        plot = _plot_probe(ResultsStore.of(cfg), result.efficiency)
     except OSError as exc:
         return dataclasses.replace(result, notes=(*result.notes, _plot_skipped("learning-curve", exc)))
     return dataclasses.replace(result, plot_path=plot)
@@ -188,7 +186,7 @@ def profile(
     from batchtune.measure.profile import predict_roofline, run_profile
     from batchtune.report.plots import plot_profile, plot_roofline
 
-    store = ResultsStore(cfg.run.results_dir)
+    store = ResultsStore.of(cfg)
     if roofline_only:
         hw = None if cfg.hardware.name == "auto" else cfg.hardware.name
         pred = predict_roofline(cfg, hw)
@@ -203,16 +201,14 @@ def profile(
 
 def _recipe_for_results(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
     """The recipe named, else the one stored with the results, else the default recipe."""
-    from batchtune.measure.probe import replace_results_dir
-
     if recipe is None and results is not None:
         manifest = ResultsStore(results).read_manifest()
         if manifest is not None and not isinstance(manifest.get("recipe"), dict):
             raise InputError(f"{results}/manifest.json has no recipe table; name one: recommend RECIPE")
         if manifest:
             data = apply_overrides(manifest["recipe"], overrides)
-            return replace_results_dir(recipe_from_dict(data, f"{results}/manifest.json"), results)
-    cfg = replace_results_dir(load_recipe(recipe or DEFAULT_RECIPE, overrides), results)
+            return recipe_from_dict(data, f"{results}/manifest.json").with_results_dir(results)
+    cfg = load_recipe(recipe or DEFAULT_RECIPE, overrides).with_results_dir(results)
     return _results_is_a_folder(cfg)
 
 
@@ -286,7 +282,7 @@ def recommend_for_recipe(
     from batchtune.measure.probe import analyse_store
 
     check_pretrain_ranking(cfg, command, emit)
-    store = ResultsStore(cfg.run.results_dir)
+    store = ResultsStore.of(cfg)
     if not store.exists():
         raise InputError(
             f"no results in {store.root}: run `batchtune probe` first (or name another results directory)"
@@ -405,7 +401,7 @@ def _emit(
         from batchtune.analysis.system.roofline import KNOWN_HARDWARE
         from batchtune.integrations.emit_files import hardware_caveat
 
-        points = ResultsStore(cfg.run.results_dir).throughput()
+        points = ResultsStore.of(cfg).throughput()
         where = points[-1].hardware if points else ""
         caveat = hardware_caveat(where, concurrency, tuple(KNOWN_HARDWARE))
         return out.text + f"# {caveat}\n", out.values

@@ -299,7 +299,7 @@ def _smoke_probe(cfg: Recipe, run_probe: Any) -> tuple[str, Any]:
     if cfg.study.pretrain:
         return _smoke_pretrain(cfg)
     try:
-        result = run_probe(cfg, None, _stop_at_failure)
+        result = run_probe(cfg, _stop_at_failure)
     except _FirstRunFailed as stop:
         raise stop.as_error() from None
     eff = result.efficiency
@@ -343,7 +343,7 @@ def _smoke_branches(cfg: Recipe) -> tuple[str, Any]:
         raise InputError(f"{problem}, so probe.mode = 'branched' cannot use it")
     where = Path(cfg.run.results_dir) / "branches"
     shutil.rmtree(where, ignore_errors=True)
-    cfg = branched_recipe(dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, results_dir=str(where))))
+    cfg = branched_recipe(cfg.with_results_dir(where))
     plan = plan_candidates(cfg)
     main = [plan.by_label()[lab] for lab in plan.main]
     ref, seed, t = main[0], cfg.budget.seeds[0], cfg.target
@@ -380,7 +380,7 @@ def _smoke_branches(cfg: Recipe) -> tuple[str, Any]:
 
 
 def _smoke_profile(cfg: Recipe, run_profile: Any) -> tuple[str, Any]:
-    result = run_profile(cfg, ResultsStore(cfg.run.results_dir), None)
+    result = run_profile(cfg, ResultsStore.of(cfg), None)
     n = sum(len(m.points) for m in result.modes.values())
     g = cfg.generation
     if g.backend == "simulated":

@@ -62,7 +62,7 @@ def _pretrain_grid_probe(cfg: Recipe, progress: ProbeEvents | None) -> PretrainP
     from batchtune.report.pretrain_grid import plot_bopt_bmin
 
     result = run_pretrain_probe(cfg, progress)
-    plot = plot_bopt_bmin(result.analysis, ResultsStore(cfg.run.results_dir).plots_dir / "bopt_bmin.png")
+    plot = plot_bopt_bmin(result.analysis, ResultsStore.of(cfg).plots_dir / "bopt_bmin.png")
     return dataclasses.replace(result, plot_path=plot)
 
 

@@ -394,7 +394,9 @@ def test_default_probe_finds_the_critical_batch_inside_the_range(tmp_path):
     from batchtune.measure.probe import run_probe
 
     root = Path(__file__).resolve().parents[2]
-    result = run_probe(load_recipe(root / "recipes" / "tiny-grpo.toml"), tmp_path / "results")
+    result = run_probe(
+        load_recipe(root / "recipes" / "tiny-grpo.toml").with_results_dir(tmp_path / "results")
+    )
     critical = result.efficiency.critical
     assert critical is not None and critical.batch is not None, critical
     assert [v.status for v in critical.verdicts][-1] == "deviates", critical.reason

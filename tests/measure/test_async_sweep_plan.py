@@ -36,7 +36,7 @@ def test_decision_is_stored_and_the_probe_runs_the_kept_ones(tmp_path: Path) -> 
     kept2 = {lab for lab in plan.offpolicy if lab.startswith("P2xG8-") and d.cells[lab].kept}
     assert kept2 == {"P2xG8-k0u2", "P2xG8-k0u4", "P2xG8-k1u1", "P2xG8-k1u2"}
     assert all(d.cells[lab].kept for lab in plan.offpolicy if lab.startswith("P4xG8-"))
-    store = ResultsStore(cfg.run.results_dir)
+    store = ResultsStore.of(cfg)
     _save(store, d)
     back = _load(store)
     assert back is not None and {k: (c.kept, c.reason) for k, c in back.cells.items()} == {

@@ -28,12 +28,12 @@ CASE = [
 
 def test_inconclusive_batch_gets_paired_seeds_until_it_decides(tmp_path):
     recipe = load_recipe(ROOT / "recipes" / "nqm.toml", [*CASE, "budget.max_extra_seeds=0"])
-    before = run_probe(recipe, tmp_path / "r").efficiency
+    before = run_probe(recipe.with_results_dir(tmp_path / "r")).efficiency
     assert before.get("P32xG8").status == "inconclusive", before.get("P32xG8").verdict
     assert before.extra_seeds == {}
 
     recipe = load_recipe(ROOT / "recipes" / "nqm.toml", [*CASE, "budget.max_extra_seeds=3"])
-    result = run_probe(recipe, tmp_path / "r")  # resumes: only the extra seeds run
+    result = run_probe(recipe.with_results_dir(tmp_path / "r"))  # resumes: only the extra seeds run
     eff = result.efficiency
     extra = eff.extra_seeds
     assert result.runs_done == 2 * extra["P32xG8"]
@@ -44,7 +44,8 @@ def test_inconclusive_batch_gets_paired_seeds_until_it_decides(tmp_path):
     data = efficiency_to_dict(eff)
     assert {c["name"]: c["extra_seeds"] for c in data["candidates"]} == extra
     assert any(n.startswith("sequential seeding") for n in data["notes"])
-    assert run_probe(recipe, tmp_path / "r").runs_done == 0  # a rerun replays the same rounds
+    rerun = run_probe(recipe.with_results_dir(tmp_path / "r"))
+    assert rerun.runs_done == 0  # a rerun replays the same rounds
 
 
 @pytest.mark.parametrize(
@@ -70,6 +71,6 @@ def test_no_extra_seeds_when_the_reference_cannot_reach_the_target(tmp_path):
     within 3 rounds, so none is paid for (it ran 3 rounds at every batch: twice the probe's cost)."""
     sets = ["candidates.prompts=[1,2,4]", "target.value=0.01", "budget.max_samples=8192"]
     recipe = load_recipe(ROOT / "recipes" / "nqm.toml", [*sets, "budget.max_extra_seeds=3"])
-    result = run_probe(recipe, tmp_path / "r")
+    result = run_probe(recipe.with_results_dir(tmp_path / "r"))
     assert result.runs_done == 9 and result.efficiency.extra_seeds == {}
     assert result.efficiency.get("P2xG8").status == "inconclusive"  # no ratio to a censored R0
