@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from batchtune.analysis.pretrain.refine import refine_note
 from batchtune.records import naming
 
 
@@ -84,7 +85,8 @@ def render_grid(console: Console, a: Any) -> None:
         )
     console.print(s)
     for est in a.estimates:
-        for note in est.notes:
+        refine = refine_note(est.batches_tokens, est.b_opt_measured_tokens)
+        for note in (*est.notes, *([refine] if refine else [])):
             console.print(f"  L={est.target_loss:g}: {note}")
     if a.loss_floor is not None:
         console.print(f"loss floor of the data (exact entropy rate): {a.loss_floor:.4f} nats/token")
