@@ -56,6 +56,7 @@ class CaseResult:
     full_run_samples: float  # true R at the best batch
     wall_s: float
     regret_high: float = math.nan  # the tool's own bound: how much faster another batch could be
+    shape_free_ci: tuple[float, float] | None = None  # the crossing's interval without a model of R(B)
 
     @property
     def bound_covers(self) -> bool:
@@ -225,6 +226,7 @@ def _result(
         full_run_samples=float(r[best]),
         wall_s=time.perf_counter() - t0,
         regret_high=float(rec.ranking.regret_high),
+        shape_free_ci=None if crit is None or crit.shape_free is None else crit.shape_free.ci,
     )
 
 
@@ -235,6 +237,10 @@ SYN_GROUPS = (8, 16)
 SYN_PROMPTS = (4, 8, 16, 32, 64, 128, 256)
 SYN_SEEDS = (0, 1, 2)
 QUICK_SYN = ((256.0, 8), (1024.0, 16))
+# perfect scaling (R(B) flat: no critical batch), 3 seeds of the noise; G = 8 only: at G = 16 the
+# largest batch (4096) exceeds E_min (2000), so a run reaches the target inside its first step
+# and the truth's fractional-step time is not one a run can achieve
+PERFECT_SYN = ((math.inf, 8, 0), (math.inf, 8, 1), (math.inf, 8, 2))
 E_MIN = 2000.0  # samples at B -> 0
 GEN_T0, GEN_T1, TRAIN_T0, TRAIN_T1 = 2.0, 0.004, 0.5, 0.002  # seconds: step_s(N) = 2.5 + 0.006 N
 SIGMA0, B_SIGMA = 0.08, 32.0  # noise of one logged point at N = 32; it scales as sqrt(32 / N)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from batchtune.analysis.decide.recommend import how_sure, weak_advice
-from batchtune.analysis.sample.intervals import ci_header
+from batchtune.analysis.sample.intervals import ci_header, crossing_words
 from batchtune.report.terminal import fmt_ci, fmt_n, fmt_time, r_statistic
 
 _CSS = """
@@ -126,7 +126,9 @@ def build_sections(eff: Any, rec: Any | None, plots: list[Path], missing: str = 
     crit = eff.critical
     paras = [crit.reason] if crit is not None else []
     if crit is not None and crit.batch is not None:
-        paras.insert(0, f"Critical training batch: {fmt_n(crit.batch)} {eff.batch_noun}.")
+        words = crossing_words(crit.shape_free, crit.crossing_ci, eff.batch_noun)
+        head = f"Critical training batch: {fmt_n(crit.batch)} {eff.batch_noun}"
+        paras.insert(0, head + (f"; {words}." if words else "."))
     cmp = ">=" if eff.higher_is_better else "<="
     paras.append(f"Target: {eff.metric} {cmp} {eff.target:g}; tolerance R/R0 <= {1 + eff.tolerance:g}.")
     imgs = tuple(p for n, p in by_name.items() if n == "learning_curves.png")

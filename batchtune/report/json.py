@@ -135,6 +135,7 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
                 "crossing": num(crit.shape_free.crossing),
                 "ci": [num(v) for v in crit.shape_free.ci],
                 "bracket": [num(v) for v in crit.shape_free.bracket],
+                "b_crit_equivalent_ci": [num(v) for v in crit.shape_free.b_crit_ci],
                 "open_above": crit.shape_free.open_above,  # no critical batch in the measured range
                 "confidence": crit.shape_free.confidence,
             },

@@ -79,6 +79,7 @@ def test_on_mccandlish_curves_the_shape_free_interval_holds_the_crossing_and_is_
     sf = shape_free_crossing(*_runs(grid, ratios, noise=0.002), reference_batch=32.0)
     assert sf.ci[0] <= truth <= sf.ci[1] and sf.ci[1] / sf.ci[0] < 1.1
     assert abs(sf.crossing / truth - 1) < 0.02  # the chord is exact on a straight R(B)
+    assert sf.b_crit_ci[0] <= b_crit <= sf.b_crit_ci[1]  # the McCandlish B_crit of that crossing
 
 
 def test_perfect_scaling_says_no_critical_batch_in_the_measured_range():

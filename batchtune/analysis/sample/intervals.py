@@ -74,6 +74,16 @@ class ShapeFreeCrossing:
     sigma_log: float
     dof: int
     confidence: float
+    reference_batch: float = math.nan
+    tol: float = 0.1
+
+    @property
+    def b_crit_ci(self) -> tuple[float, float]:
+        """B_crit of the McCandlish curve with the same crossing, B* = B0 (1 + tol) + tol B_crit,
+        over the interval: on McCandlish curves it is B_crit, and it covers as the crossing does."""
+        b0, t = self.reference_batch, self.tol
+        lo, hi = ((x - b0 * (1 + t)) / t if t > 0 else math.nan for x in self.ci)
+        return max(lo, 0.0), hi
 
     @property
     def open_above(self) -> bool:
@@ -168,7 +178,7 @@ def shape_free_crossing(
     below = ub[ub <= point] if math.isfinite(point) else ub
     k = int(below.size - 1)
     bracket = (float(ub[k]), float(ub[k + 1]) if k + 1 < nb else top)
-    return ShapeFreeCrossing(point, (lo, hi), bracket, sigma, dof, confidence)
+    return ShapeFreeCrossing(point, (lo, hi), bracket, sigma, dof, confidence, float(reference_batch), tol)
 
 
 def _n(x: float) -> str:
