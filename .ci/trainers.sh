@@ -13,6 +13,18 @@ $PIP "torch==2.13.0"  # the CPU wheel on local disk
 $PIP -e . pytest pyyaml
 $PIP --no-deps verl==0.9.1 openrlhf==0.11.2 hydra-core==1.3.8 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 \
     trl==1.16.0 accelerate
+# the flat (legacy_flags) names are judged by OpenRLHF 0.9.10's own train_ppo_ray.py, read from its
+# wheel (not installed: one file, run as the test runs the current one)
+LEGACY="$VENV/openrlhf-0.9.10"
+"$VENV/bin/python" -m pip download -q --no-deps openrlhf==0.9.10 -d "$LEGACY"
+"$VENV/bin/python" - "$LEGACY" <<'EOF'
+import pathlib, sys, zipfile
+out = pathlib.Path(sys.argv[1])
+wheel = zipfile.ZipFile(next(out.glob("openrlhf-0.9.10-*.whl")))
+name = next(n for n in wheel.namelist() if n.endswith("openrlhf/cli/train_ppo_ray.py"))
+(out / "train_ppo_ray.py").write_bytes(wheel.read(name))
+EOF
+export OPENRLHF_LEGACY_CLI="$LEGACY/train_ppo_ray.py"
 # run from an empty folder: a ray/ session folder in the working directory would shadow packages
 cd "$(mktemp -d)"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$OLDPWD" -c "$OLDPWD/pyproject.toml" \

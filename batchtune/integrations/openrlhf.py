@@ -139,6 +139,10 @@ def emit_openrlhf(
     values.update(async_values)
     if legacy_flags:
         values = {_LEGACY.get(k, k): v for k, v in values.items()}
+        # 0.9.x asserts n_samples_per_prompt * rollout_batch_size // micro_rollout_batch_size >= actor
+        # GPUs, with a default of 8 (0.10.2+: 1): at the training micro-batch it always holds, since
+        # P*G >= train_batch_size = micro x accumulation x GPUs (read in 0.9.10's train_ppo_ray.py)
+        values["--micro_rollout_batch_size"] = micro
     constant = (
         "set --lr_scheduler constant (one scheduler for actor and critic before 0.10.2)"
         if legacy_flags
