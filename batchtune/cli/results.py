@@ -203,6 +203,12 @@ def import_logs_cmd(
     samples_per_step: Annotated[
         int, typer.Option(help="Responses per logged step when it is not P*G (e.g. TRL's optimiser steps).")
     ] = 0,
+    staleness: Annotated[
+        int, typer.Option(help="k the runs were launched with: rollouts up to k trainer steps old (async).")
+    ] = 0,
+    updates_per_batch: Annotated[
+        int, typer.Option(help="Optimiser updates per rollout batch (mini-batches x epochs).")
+    ] = 1,
     map_: Annotated[
         list[str] | None,
         typer.Option(
@@ -229,9 +235,12 @@ def import_logs_cmd(
         ("--prompts", prompts),
         ("--group-size", group_size),
         ("--samples-per-step", samples_per_step),
+        ("--staleness", staleness),
     ):
         if v < 0:
             raise InputError(f"{name} {v}: must be a positive count (0: the log's own)")
+    if updates_per_batch < 1:
+        raise InputError(f"--updates-per-batch {updates_per_batch}: must be at least 1")
     if not (math.isfinite(lr) and lr >= 0):
         raise InputError(f"--lr {lr}: must be a finite number > 0 (0: the log's own)")
     info = RunInfo(
@@ -241,6 +250,8 @@ def import_logs_cmd(
         seed=seed,
         run_id=run_id,
         samples_per_step=samples_per_step,
+        staleness=staleness,
+        updates_per_batch=updates_per_batch,
     )
     overrides = list(set_ or [])  # the recipe stored with the runs; the options below win
     if metric is not None:

@@ -35,6 +35,10 @@ class RunInfo:
     # responses consumed per logged step; 0 = prompts * group_size (one rollout batch per step). TRL
     # counts optimiser steps, which see fewer when one generation feeds several of them.
     samples_per_step: int = 0
+    # off-policy settings the run was launched with (the log says what it reached, as "staleness"):
+    # k in trainer steps and optimiser updates per rollout batch, stored on its RunRecord
+    staleness: int = 0
+    updates_per_batch: int = 1
 
 
 # ---- which log key means what ---------------------------------------------------------------------
@@ -142,6 +146,8 @@ class ImportedRun:
     steps: tuple[StepRecord, ...]
     source: str  # the file it came from
     critic_lr: float | None = None
+    staleness: int = 0  # RunInfo's: the k and u the run was launched with
+    updates_per_batch: int = 1
 
     @property
     def batch_responses(self) -> int:
@@ -186,6 +192,8 @@ class ImportedRun:
             critic_lr=self.critic_lr,
             backend=backend,
             source=self.source,
+            staleness=self.staleness,
+            updates_per_batch=self.updates_per_batch,
         )
         return record, list(self.steps)
 
@@ -365,4 +373,6 @@ def build_run(
         steps=tuple(steps),
         source=source,
         critic_lr=info.critic_lr or None,
+        staleness=info.staleness,
+        updates_per_batch=info.updates_per_batch,
     )

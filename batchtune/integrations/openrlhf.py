@@ -36,6 +36,7 @@ OPENRLHF_KEYS = LogKeys(
         "reward": ("train/reward",),
         "eval_reward": ("eval/eval_*_pass1",),
         "loss": ("train/policy_loss",),
+        "sync_s": ("train/timing/broadcast",),  # the weights to the vLLM engines, every step
     },
     grad_norm=("train/actor_grad_norm", "train/grad_norm"),
     critic_grad_norm=("train/critic_grad_norm",),

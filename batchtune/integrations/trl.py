@@ -47,6 +47,10 @@ TRL_KEYS = LogKeys(
         "reward": ("reward", "train/reward"),
         "eval_reward": ("eval_reward", "eval/reward"),
         "loss": ("loss", "train/loss"),
+        # AsyncGRPOTrainer (trl.experimental.async_grpo): versions a consumed completion lags, and
+        # the seconds of each weight sync, as the built-in async run names them
+        "staleness": ("sample/staleness_mean", "train/sample/staleness_mean"),
+        "sync_s": ("perf/weight_sync_s", "train/perf/weight_sync_s"),
     },
     grad_norm=("grad_norm",),
     lr=("learning_rate", "train/learning_rate"),  # trainer_state.json; W&B and TensorBoard add train/

@@ -37,10 +37,23 @@ from batchtune.integrations.emit_base import (
 )
 from batchtune.integrations.logs_generic import read_log_text
 
+# the async side, under the names the built-in async run records (backends/torch_rl/async_run.py),
+# so an imported run feeds the joint decision: V1 (trainer/ppo/v1/trainer_base.py: versions a
+# trajectory lags, the freshest weights it used; update_weights timer) and fully_async
+# (fully_async_trainer.py param_sync timer; detach_utils.py and fully_async_rollouter.py idle ratios)
+ASYNC_METRICS = {
+    "staleness": ("training/off_policy/trajectory_staleness/mean",),
+    "sync_s": ("timing_s/update_weights", "timing_s/param_sync"),
+    "trainer_idle_ratio": ("fully_async/trainer/idle_ratio",),
+    "rollout_idle_ratio": ("fully_async/rollouter/idle_ratio",),
+    "queue_wait_s": ("timing_s/wait_for_enough_samples",),
+}
+
 VERL_KEYS = LogKeys(
     metrics={
         "reward": ("critic/score/mean",),  # sequence score before KL penalty (rewards/mean is after)
         "eval_reward": ("val-core/*/reward/mean@*", "val-core/*/acc/mean@*"),
+        **ASYNC_METRICS,
     },
     grad_norm=("actor/grad_norm",),
     critic_grad_norm=("critic/grad_norm",),

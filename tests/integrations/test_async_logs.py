@@ -1,0 +1,98 @@
+"""import-logs reads the trainers' async timing keys (names from the installed sources: verl 0.9.1 V1
+trainer_base.py and fully_async, trl 1.16 AsyncGRPOTrainer, OpenRLHF 0.11.2) under the names the
+built-in async run records, so an imported async run feeds the joint decision (workflow/joint.run_knobs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batchtune.integrations.common import RunInfo
+from batchtune.integrations.readers import import_runs, read_log
+from batchtune.records import ResultsStore
+from batchtune.workflow.joint import run_knobs
+
+
+def _verl_log(tmp_path, fully_async: bool):
+    lines = []
+    for i in range(1, 6):
+        data = {
+            "critic/score/mean": 0.1 * i,
+            "actor/lr": 1e-6,
+            "timing_s/gen": 0.5,
+            "timing_s/update_actor": 1.0,
+            "timing_s/step": 2.0,
+        }
+        if fully_async:
+            data |= {
+                "timing_s/param_sync": 0.25,
+                "fully_async/trainer/idle_ratio": 0.25,
+                "fully_async/rollouter/idle_ratio": 0.1,
+                "timing_s/wait_for_enough_samples": 0.4,
+            }
+        else:
+            data |= {"timing_s/update_weights": 0.3, "training/off_policy/trajectory_staleness/mean": 1.0}
+        lines.append(json.dumps({"step": i, "data": data}))
+    path = tmp_path / ("fa.jsonl" if fully_async else "v1.jsonl")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("fully_async", [False, True])
+def test_verl_async_keys_feed_the_joint_decision(tmp_path, fully_async):
+    info = RunInfo(prompts=4, group_size=8, staleness=1, updates_per_batch=2)
+    (run,) = read_log(_verl_log(tmp_path, fully_async), "verl", info)
+    m = run.steps[-1].metrics
+    if fully_async:
+        assert (m["sync_s"], m["trainer_idle_ratio"], m["rollout_idle_ratio"]) == (0.25, 0.25, 0.1)
+        assert m["queue_wait_s"] == 0.4
+    else:
+        assert (m["sync_s"], m["staleness"]) == (0.3, 1.0)
+    store = ResultsStore(tmp_path / "results")
+    import_runs(store, [run])
+    (rec,) = store.runs()
+    assert (rec.staleness, rec.updates_per_batch) == (1, 2)
+    knobs = run_knobs(store)[rec.candidate]
+    assert (knobs.staleness, knobs.updates_per_batch) == (1, 2)
+    assert knobs.sync_s == (0.25 if fully_async else 0.3)
+
+
+def test_trl_async_grpo_keys(tmp_path):
+    history = [
+        {"step": i, "learning_rate": 1e-6, "reward": 0.1 * i, "sample/staleness_mean": 0.5,
+         "perf/weight_sync_s": 0.2}
+        for i in range(1, 4)
+    ]  # fmt: skip
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    (run,) = read_log(tmp_path, "trl", RunInfo(prompts=8, group_size=8))
+    assert (run.steps[-1].metrics["staleness"], run.steps[-1].metrics["sync_s"]) == (0.5, 0.2)
+
+
+def test_import_logs_cli_stores_the_launch_settings(tmp_path):
+    from typer.testing import CliRunner
+
+    from batchtune.cli import app
+
+    log = _verl_log(tmp_path, fully_async=False)
+    out = tmp_path / "res"
+    args = [
+        "import-logs",
+        str(log),
+        "-f",
+        "verl",
+        "-r",
+        str(out),
+        "--prompts",
+        "4",
+        "--group-size",
+        "8",
+        "--metric",
+        "reward",
+    ]
+    res = CliRunner().invoke(app, [*args, "--staleness", "2", "--updates-per-batch", "4"])
+    assert res.exit_code == 0, res.output
+    (rec,) = ResultsStore(out).runs()
+    assert (rec.staleness, rec.updates_per_batch) == (2, 4)
+    bad = CliRunner().invoke(app, [*args, "--updates-per-batch", "0"])
+    assert bad.exit_code != 0 and "at least 1" in bad.output
