@@ -10,6 +10,7 @@ a known Θ(B)); with --tiny, tiny-grpo and tiny-ppo against their exhaustive run
 
 Prints a table and one JSON line. Usage:
     python benchmarks/regret.py [--quick] [--only nqm|synthetic] [--tiny [--tiny-seeds 0,1,2,...]]
+    python benchmarks/regret.py --cases p0.8,p0.8-s9,p0.75-s3,p0.85-s6 > benchmarks/out/regret_edge.txt
 """
 
 from __future__ import annotations
@@ -94,19 +95,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 NQM + 2 synthetic cases (the CI test's)")
     ap.add_argument("--only", choices=("nqm", "synthetic"), default=None)
+    ap.add_argument("--cases", default="", help="only these NQM cases (names of regret_cases.NQM_CASES)")
     ap.add_argument("--tiny", action="store_true", help="also tiny-grpo/tiny-ppo vs exhaustive runs")
     ap.add_argument("--tiny-seeds", default="10,11,12", help="seeds of the exhaustive runs (the truth)")
     ap.add_argument("--tiny-recipes", default="tiny-grpo,tiny-ppo")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows: list[CaseResult] = []
+    cases = [c for c in args.cases.split(",") if c]
+    if cases:
+        args.only = "nqm"
     if args.only in (None, "synthetic"):
         syn = QUICK_SYN if args.quick else [(b, g) for g in SYN_GROUPS for b in SYN_B_CRITS]
         rows += [run_synthetic_case(b, g) for b, g in syn]
         if not args.quick:
             rows += [run_synthetic_case(b, g, seed) for b, g, seed in PERFECT_SYN]
     if args.only in (None, "nqm"):
-        for name in QUICK_NQM if args.quick else NQM_CASES:
+        for name in cases or (QUICK_NQM if args.quick else NQM_CASES):
             rows.append(run_nqm_case(name))
             print(f"# {name}: regret {rows[-1].regret:.3f} ({rows[-1].wall_s:.0f} s)", file=sys.stderr)
     if args.tiny:
