@@ -21,7 +21,7 @@ from pathlib import Path
 from batchtune.measure.probe import analyse_store, run_probe
 from batchtune.recipe.load import load_recipe
 from batchtune.records import ResultsStore
-from batchtune.workflow import recommend_for_recipe
+from batchtune.workflow.recommend import recommend_for_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -37,7 +37,7 @@ from batchtune.measure.pretrain_probe import load_grid_curves, run_pretrain_prob
 from batchtune.recipe.load import load_recipe
 from batchtune.records import ResultsStore
 from batchtune.workflow import probe as run_probe
-from batchtune.workflow import recommend_for_recipe
+from batchtune.workflow.recommend import recommend_for_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "benchmarks" / "cache"

@@ -31,7 +31,7 @@ from batchtune.measure.profile import run_profile
 from batchtune.recipe.load import load_recipe
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore, RunRecord, StepRecord, candidate_label
-from batchtune.workflow import recommend_for_recipe
+from batchtune.workflow.recommend import recommend_for_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 

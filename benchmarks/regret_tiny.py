@@ -24,7 +24,7 @@ from batchtune.measure.probe import run_probe
 from batchtune.measure.profile import run_profile
 from batchtune.recipe.load import load_recipe
 from batchtune.records import ResultsStore
-from batchtune.workflow import recommend_for_recipe
+from batchtune.workflow.recommend import recommend_for_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "benchmarks" / "cache"

@@ -252,7 +252,7 @@ def _show_recommendation(
     """``efficiency_shown``: the sample-efficiency table is on screen already (tune's first stage)."""
     written, replaced = None, False
     if out is not None and trainer is not None and emitted is not None:
-        from batchtune.workflow import write_emitted
+        from batchtune.workflow.recommend import write_emitted
 
         replaced = out.exists()
         written = write_emitted(trainer, emitted, emitted_values, out)
@@ -289,7 +289,7 @@ def _show_recommendation(
         console.print(f"Trainer config written to {written}{again}", highlight=False)
     if rec.efficiency.total_samples:
         from batchtune.analysis.system.profile import SIMULATED_DEVICE
-        from batchtune.workflow import SIMULATED_TIMINGS
+        from batchtune.workflow.recommend import SIMULATED_TIMINGS
 
         source = rec.throughput.source
         simulated = SIMULATED_DEVICE in source or SIMULATED_TIMINGS in source

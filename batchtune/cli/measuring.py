@@ -288,6 +288,7 @@ def tune(
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
     from batchtune.workflow.pretrain import check_pretrain_ranking
+    from batchtune.workflow.recommend import recommend_for_recipe
     from batchtune.workflow.study import study_for
 
     check_pretrain_ranking(cfg, "tune", emit)  # before a dry run too: its "Run it" would be refused
@@ -326,7 +327,7 @@ def tune(
         console.print("pre-training generates nothing: the probe's timed training steps are the throughput")
     if not json_out:
         console.rule("3/3 recommend: time-to-target")
-    rec, emitted, values = workflow.recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)
+    rec, emitted, values = recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)
     _show_recommendation(rec, emitted, values, json_out, emit, out, efficiency_shown=True)
 
 

@@ -66,7 +66,7 @@ def recommend(
     (`--measurements`, see docs/formats.md). T(B) = R(B) / Θ(B), normalised to the reference batch.
     """
     from batchtune.errors import ThroughputMissing
-    from batchtune.workflow import recommend_from_args
+    from batchtune.workflow.recommend import recommend_from_args
 
     _check_out(emit, out)
     try:

@@ -9,26 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from batchtune.analysis.decide.recommend import (
-    Recommendation,
-    ThroughputModel,
-    recommend,
-    throughput_from_probe,
-    throughput_from_profile,
-)
-from batchtune.analysis.system.profile import ProfileResult, RooflinePrediction, analyse_throughput
-from batchtune.errors import AnalysisError, InputError, NotRanked, ThroughputMissing
+from batchtune.analysis.system.profile import ProfileResult, RooflinePrediction
+from batchtune.errors import InputError
 from batchtune.events import ProbeEvents, SweepProgress
-from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
-from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
+from batchtune.recipe.load import DEFAULT_RECIPE, load_recipe
 from batchtune.recipe.schema import Recipe
-from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord, atomic_write_text
-from batchtune.workflow.joint import has_async_knobs
-from batchtune.workflow.pretrain import check_pretrain_ranking, emit_pretrain_pick
+from batchtune.records import FAILED_STATUSES, ResultsStore, atomic_write_text
+from batchtune.workflow.recommend import plot_skipped, plot_time, recommend_from_args, results_is_a_folder
 from batchtune.workflow.study import Preview, ProbeOutcome, study_for
 
 if TYPE_CHECKING:
@@ -39,16 +29,7 @@ if TYPE_CHECKING:
 def recipe_for(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
     """The recipe named (or the default), with --set overrides and the results directory applied."""
     cfg = load_recipe(recipe or DEFAULT_RECIPE, overrides).with_results_dir(results)
-    return _results_is_a_folder(cfg)
-
-
-def _results_is_a_folder(cfg: Recipe) -> Recipe:
-    """A results directory that is a file stopped later with "afile: File exists" or "afile/...: Not
-    a directory"."""
-    path = Path(cfg.run.results_dir)
-    if path.exists() and not path.is_dir():
-        raise InputError(f"results directory {path} is a file: give a folder with --results DIR")
-    return cfg
+    return results_is_a_folder(cfg)
 
 
 def validate_recipe(recipe: str) -> Recipe:
@@ -85,7 +66,7 @@ def probe(cfg: Recipe, progress: ProbeEvents | None = None) -> ProbeOutcome:
     try:  # best effort: a finished probe in a read-only directory still gives its answer
         plot = _plot_probe(ResultsStore.of(cfg), result.efficiency)
     except OSError as exc:
-        return dataclasses.replace(result, notes=(*result.notes, _plot_skipped("learning-curve", exc)))
+        return dataclasses.replace(result, notes=(*result.notes, plot_skipped("learning-curve", exc)))
     return dataclasses.replace(result, plot_path=plot)
 
 
@@ -97,10 +78,6 @@ def probe_ranked(cfg: Recipe, progress: ProbeEvents | None = None) -> ProbeResul
     if isinstance(result, PretrainProbeResult):  # check_pretrain_ranking refuses it before it runs
         raise InputError("a pre-training grid is not ranked by time-to-target: run `batchtune probe`")
     return result
-
-
-def _plot_skipped(what: str, exc: OSError) -> str:
-    return f"{what} plot not written ({exc.strerror or exc}: {exc.filename or 'the plots directory'})"
 
 
 def _plot_probe(store: ResultsStore, efficiency: Any, plots_dir: Path | None = None) -> Path | None:
@@ -156,7 +133,7 @@ def report(results: str, out_dir: Path | None = None) -> tuple[Path, Path]:
     if elsewhere and rec is not None:  # the report's own time plot, beside it
         plots = [p for p in plots if p.name != "time_to_target.png"]
         with contextlib.suppress(OSError):  # best effort, as the probe's plot
-            plots.insert(0, _plot_time(out / "plots", rec))
+            plots.insert(0, plot_time(out / "plots", rec))
     if store.runs():  # redrawn from the runs there now (imported ones: no probe drew them)
         plots = [p for p in plots if p.name != "learning_curves.png"]
         with contextlib.suppress(OSError):  # best effort, as the probe's plot
@@ -194,222 +171,3 @@ def profile(
         return pred, [plot_roofline(pred, store.plots_dir / "roofline.png")]
     result = run_profile(cfg, store, progress)
     return result, list(plot_profile(result, store.plots_dir))
-
-
-# ---- recommend -----------------------------------------------------------------------------------
-
-
-def _recipe_for_results(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
-    """The recipe named, else the one stored with the results, else the default recipe."""
-    if recipe is None and results is not None:
-        manifest = ResultsStore(results).read_manifest()
-        if manifest is not None and not isinstance(manifest.get("recipe"), dict):
-            raise InputError(f"{results}/manifest.json has no recipe table; name one: recommend RECIPE")
-        if manifest:
-            data = apply_overrides(manifest["recipe"], overrides)
-            return recipe_from_dict(data, f"{results}/manifest.json").with_results_dir(results)
-    cfg = load_recipe(recipe or DEFAULT_RECIPE, overrides).with_results_dir(results)
-    return _results_is_a_folder(cfg)
-
-
-SIMULATED_TIMINGS = "probe timings (simulated)"  # the NQM's: computed seconds, said wherever shown
-
-
-def throughput_for(
-    cfg: Recipe, store: ResultsStore, eff: Any, source: str, runs: list[RunRecord] | None = None
-) -> ThroughputModel:
-    """The throughput model ``source`` names; from the probe's own step times, flagged where runs
-    shared the machine (``runs``: the probe's runs, default the store's; a branched probe's live
-    under its own store)."""
-    if source not in ("auto", "profile", "probe"):
-        raise InputError(f"--throughput {source!r}: choose auto, profile or probe")
-    if cfg.study.pretrain:  # no generation: a step is the probe's own training step
-        if source == "profile":
-            raise InputError("--throughput profile: a pre-training recipe generates nothing; use probe")
-        source = "probe"
-    other = cfg.generation.other_s_per_step
-    if source in ("auto", "profile"):
-        points = store.throughput()  # the latest profile of the directory, with its stored model shape
-        profile = (
-            analyse_throughput(points, cfg, model_info=store.model_info(points[-1].profile_id))
-            if points
-            else None
-        )
-        model = throughput_from_profile(profile, eff.candidates, other)
-        if model is not None and profile is not None:
-            where = points[-1].hardware or "this machine"
-            load = profile.other_cores
-            if model.caveats:
-                how = f"contended: other processes on {load:.1f} of {profile.cpu_cores} cores"
-            elif math.isfinite(load):
-                how = f"timed alone (other processes on {load:.1f} cores)"
-            else:
-                how = "timed alone"
-            return dataclasses.replace(model, source=f"profile-gen on {where}, {how}")
-        if source == "profile":
-            raise InputError(
-                f"{store.root} has no generation and training profile; run `batchtune profile-gen` first"
-            )
-    parallel: dict[str, int] = {}
-    probed: set[str] = set()  # candidates with a run of batchtune's own (not imported from a log)
-    every = store.runs() if runs is None else runs
-    for run in every:  # the most runs that shared the machine with any run of a candidate
-        parallel[run.candidate] = max(parallel.get(run.candidate, 0), run.parallel_runs)
-        if run.source == "probe":
-            probed.add(run.candidate)
-    logged = {run.candidate for run in every} - probed
-    pretrain = cfg.study.pretrain
-    model = throughput_from_probe(eff.candidates, other, parallel, profile=not pretrain, logged_other=logged)
-    if cfg.backend.training == "nqm":  # its step times are computed from a time model, not measured
-        model = dataclasses.replace(model, source=model.source.replace("probe timings", SIMULATED_TIMINGS))
-    return model
-
-
-def recommend_for_recipe(
-    cfg: Recipe,
-    throughput: str,
-    emit: str | None,
-    gpus: int,
-    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-    *,
-    plot: bool = True,
-    command: str = "recommend",
-) -> tuple[Recommendation, str | None, Any]:
-    """The recommendation from a recipe's results directory; ``plot`` writes the time-to-target plot
-    there (a read-only gate such as `check` passes False: it must not write into the evidence);
-    ``command``: the one the user ran, for its messages (report, check)."""
-    from batchtune.measure.plan import plan_candidates
-    from batchtune.measure.probe import analyse_store
-
-    check_pretrain_ranking(cfg, command, emit)
-    store = ResultsStore.of(cfg)
-    if not store.exists():
-        raise InputError(
-            f"no results in {store.root}: run `batchtune probe` first (or name another results directory)"
-        )
-    if cfg.study.branched:
-        from batchtune.measure.branched import run_branched_probe
-
-        branched = run_branched_probe(cfg, read_only=True)
-        eff = branched.efficiency
-    else:
-        branched = None
-        plan = plan_candidates(cfg)
-        labels = {r.candidate for r in store.runs()}
-        use_plan = labels <= set(plan.by_label()) and plan.reference in labels
-        eff = analyse_store(store, cfg, plan if use_plan else None)
-    try:
-        probe_runs = (
-            None if branched is None else [r.record for r in (branched.runs.trunk, *branched.runs.branches)]
-        )
-        thr = throughput_for(cfg, store, eff, throughput, probe_runs)
-    except AnalysisError as exc:  # the critical batch needs no throughput: keep it, say what would rank
-        raise ThroughputMissing(
-            f"no time-to-target ranking: {exc}. The ranking needs a throughput source: "
-            "`batchtune profile-gen` on the training hardware, timing columns in the imported logs "
-            "(--map gen_s=KEY --map train_s=KEY), or --throughput probe after a probe that timed its steps",
-            eff,
-        ) from None
-    if branched is None:
-        joint = None
-        if has_async_knobs(cfg):  # only then: the sync path never reaches the async machinery
-            from batchtune.workflow.joint import joint_for, with_pick
-
-            joint, thr = joint_for(cfg, store, eff, thr)
-        try:
-            rec = recommend(eff, thr)
-        except AnalysisError as exc:
-            from batchtune.measure.advice import why_not_ranked
-
-            raise NotRanked(why_not_ranked(str(exc), store, cfg, eff), eff) from None
-        rec = rec if joint is None else with_pick(rec, joint, cfg)
-    else:  # what the search left unmeasured, and a batch schedule from the critical batch's progress
-        from batchtune.analysis.branched.summary import with_schedule
-        from batchtune.measure.branched import thin_evidence, unmeasured
-
-        rec = recommend(eff, thr, unmeasured=unmeasured(branched), caveats=thin_evidence(branched))
-        rec = with_schedule(rec, branched.summary, cfg.target.tolerance)
-    if plot:
-        try:  # best effort, as the probe's plot
-            note = f"time-to-target plot: {_plot_time(store.plots_dir, rec)}"
-        except OSError as exc:
-            note = _plot_skipped("time-to-target", exc)
-        rec = dataclasses.replace(rec, notes=(*rec.notes, note))
-    return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
-
-
-def _plot_time(plots_dir: Path, rec: Recommendation) -> Path:
-    from batchtune.report.plots_time import TIME_PLOT, plot_time_to_target
-
-    return plot_time_to_target(rec, plots_dir / TIME_PLOT)
-
-
-def recommend_from_args(
-    recipe: str | None = None,
-    *,
-    overrides: list[str] | None = None,
-    results: str | None = None,
-    measurements: Path | None = None,
-    throughput: str = "auto",
-    emit: str | None = None,
-    gpus: int = DEFAULT_GPUS_PER_NODE,
-    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-    plot: bool = True,
-    command: str = "recommend",
-) -> tuple[Recommendation, str | None, Any]:
-    if measurements is not None:
-        if results is not None:
-            raise InputError("give either --measurements or --results, not both")
-        from batchtune.measurements import (
-            assess_measurements,
-            load_measurements,
-            throughput_from_measurements,
-        )
-
-        m = load_measurements(measurements)
-        rec = recommend(assess_measurements(m), throughput_from_measurements(m))
-        if emit is None:
-            return rec, None, None
-        from batchtune.integrations.emit import emit as emit_config
-        from batchtune.integrations.emit import recommendation_input
-
-        winner = next(mc for mc in m.candidates if mc.efficiency.label == rec.winner.label)
-        base = recommendation_input(rec, None)
-        spec = dataclasses.replace(base, algorithm=m.study.algorithm, critic_lr=winner.critic_lr or 0.0)
-        out = emit_config(emit, spec, gpus, gpus_per_node=gpus_per_node)
-        return rec, out.text, out.values
-    cfg = _recipe_for_results(recipe, list(overrides or []), results)
-    return recommend_for_recipe(cfg, throughput, emit, gpus, gpus_per_node, plot=plot, command=command)
-
-
-def _emit(
-    rec: Recommendation, trainer: str | None, gpus: int, cfg: Recipe | None, gpus_per_node: int
-) -> tuple[str | None, Any]:
-    if trainer is None:
-        return None, None
-    if cfg is not None and cfg.study.pretrain:
-        return emit_pretrain_pick(rec, trainer, gpus, cfg), {}
-    from batchtune.integrations.emit import emit_for_recommendation
-
-    out = emit_for_recommendation(rec, trainer, gpus, cfg, gpus_per_node=gpus_per_node)
-    from batchtune.integrations.emit_schedule import schedule_appendix  # "" without a schedule
-
-    appendix = schedule_appendix(trainer, rec, cfg, gpus, gpus_per_node=gpus_per_node)
-    out = dataclasses.replace(out, text=out.text + appendix)
-    concurrency = rec.winner_throughput.generation_concurrency
-    if cfg is not None and concurrency and rec.throughput.source.startswith("profile"):
-        from batchtune.analysis.system.roofline import KNOWN_HARDWARE
-        from batchtune.integrations.emit_files import hardware_caveat
-
-        points = ResultsStore.of(cfg).throughput()
-        where = points[-1].hardware if points else ""
-        caveat = hardware_caveat(where, concurrency, tuple(KNOWN_HARDWARE))
-        return out.text + f"# {caveat}\n", out.values
-    return out.text, out.values
-
-
-def write_emitted(trainer: str, text: str, values: dict[str, object], out: Path) -> Path:
-    """``--emit TRAINER --out FILE``: the emitted config as a file the trainer takes as it is."""
-    from batchtune.integrations.emit_files import write_trainer_file
-
-    return write_trainer_file(trainer, values, text, out)

@@ -12,7 +12,7 @@ from batchtune.errors import AnalysisError, InputError
 from batchtune.recipe.load import DEFAULT_RECIPE, load_recipe
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore
-from batchtune.workflow import recommend_for_recipe, recommend_from_args
+from batchtune.workflow.recommend import recommend_for_recipe, recommend_from_args
 
 # ---- check ---------------------------------------------------------------------------------------
 

@@ -169,7 +169,7 @@ def test_recommend_emits_for_the_winner():
     from pathlib import Path
 
     from batchtune.recipe.load import shipped_recipes
-    from batchtune.workflow import recommend_from_args
+    from batchtune.workflow.recommend import recommend_from_args
 
     measurements = Path(shipped_recipes()["hunyuan-grpo-measurements"])
     rec, text, values = recommend_from_args(measurements=measurements, emit="verl", gpus=8)

@@ -85,7 +85,7 @@ def test_run_workers_run_a_rounds_controls_and_branches_at_once_to_the_same_answ
     assert shared["c512-P32xG8-s2"] == shared["c512-P1xG8-s2"] == 2
     assert set(shared.values()) <= {1, 2}
     # the probe's own step times were measured on shared cores, and the ranking from them says so
-    from batchtune.workflow import recommend_for_recipe
+    from batchtune.workflow.recommend import recommend_for_recipe
 
     two_cfg = load_recipe("recipes/nqm.toml", [*SETS, f"run.results_dir={tmp_path / 'two'}"])
     rec = recommend_for_recipe(two_cfg, "probe", None, 1, plot=False)[0]
