@@ -248,8 +248,11 @@ def _show_recommendation(
     out: Path | None = None,
     *,
     efficiency_shown: bool = False,
+    stated_run: tuple[int, str] = (0, ""),
 ) -> None:
-    """``efficiency_shown``: the sample-efficiency table is on screen already (tune's first stage)."""
+    """``efficiency_shown``: the sample-efficiency table is on screen already (tune's first stage);
+    ``stated_run``: the full run the recipe states (budget.full_run_*, in samples; 0 = none) and why
+    probe.mode = "auto" chose the probe (recipe.probe_choice)."""
     written, replaced = None, False
     if out is not None and trainer is not None and emitted is not None:
         from batchtune.workflow.recommend import write_emitted
@@ -271,6 +274,11 @@ def _show_recommendation(
             data["async_decision"] = joint_to_dict(rec.async_decision)
         if emitted is not None:
             data["emitted"] = {"text": emitted, "values": emitted_values, "file": written}
+        if stated_run[0] and isinstance(data.get("probe_cost"), dict):
+            data["probe_cost"]["stated_full_run_samples"] = stated_run[0]
+            data["probe_cost"]["ratio_to_stated_run"] = rec.efficiency.total_samples / stated_run[0]
+        if stated_run[1]:
+            data["probe_choice"] = stated_run[1]
         _print_json(data)
         return
     from batchtune.report.terminal import render_probe_cost, render_recommendation
@@ -294,3 +302,10 @@ def _show_recommendation(
         source = rec.throughput.source
         simulated = SIMULATED_DEVICE in source or SIMULATED_TIMINGS in source
         render_probe_cost(console, rec.efficiency, rec, simulated=simulated)
+        if stated_run[0]:
+            x = rec.efficiency.total_samples / stated_run[0]
+            console.print(
+                f"Against the run the recipe states (budget.full_run_*: {stated_run[0]:,} "
+                f"{rec.efficiency.unit}): the probe cost {x:.2f}x it",
+                highlight=False,
+            )

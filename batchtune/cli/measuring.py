@@ -328,7 +328,10 @@ def tune(
     if not json_out:
         console.rule("3/3 recommend: time-to-target")
     rec, emitted, values = recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)
-    _show_recommendation(rec, emitted, values, json_out, emit, out, efficiency_shown=True)
+    from batchtune.measure.probe_size import full_run_samples
+
+    stated = (full_run_samples(cfg), cfg.probe_choice)
+    _show_recommendation(rec, emitted, values, json_out, emit, out, efficiency_shown=True, stated_run=stated)
 
 
 @app.command()

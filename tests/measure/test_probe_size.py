@@ -68,3 +68,14 @@ def test_plan_shows_the_choice_and_why(tmp_path: object) -> None:
     assert "Probe mode: auto chose branched" in text.output
     out = runner.invoke(app, [*args, "--json"])
     assert json.loads(out.stdout)["probe_choice"].startswith("auto chose branched")
+
+
+def test_tune_weighs_the_probe_against_the_stated_run(tmp_path: object) -> None:
+    args = ["tune", "nqm-long", "--results", str(tmp_path), "--set", "budget.seeds=[0]", "--json"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    cost = data["probe_cost"]
+    assert cost["stated_full_run_samples"] == 875 * 256
+    assert cost["ratio_to_stated_run"] == pytest.approx(cost["samples"] / (875 * 256))
+    assert data["probe_choice"].startswith("auto chose branched")
