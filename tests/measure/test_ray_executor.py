@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -295,3 +296,63 @@ def test_a_branched_runs_checkpoint_paths_reach_ray_absolute(monkeypatch, local_
     assert Path(a[1]).is_absolute() and a[7] == "c8-P1xG8-s0"
     assert a[8]["resume_from"] == Path.cwd() / extra["resume_from"]
     assert a[8]["checkpoint_dir"].is_absolute() and a[8]["save_at_samples"] == (16,)
+
+
+def _ray_task_pids(names: set[str]) -> dict[int, str]:
+    """Live processes Ray titles ``ray::<task name>`` for a task in ``names`` (ray_executor names
+    each task by its run id): the worker running that run now."""
+    found = {}
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            title = cmdline.read_bytes().split(b"\0")[0].decode()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if title.startswith("ray::") and title[5:] in names:
+            found[int(cmdline.parent.name)] = title[5:]
+    return found
+
+
+@pytest.mark.slow  # two small NQM probes and a Ray task rerun: 15-30 s on 2 cores
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds Ray's workers in /proc")
+def test_a_ray_worker_killed_mid_run_is_rerun_to_the_local_answer(tmp_path, local_ray):
+    """Issue 33 item 16, the drill on a local cluster: kill -9 of the Ray worker running a probe run,
+    mid-run. Ray reruns the task (run.ray_max_retries), the run is claimed again and rewritten from
+    its start, and the probe ends with the local executor's answer, run for run; the killed worker
+    is gone and no worker is left running a run of the probe."""
+    local = _probe(tmp_path / "local", NQM, *SMALL)
+    names = set(_runs(tmp_path / "local"))
+    killed: dict[int, str] = {}
+    done = threading.Event()
+
+    def kill_one() -> None:
+        while not done.is_set() and not killed:
+            for pid, name in _ray_task_pids(names).items():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed[pid] = name
+                break
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_one, daemon=True)
+    killer.start()
+    try:
+        argv = ["probe", NQM, "-r", str(tmp_path / "ray"), "--json", *SMALL]
+        out = CliRunner().invoke(app, [*argv, "--set", "run.executor=ray", "--set", "run.workers=2"])
+    finally:
+        done.set()
+        killer.join(5)
+    assert killed, "no Ray worker was caught running a run"
+    assert out.exit_code == 0, out.output
+    # Ray's driver prints "(raylet) A worker died or was killed ..." into this process's stdout
+    text = out.stdout if out.stdout.startswith("{") else out.stdout[out.stdout.index("\n{") + 1 :]
+    on_ray = json.loads(text)
+    assert _summary(on_ray) == _summary(local)
+    assert on_ray["critical_training_batch"] == local["critical_training_batch"]
+    assert _runs(tmp_path / "ray") == _runs(tmp_path / "local")  # the killed run too, step for step
+    assert _steps_strictly_increase(tmp_path / "ray")
+    (pid,) = killed
+    assert not Path(f"/proc/{pid}").exists()
+    deadline = time.monotonic() + 10
+    while _ray_task_pids(names) and time.monotonic() < deadline:  # a finished task's title resets
+        time.sleep(0.2)
+    assert _ray_task_pids(names) == {}  # no orphan still running a run of the probe
