@@ -159,6 +159,7 @@ class ThroughputPoint:
     step_latency_spread_s: float = 0.0  # (max - min) / 2 over repeats
     peak_mem_bytes: int = 0
     preemptions: int = 0
+    queued: int = 0  # vLLM: most requests held waiting with its KV cache full (a memory ceiling)
     repeats: int = 0
     prompt_tokens: int = 0
     max_new_tokens: int = 0

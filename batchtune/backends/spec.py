@@ -117,6 +117,7 @@ class GenResult:
     elapsed_s: float
     peak_mem_bytes: int = 0
     preemptions: int = 0
+    queued: int = 0  # vLLM: most requests left waiting while its KV cache was full (gen_vllm)
 
 
 class GenerationBackend(Protocol):

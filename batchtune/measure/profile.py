@@ -106,6 +106,7 @@ def _summarise(results: list[Any], **fields: Any) -> ThroughputPoint:
         step_latency_spread_s=(max(elapsed) - min(elapsed)) / 2.0,
         peak_mem_bytes=max(r.peak_mem_bytes for r in results),
         preemptions=sum(r.preemptions for r in results),
+        queued=max(r.queued for r in results),
         repeats=len(results),
         mean_output_tokens=tokens / responses if responses else 0.0,
         **fields,

@@ -183,6 +183,40 @@ def test_vllm_cpu_default_kv_cache_is_vllms_own_need():
     assert "kv_cache_memory_bytes" not in engine_kwargs(r, "cpu")  # nothing to size it from
 
 
+def test_queue_poll_counts_waiting_requests_only_with_a_full_kv_cache():
+    """vLLM's gauges, sampled while a call runs: waiting with the cache full is a memory ceiling;
+    waiting with room in it (a prefill step's token budget) is not."""
+    import time
+    from types import SimpleNamespace as NS
+
+    from batchtune.backends.gen_vllm import _QueuePoll
+
+    def llm(samples):
+        it = iter(samples)
+
+        def get_metrics():
+            waiting, usage = next(it, (0, 0.0))
+            return [
+                NS(name="vllm:num_requests_waiting", value=waiting),
+                NS(name="vllm:kv_cache_usage_perc", value=usage),
+                NS(name="vllm:num_preemptions", value=0),
+            ]
+
+        return NS(get_metrics=get_metrics)
+
+    def peak(samples):
+        with _QueuePoll(llm(samples), interval=0.001) as q:
+            time.sleep(0.2)
+        return q.peak
+
+    assert peak([(120, 0.3), (40, 0.6), (0, 0.8)]) == 0  # token budget, not memory
+    assert peak([(0, 0.2), (56, 1.0), (30, 0.95), (0, 1.0)]) == 56
+    assert _QueuePoll(NS(), interval=0.001).peak is None  # no metrics: nothing read
+    with _QueuePoll(NS(get_metrics=lambda: []), interval=0.001) as q:  # neither gauge exposed
+        time.sleep(0.02)
+    assert q.peak is None
+
+
 def test_vllm_backend_refuses_the_tiny_model():
     from batchtune.backends.gen_vllm import VLLMGeneration
     from batchtune.errors import BackendError

@@ -67,6 +67,11 @@ class ModeProfile:
         return tuple(p for p in self.points if p.status == "ok")
 
     @property
+    def kv_ceiling(self) -> int | None:
+        """The least concurrency at which vLLM queued or preempted: its KV cache held fewer."""
+        return min((p.concurrency for p in self.ok_points if p.queued > 0 or p.preemptions > 0), default=None)
+
+    @property
     def critical_concurrency(self) -> int | None:
         return None if self.knee is None else int(self.knee.concurrency)
 
@@ -113,6 +118,7 @@ class ProfileResult:
                 "critical_concurrency": m.critical_concurrency,
                 "knee_fraction_of_bound": m.knee_fraction_of_bound,
                 "ceiling": m.ceiling,
+                "kv_ceiling": m.kv_ceiling,
                 "knee": to_jsonable(m.knee),
                 "fit": to_jsonable(m.fit),
                 "roofline": [to_jsonable(r) for r in m.roofline],
@@ -342,6 +348,12 @@ def _analyse_mode(
     oom = [p.concurrency for p in pts if p.status == "oom"]
     ceiling = min(oom) if oom else None
     notes = [f"concurrency {p.concurrency} failed: {p.message}" for p in pts if p.status == "failed"]
+    if kv := ModeProfile(mode, pts, None, None, None).kv_ceiling:
+        notes.append(
+            f"from concurrency {kv} vLLM's KV cache was full and requests waited or were preempted: "
+            "throughput there is the cache's (raise generation.kv_cache_bytes on CPU, "
+            "gpu_memory_utilization on a GPU)"
+        )
     knee = fit = None
     conc = [p.concurrency for p in ok]
     rps = [p.responses_per_s for p in ok]
