@@ -24,7 +24,7 @@ import io
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from batchtune.errors import InputError
@@ -141,23 +141,25 @@ def read_rows(
     return (_rows_csv if fmt == "csv" else _rows_jsonl)(path, text, partial)
 
 
-def read_table(
-    path: str | Path,
-    columns: Mapping[str, str] | None = None,
-    info: RunInfo | None = None,
-    fmt: str = "",
-    partial: bool = False,
-) -> list[ImportedRun]:
-    """Read a generic per-step CSV (``fmt="csv"``) or JSONL (``"jsonl"``; default: by suffix).
+@dataclass(frozen=True)
+class _Columns:
+    """Where a table's logical columns are (``cols``), which it has, and the metrics it carries."""
 
-    ``partial=True`` ignores a last line still being written (for tailing a live log).
-    """
-    path = Path(path)
-    info = info or RunInfo()
-    header, rows = read_rows(
-        path, fmt or ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl"), partial
-    )
+    path: Path
+    cols: dict[str, str]
+    has: dict[str, bool]
+    metric_cols: dict[str, str]  # a mapped metric name -> its column (required)
+    numeric_extra: list[str]  # every other column with a number in it: kept under its own name
 
+
+def _columns(
+    path: Path,
+    header: list[str],
+    rows: list[tuple[int, dict[str, object]]],
+    columns: Mapping[str, str] | None,
+    info: RunInfo,
+) -> _Columns:
+    """The table's columns against the logical names (module docstring); what is missing is refused."""
     cols = dict(COLUMNS)
     if "run" not in header and "run_id" in header:  # a run_id key names the run as well as "run"
         cols["run"] = "run_id"
@@ -185,105 +187,127 @@ def read_table(
                 f"{path}:1: missing column {cols[name]!r} and no {name} given; add the column, map it "
                 f"({name}=COLUMN) or pass {name}"
             )
-
     reserved = {cols[n] for n in cols if has[n]} | set(metric_cols.values())
     extra = [c for c in header if c not in reserved]
     numeric_extra = [c for c in extra if any(as_number(r.get(c)) is not None for _, r in rows)]
+    return _Columns(path, cols, has, metric_cols, numeric_extra)
 
-    def number(line: int, col: str, raw: object, required: bool, integer: bool = False) -> float | None:
-        value = as_number(raw)
-        blank = raw is None or (isinstance(raw, str) and not raw.strip())
-        if value is None and not blank:
-            raise InputError(f"{path}:{line}: column {col!r}: {raw!r} is not a number")
-        if value is None and required:
-            raise InputError(f"{path}:{line}: column {col!r} is empty")
-        if value is not None and integer and not (math.isfinite(value) and value == int(value)):
-            raise InputError(f"{path}:{line}: column {col!r}: {raw!r} is not a whole number")
-        return value
 
+def _number(where: str, col: str, raw: object, required: bool, integer: bool = False) -> float | None:
+    value = as_number(raw)
+    blank = raw is None or (isinstance(raw, str) and not raw.strip())
+    if value is None and not blank:
+        raise InputError(f"{where}: column {col!r}: {raw!r} is not a number")
+    if value is None and required:
+        raise InputError(f"{where}: column {col!r} is empty")
+    if value is not None and integer and not (math.isfinite(value) and value == int(value)):
+        raise InputError(f"{where}: column {col!r}: {raw!r} is not a whole number")
+    return value
+
+
+def _row_values(c: _Columns, where: str, row: Mapping[str, object]) -> dict[str, float]:
+    """One row's numbers under their logical (or metric) names, each checked."""
+    cols, has = c.cols, c.has
+    values: dict[str, float] = {}
+    for logical in ("prompts", "group_size", "seed", "lr", "samples", "step"):
+        if has[logical]:
+            integer = logical in _INTEGER
+            required = logical != "samples" or not has["step"]
+            required = required and (logical != "step" or not has["samples"])
+            v = _number(where, cols[logical], row.get(cols[logical]), required, integer)
+            floor = {"lr": 0.0, "prompts": 1.0, "group_size": 1.0}.get(logical)  # an LR decays to 0
+            if v is not None and floor is not None and not (math.isfinite(v) and v >= floor):
+                need = ">= 0" if logical == "lr" else "> 0"
+                raise InputError(f"{where}: column {cols[logical]!r}: {v!r} must be a finite number {need}")
+            if v is not None:
+                values[logical] = v
+    optional = [
+        *((lg, cols[lg]) for lg in _TIMING_AND_NORMS if has[lg]),
+        *c.metric_cols.items(),
+        *((col, col) for col in c.numeric_extra),
+    ]
+    for name, col in optional:
+        v = _number(where, col, row.get(col), False)
+        if v is not None:
+            values[name] = v
+    if "step_s" in values:  # the whole step: other_s is what gen_s and train_s leave of it
+        values["step_s_total"] = values["step_s"]
+    elif "other_s" in values:
+        values["step_s_total"] = values["other_s"] + values.get("gen_s", 0.0) + values.get("train_s", 0.0)
+    return values
+
+
+_TIMING_AND_NORMS = ("grad_norm", "critic_grad_norm", "tokens", "gen_s", "train_s", "other_s", "step_s")
+
+
+def read_table(
+    path: str | Path,
+    columns: Mapping[str, str] | None = None,
+    info: RunInfo | None = None,
+    fmt: str = "",
+    partial: bool = False,
+) -> list[ImportedRun]:
+    """Read a generic per-step CSV (``fmt="csv"``) or JSONL (``"jsonl"``; default: by suffix).
+
+    ``partial=True`` ignores a last line still being written (for tailing a live log).
+    """
+    path = Path(path)
+    info = info or RunInfo()
+    header, rows = read_rows(
+        path, fmt or ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl"), partial
+    )
+    c = _columns(path, header, rows, columns, info)
     runs: dict[str, list[StepEntry]] = {}
     fixed: dict[str, dict[str, float]] = {}
     for line, row in rows:
-        name = str(row.get(cols["run"], "")).strip() if has["run"] else ""
+        name = str(row.get(c.cols["run"], "")).strip() if c.has["run"] else ""
         name = name or info.run_id or path.stem
         where = f"{path}:{line}"
-        values: dict[str, float] = {}
-        for logical in ("prompts", "group_size", "seed", "lr", "samples", "step"):
-            if has[logical]:
-                integer = logical in _INTEGER
-                required = logical != "samples" or not has["step"]
-                required = required and (logical != "step" or not has["samples"])
-                v = number(line, cols[logical], row.get(cols[logical]), required, integer)
-                floor = {"lr": 0.0, "prompts": 1.0, "group_size": 1.0}.get(logical)  # an LR decays to 0
-                if v is not None and floor is not None and not (math.isfinite(v) and v >= floor):
-                    need = ">= 0" if logical == "lr" else "> 0"
-                    raise InputError(
-                        f"{where}: column {cols[logical]!r}: {v!r} must be a finite number {need}"
-                    )
-                if v is not None:
-                    values[logical] = v
-        for logical in ("grad_norm", "critic_grad_norm", "tokens", "gen_s", "train_s", "other_s", "step_s"):
-            if has[logical]:
-                v = number(line, cols[logical], row.get(cols[logical]), False)
-                if v is not None:
-                    values[logical] = v
-        for metric, col in metric_cols.items():
-            v = number(line, col, row.get(col), False)
-            if v is not None:
-                values[metric] = v
-        for col in numeric_extra:
-            v = number(line, col, row.get(col), False)
-            if v is not None:
-                values[col] = v
+        values = _row_values(c, where, row)
         run_fixed = fixed.setdefault(name, {})
         for logical in ("prompts", "group_size", "seed"):
             if logical in values:
                 old = run_fixed.setdefault(logical, values[logical])
                 if old != values[logical]:
                     raise InputError(
-                        f"{where}: column {cols[logical]!r} changes within run {name!r} "
+                        f"{where}: column {c.cols[logical]!r} changes within run {name!r} "
                         f"({old:g} -> {values[logical]:g}); one run has one batch and seed"
                     )
         samples = int(values["samples"]) if "samples" in values else None
-        step = int(values["step"]) if "step" in values else None
-        if step is None:
-            step = len(runs.get(name, [])) + 1
-        if "step_s" in values:  # the whole step: other_s is what gen_s and train_s leave of it
-            values["step_s_total"] = values["step_s"]
-        elif "other_s" in values:
-            values["step_s_total"] = values["other_s"] + values.get("gen_s", 0.0) + values.get("train_s", 0.0)
+        step = int(values["step"]) if "step" in values else len(runs.get(name, [])) + 1
         runs.setdefault(name, []).append(StepEntry(step=step, values=values, where=where, samples=samples))
+    return [_run_of(c, name, entries, fixed.get(name, {}), info) for name, entries in runs.items()]
 
+
+def _run_of(
+    c: _Columns, name: str, entries: list[StepEntry], run_fixed: dict[str, float], info: RunInfo
+) -> ImportedRun:
+    """One run of the table from its rows (sorted by step, a step logged twice refused)."""
     # the rows already carry logical names: identity keys (step_s_total gives other_s back)
     keys = LogKeys(
         grad_norm=("grad_norm",),
         critic_grad_norm=("critic_grad_norm",),
-        lr=("lr",) if has["lr"] else (),
+        lr=("lr",) if c.has["lr"] else (),
         gen_s=("gen_s",),
         train_s=("train_s",),
         step_s=("step_s_total",),
     )
-    out = []
-    for name, entries in runs.items():
-        run_fixed = fixed.get(name, {})
-        run_info = RunInfo(
-            prompts=int(run_fixed.get("prompts", info.prompts)),
-            group_size=int(run_fixed.get("group_size", info.group_size)),
-            lr=info.lr,
-            seed=int(run_fixed.get("seed", info.seed)),
-            critic_lr=info.critic_lr,
-            run_id=name,
-            candidate=info.candidate,
-            samples_per_step=info.samples_per_step,
-        )
-        if has["step"]:
-            entries = sorted(entries, key=lambda e: e.step)
-            for a, b in zip(entries, entries[1:], strict=False):
-                if a.step == b.step:
-                    raise InputError(f"{b.where}: step {b.step} appears twice in run {name!r}")
-        run = build_run(entries, run_info, keys, str(path), name)
-        out.append(_strip_bookkeeping(run))
-    return out
+    run_info = RunInfo(
+        prompts=int(run_fixed.get("prompts", info.prompts)),
+        group_size=int(run_fixed.get("group_size", info.group_size)),
+        lr=info.lr,
+        seed=int(run_fixed.get("seed", info.seed)),
+        critic_lr=info.critic_lr,
+        run_id=name,
+        candidate=info.candidate,
+        samples_per_step=info.samples_per_step,
+    )
+    if c.has["step"]:
+        entries = sorted(entries, key=lambda e: e.step)
+        for a, b in zip(entries, entries[1:], strict=False):
+            if a.step == b.step:
+                raise InputError(f"{b.where}: step {b.step} appears twice in run {name!r}")
+    return _strip_bookkeeping(build_run(entries, run_info, keys, str(c.path), name))
 
 
 def _strip_bookkeeping(run: ImportedRun) -> ImportedRun:
