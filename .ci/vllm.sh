@@ -3,7 +3,8 @@
 # transformers below 5.20, hence a venv of its own). Builds the venv, then runs the tests marked vllm
 # (the real engine: exact lengths, preemption and memory, the KV cache, profile-gen --json to its
 # knee on vLLM and on transformers). benchmarks/gpu_profile.sh runs the same tests on CUDA.
-# Measured on the 2-core dev machine: venv ~3 min (~670 MB downloaded), tests see docs/ci.md.
+# Measured on the 2-core dev machine: venv ~3 min (~670 MB downloaded); tests 6 passed in 197 s at
+# load ~4, 496 s at load 14 (engine start 30-180 s, each profile-gen --json subprocess 25-200 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -143,10 +143,12 @@ print("profile: backend", d.get("backend"), "device", d.get("device"),
 for mode, m in (d.get("modes") or {}).items():
     knee = m.get("critical_concurrency")
     print(mode, "knee", knee, "fraction_of_bound_at_knee", m.get("knee_fraction_of_bound"),
-          "ceiling", m.get("ceiling"), "check", "ok" if knee is not None else "FAILED: no knee")
+          "ceiling", m.get("ceiling"), "kv_ceiling", m.get("kv_ceiling"),
+          "check", "ok" if knee is not None else "FAILED: no knee")
     for p in m.get("points", []):
         print("  c", p["concurrency"], p["status"], "responses_per_s", round(p["responses_per_s"], 1),
-              "output_tokens_per_s", round(p["output_tokens_per_s"], 1), "preemptions", p["preemptions"])
+              "output_tokens_per_s", round(p["output_tokens_per_s"], 1), "preemptions", p["preemptions"],
+              "queued", p.get("queued"))
 print("target: fixed-mode fraction_of_bound at the knee >= 0.70")
 EOF
 fi
