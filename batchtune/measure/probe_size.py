@@ -25,7 +25,10 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from batchtune.errors import RecipeError
+from batchtune.recipe.checks import check_recipe
 from batchtune.recipe.schema import Recipe
+from batchtune.recipe.study import AUTO_MODE as AUTO
 
 TRUNK_SHARE = 0.25  # a branched probe's trunk at most this share of the full run (module doc)
 GRID, BRANCHED = "grid", "branched"
@@ -121,6 +124,14 @@ def _short(recipe: Recipe, full: int) -> str:
 
 
 def resolved(recipe: Recipe) -> Recipe:
-    """``recipe`` at the mode auto chose, the reason kept in ``probe_choice`` (recipe/study.py calls it)."""
+    """``recipe`` at the mode auto chose, the reason kept in ``probe_choice``, checked again as what it
+    became; any other mode is returned as given. The workflow applies it to every recipe it loads."""
+    if recipe.probe.mode != AUTO:
+        return recipe
     choice = choose_probe(recipe)
-    return dataclasses.replace(_as(recipe, choice.mode), probe_choice=choice.reason)
+    out = dataclasses.replace(_as(recipe, choice.mode), probe_choice=choice.reason)
+    errors = check_recipe(out)
+    if errors:
+        where = f" in {recipe.source}" if recipe.source else ""
+        raise RecipeError(f"{len(errors)} problem(s){where}: " + "; ".join(errors))
+    return out

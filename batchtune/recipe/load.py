@@ -14,7 +14,6 @@ from batchtune.errors import RecipeError
 from batchtune.recipe.checks import check_recipe
 from batchtune.recipe.ranges import check_ranges
 from batchtune.recipe.schema import CHOICES, LOADER_FIELDS, Recipe
-from batchtune.recipe.study import resolve_auto
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -141,9 +140,6 @@ def recipe_from_dict(data: dict[str, Any], source: str = "") -> Recipe:
         # (checked as a grid), and the recipe it resolves to is checked again as what it became
         grid = dataclasses.replace(recipe, probe=dataclasses.replace(recipe.probe, mode="grid"))
         errors = check_ranges(recipe) or check_recipe(grid)
-        if not errors and recipe.probe.mode != grid.probe.mode:
-            recipe = resolve_auto(recipe)
-            errors = check_recipe(recipe)
     if errors:
         where = f" in {source}" if source else ""
         raise RecipeError(f"{len(errors)} problem(s){where}: " + "; ".join(errors))

@@ -329,7 +329,7 @@ class Recipe:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     branch: BranchConfig = field(default_factory=BranchConfig)
     source: str = ""  # the file it came from; set by the loader
-    probe_choice: str = ""  # why probe.mode = "auto" resolved as it did; set by the loader
+    probe_choice: str = ""  # why probe.mode = "auto" resolved as it did (measure/probe_size.resolved)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

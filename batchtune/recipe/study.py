@@ -10,10 +10,7 @@ one more member here and one more row there.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from batchtune.recipe.schema import Recipe
+from typing import Protocol
 
 
 class _Backend(Protocol):
@@ -60,7 +57,7 @@ class StudyKind(enum.Enum):
 
 PRETRAIN_BACKEND = "pretrain"  # the backend name that makes a study a pre-training study
 BRANCHED_MODE = "branched"  # the probe mode that makes a study branched
-AUTO_MODE = "auto"  # grid or branched, chosen against the full run the recipe states (resolve_auto)
+AUTO_MODE = "auto"  # grid or branched, chosen against the stated full run (measure/probe_size.resolved)
 
 
 def kind_of(training: str, mode: str) -> StudyKind:
@@ -73,22 +70,10 @@ def kind_of(training: str, mode: str) -> StudyKind:
 
 
 def study_of(recipe: _StudyRecipe) -> StudyKind:
-    """The study kind a recipe names (its `backend.training` and `probe.mode`). A loaded recipe's
-    "auto" is resolved already (resolve_auto); one built in code is resolved here, the same way."""
+    """The study kind a recipe names (its `backend.training` and `probe.mode`). An "auto" not yet
+    resolved (measure/probe_size.resolved, which the workflow applies to every recipe it loads)
+    reads as the grid, the choice auto makes when nothing else is known."""
     mode = recipe.probe.mode
-    if mode == AUTO_MODE:
-        from batchtune.measure.probe_size import choose_probe
-
-        mode = choose_probe(recipe).mode  # type: ignore[arg-type]
-    return kind_of(recipe.backend.training, mode)
+    return kind_of(recipe.backend.training, "grid" if mode == AUTO_MODE else mode)
 
 
-def resolve_auto(recipe: Recipe) -> Recipe:
-    """The one place probe.mode = "auto" is decided: ``recipe`` at the mode chosen (grid or branched,
-    measure/probe_size.py), the reason in ``recipe.probe_choice``; any other mode is kept as given.
-    The loader calls it once, after the ranges are checked and before the cross-field checks."""
-    if recipe.probe.mode != AUTO_MODE:
-        return recipe
-    from batchtune.measure.probe_size import resolved
-
-    return resolved(recipe)

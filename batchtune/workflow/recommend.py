@@ -19,6 +19,7 @@ from batchtune.analysis.sample.efficiency import SampleEfficiency
 from batchtune.analysis.system.profile import analyse_throughput
 from batchtune.errors import AnalysisError, InputError, NotRanked, ThroughputMissing
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
+from batchtune.measure.probe_size import resolved
 from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore, RunRecord
@@ -50,8 +51,8 @@ def _recipe_for_results(recipe: str | None, overrides: list[str], results: str |
             raise InputError(f"{results}/manifest.json has no recipe table; name one: recommend RECIPE")
         if manifest:
             data = apply_overrides(manifest["recipe"], overrides)
-            return recipe_from_dict(data, f"{results}/manifest.json").with_results_dir(results)
-    cfg = load_recipe(recipe or DEFAULT_RECIPE, overrides).with_results_dir(results)
+            return resolved(recipe_from_dict(data, f"{results}/manifest.json")).with_results_dir(results)
+    cfg = resolved(load_recipe(recipe or DEFAULT_RECIPE, overrides)).with_results_dir(results)
     return results_is_a_folder(cfg)
 
 

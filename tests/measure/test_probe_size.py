@@ -9,11 +9,16 @@ from typer.testing import CliRunner
 
 from batchtune.cli import app
 from batchtune.errors import RecipeError
-from batchtune.measure.probe_size import TRUNK_SHARE, choose_probe, full_run_samples
-from batchtune.recipe.load import load_recipe, recipe_to_toml
+from batchtune.measure.probe_size import TRUNK_SHARE, choose_probe, full_run_samples, resolved
+from batchtune.recipe.load import load_recipe as _load_recipe
+from batchtune.recipe.load import recipe_to_toml
 from batchtune.recipe.schema import Recipe
 from batchtune.recipe.study import StudyKind
 
+
+def load_recipe(name: str, overrides: list[str] | None = None) -> Recipe:
+    """A shipped recipe as the workflow loads it: probe.mode = "auto" resolved."""
+    return resolved(_load_recipe(name, overrides or []))
 
 def test_without_a_full_run_auto_is_the_grid_so_the_default_tune_is_unchanged() -> None:
     cfg = load_recipe("tiny-grpo")
