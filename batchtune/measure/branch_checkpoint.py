@@ -310,3 +310,26 @@ class AtCheckpoint:
             level_seeds=self.seeds,
             unit=self.recipe.sample_unit,
         )
+
+
+def search_batches(n: int, within: Callable[[int], bool], search: str, prev_lo: int) -> tuple[list[int], int]:
+    """Which of the main batches 1..n-1 one checkpoint tests, and the last within tolerance.
+
+    ``search = "all"``: every one. Else a bisection between main[0] (within tolerance: the reference
+    is) and main[n] (unknown), starting from the previous checkpoint's answer ``prev_lo``: one step up
+    if it holds, else one down."""
+    tested: list[int] = []
+    if search == "all":
+        for i in range(1, n):
+            tested.append(i)
+            within(i)
+        return tested, prev_lo
+    lo, hi = 0, n
+    guess = prev_lo if prev_lo else n // 2
+    while hi - lo > 1:
+        mid = guess if lo < guess < hi else (lo + hi) // 2
+        tested.append(mid)
+        ok = within(mid)
+        guess = (mid + 1 if ok else mid - 1) if mid == prev_lo else 0
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return tested, lo

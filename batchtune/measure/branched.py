@@ -48,7 +48,14 @@ from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, InputError, NoProgress
 from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts
-from batchtune.measure.branch_checkpoint import AtCheckpoint, Job, checkpoint_of, control_curve, origin
+from batchtune.measure.branch_checkpoint import (
+    AtCheckpoint,
+    Job,
+    checkpoint_of,
+    control_curve,
+    origin,
+    search_batches,
+)
 from batchtune.measure.execute import Runner, run_until_finished
 from batchtune.measure.one_run import execute_run
 from batchtune.measure.plan import Plan, plan_candidates
@@ -115,6 +122,60 @@ def _with_budget(recipe: Recipe, max_samples: int) -> Recipe:
     return dataclasses.replace(recipe, budget=dataclasses.replace(recipe.budget, max_samples=max_samples))
 
 
+class _JobRunner:
+    """Runs a branched probe's jobs, counting those run and reused, keeping the ones asked for in
+    order; ``read_only``: a missing run is an InputError, nothing is trained."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        store: ResultsStore,
+        reference_batch: int,
+        runner: Runner,
+        progress: ProbeEvents | None,
+        read_only: bool,
+    ) -> None:
+        self.recipe, self.store, self.reference_batch = recipe, store, reference_batch
+        self.runner, self.progress, self.read_only = runner, progress, read_only
+        self.done = self.skipped = 0
+        self.asked: dict[str, None] = {}
+
+    def __call__(self, jobs: list[Job]) -> None:
+        todo = []
+        for job in jobs:
+            self.asked[job.rid] = None
+            if self.store.is_finished(job.rid):
+                self.skipped += 1
+            elif self.read_only:
+                raise InputError(
+                    f"{self.store.root} lacks the run {job.rid}: run `batchtune probe` to finish it"
+                )
+            else:
+                todo.append(job)
+        recipe = self.recipe
+        args = [
+            (_with_budget(recipe, j.budget), str(self.store.root), j.cand, j.seed, recipe.optimizer.lr)
+            + (self.reference_batch, j.policy, j.rid, j.extra)
+            for j in todo
+        ]
+        # a run another live process holds (a second probe of this results_dir, or a worker of a
+        # killed one still dying) is waited for, as a grid probe's is
+        self.done += run_until_finished(
+            self.store, args, [j.rid for j in todo], partial(self.runner.run, execute_run), self.progress
+        )
+
+
+def _trunk(store: ResultsStore, trunk_id: str, last_checkpoint: int) -> RunData:
+    """The finished trunk; a trunk that could not start, failed or stopped short is refused."""
+    trunk_rec = store.run(trunk_id)
+    if trunk_rec is not None:  # as the grid's reference: a trunk that could not start
+        failed_starts.stop_if_none_started([trunk_rec], f"the trunk {trunk_id}", "no branch was run")
+    if trunk_rec is None or trunk_rec.status in FAILED_STATUSES or trunk_rec.samples < last_checkpoint:
+        why = trunk_rec.reason if trunk_rec else "it did not finish"
+        raise AnalysisError(f"the trunk {trunk_id} did not reach its last checkpoint: {why}")
+    return RunData(trunk_rec, tuple(store.steps(trunk_id)))
+
+
 def run_branched(
     recipe: Recipe, progress: ProbeEvents | None = None, *, read_only: bool = False
 ) -> BranchedRuns:
@@ -140,30 +201,6 @@ def run_branched(
     t = recipe.target
     ckpts = checkpoint_positions(recipe, b0)
     ckpt_dir = store.root / "checkpoints"
-    done = skipped_runs = 0
-    asked: dict[str, None] = {}  # the runs this probe's settings call for, in order
-
-    def run(jobs: list[Job]) -> None:
-        nonlocal done, skipped_runs
-        todo = []
-        for job in jobs:
-            asked[job.rid] = None
-            if store.is_finished(job.rid):
-                skipped_runs += 1
-            elif read_only:
-                raise InputError(f"{store.root} lacks the run {job.rid}: run `batchtune probe` to finish it")
-            else:
-                todo.append(job)
-        args = [
-            (_with_budget(recipe, j.budget), str(store.root), j.cand, j.seed, recipe.optimizer.lr)
-            + (plan.reference_batch, j.policy, j.rid, j.extra)
-            for j in todo
-        ]
-        # a run another live process holds (a second probe of this results_dir, or a worker of a
-        # killed one still dying) is waited for, as a grid probe's is
-        done += run_until_finished(
-            store, args, [j.rid for j in todo], partial(runner.run, execute_run), progress
-        )
 
     def policy(target: float, max_samples: int, origin: int, stop: bool) -> StopPolicy:
         return StopPolicy(
@@ -178,14 +215,9 @@ def run_branched(
     # SIGTERM unwinds as Ctrl-C does (a grid's probe too): pool workers and trainers are stopped,
     # runs under way are left unsealed, exit 143
     with lifeguard.sigterm_raises(), Runner(recipe, progress) as runner:
+        run = _JobRunner(recipe, store, plan.reference_batch, runner, progress, read_only)
         run([Job(ref, seeds[0], trunk_id, ckpts[-1], policy(t.value, ckpts[-1], 0, False), save)])
-        trunk_rec = store.run(trunk_id)
-        if trunk_rec is not None:  # as the grid's reference: a trunk that could not start
-            failed_starts.stop_if_none_started([trunk_rec], f"the trunk {trunk_id}", "no branch was run")
-        if trunk_rec is None or trunk_rec.status in FAILED_STATUSES or trunk_rec.samples < ckpts[-1]:
-            why = trunk_rec.reason if trunk_rec else "it did not finish"
-            raise AnalysisError(f"the trunk {trunk_id} did not reach its last checkpoint: {why}")
-        trunk = RunData(trunk_rec, tuple(store.steps(trunk_id)))
+        trunk = _trunk(store, trunk_id, ckpts[-1])
         ts, tv = trunk.curve(t.metric)
 
         locals_: list[LocalCritical] = []
@@ -198,29 +230,16 @@ def run_branched(
             except NoProgress as exc:  # a plateau or noise at this checkpoint: read the others
                 unread[c] = str(exc)
                 continue
-            within = partial(at.within, main)
-            tested: list[int] = []
-            if recipe.branch.search == "all":
-                for i in range(1, len(main)):
-                    tested.append(i)
-                    within(i)
-            else:  # main[lo] is within tolerance (the reference is), main[hi] is not (hi = len: unknown)
-                lo, hi = 0, len(main)
-                guess = prev_lo if prev_lo else len(main) // 2
-                while hi - lo > 1:  # from the previous answer, one step up if it holds, else one down
-                    mid = guess if lo < guess < hi else (lo + hi) // 2
-                    tested.append(mid)
-                    ok = within(mid)
-                    guess = (mid + 1 if ok else mid - 1) if mid == prev_lo else 0
-                    lo, hi = (mid, hi) if ok else (lo, mid)
-                prev_lo = lo
+            tested, prev_lo = search_batches(
+                len(main), partial(at.within, main), recipe.branch.search, prev_lo
+            )
             skipped[c] = tuple(main[i].label for i in range(1, len(main)) if i not in tested)
             locals_.append(at.local_critical())
     if not locals_:
         raise NoProgress("; ".join(unread.values()))
     # only the runs these settings asked for: a results_dir may also hold the runs of other branch
     # settings (another trunk length, checkpoints or seeds), which this probe neither read nor paid for
-    mine = [store.run(rid) for rid in asked if rid != trunk_id]
+    mine = [store.run(rid) for rid in run.asked if rid != trunk_id]
     branches = tuple(RunData(r, tuple(store.steps(r.run_id))) for r in mine if r is not None)
     others = len(store.runs()) - len(branches) - 1
     return BranchedRuns(
@@ -231,8 +250,8 @@ def run_branched(
         branches=branches,
         skipped=skipped,
         unread=unread,
-        runs_done=done,
-        runs_skipped=skipped_runs,
+        runs_done=run.done,
+        runs_skipped=run.skipped,
         wall_s=time.perf_counter() - t0,
         other_runs=others,
     )
