@@ -93,6 +93,7 @@ def run_on_ray(run_fn: RunFn, args: list[RunArgs], progress: ProbeEvents | None)
         import ray
     except ImportError:
         raise InputError("run.executor = 'ray' needs Ray: pip install 'batchtune[ray]'") from None
+    _cluster_errors_to_stderr(ray)
     address = recipe.run.ray_address or os.environ.get("RAY_ADDRESS", "")
     if not ray.is_initialized() and (where == "task" or not address):
         # kept until this process exits (Ray shuts it down then): the probe calls here more than once
@@ -109,6 +110,24 @@ def run_on_ray(run_fn: RunFn, args: list[RunArgs], progress: ProbeEvents | None)
     if where == "task":
         return _run_tasks(ray, run_fn, args, recipe.run, gpus_per_run(recipe, "task"), progress)
     return _run_jobs(address, run_fn, args, recipe.run, gpus_per_run(recipe, "job"), progress)
+
+
+def _cluster_errors_to_stderr(ray: Any) -> None:
+    """Ray's driver prints the cluster's error messages ("(raylet) A worker died or was killed ...")
+    on stdout, in its thread that listens for them (ray._private.worker.listen_error_messages calls
+    print_to_stdstream with is_err False), ahead of the document `probe --json` prints there. Mark
+    them as errors so they go to stderr. Ray's own module, so a Ray without that function is left as
+    it is."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "batchtune_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True} if data.get("pid") == "raylet" else data, ignore_prefix)
+
+    to_stderr.batchtune_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr  # type: ignore[union-attr]
 
 
 def _absolute(value: Any) -> Any:

@@ -343,9 +343,8 @@ def test_a_ray_worker_killed_mid_run_is_rerun_to_the_local_answer(tmp_path, loca
         killer.join(5)
     assert killed, "no Ray worker was caught running a run"
     assert out.exit_code == 0, out.output
-    # Ray's driver prints "(raylet) A worker died or was killed ..." into this process's stdout
-    text = out.stdout if out.stdout.startswith("{") else out.stdout[out.stdout.index("\n{") + 1 :]
-    on_ray = json.loads(text)
+    # Ray's "(raylet) A worker died or was killed ..." goes to stderr: stdout is the JSON alone
+    on_ray = json.loads(out.stdout)
     assert _summary(on_ray) == _summary(local)
     assert on_ray["critical_training_batch"] == local["critical_training_batch"]
     assert _runs(tmp_path / "ray") == _runs(tmp_path / "local")  # the killed run too, step for step
