@@ -5,8 +5,8 @@ log-normal seed effect shared by every batch of a seed, 15%, and an independent 
 6%), the reference the smallest batch, tol 0.1, 90% intervals.
   synthetic  R(B) = E_min (1 + B / B_crit), 6 B_crit x 2 group sizes on a doubling grid of
              P = 4..256 prompts (benchmarks/coverage_critical.py's cases);
-  nqm        the exact expected-loss R(B) of 13 NQM variants (backends/nqm_theory at each batch's
-             scaled LR; benchmarks/regret_cases.py's 10 and three near the stability edge), on
+  nqm        the exact expected-loss R(B) of the NQM variants (backends/nqm_theory at each batch's
+             scaled LR; benchmarks/regret_cases.py's and EDGE_CASES, one per R(B)), on
              the recipe's grid; a batch whose true R is infinite (it diverges) is a failed batch.
              R(B) is flat and then steep there: the shape McCandlish's does not have.
 For each: the coverage of the truth by the joint fit's interval (analysis/sample/joint.py, the
@@ -55,9 +55,15 @@ def synthetic_cases() -> list[tuple[str, np.ndarray, np.ndarray, float]]:
 
 
 def nqm_cases(tmp: str) -> list[tuple[str, np.ndarray, np.ndarray, float]]:
-    NQM_CASES.update(EDGE_CASES)
+    """regret.py's NQM cases plus EDGE_CASES, one per R(B): a case that differs only in the probe's
+    seeds (budget.seeds) has the same true R(B), so it enters once, under its name less "-sN"."""
+    variants: dict[tuple[str, ...], str] = {}
+    for name, sets in {**NQM_CASES, **EDGE_CASES}.items():
+        key = tuple(x for x in sets if not x.startswith("budget.seeds"))
+        variants.setdefault(key, name.split("-s")[0] if "budget.seeds" in " ".join(sets) else name)
     out = []
-    for name in NQM_CASES:
+    for sets, name in variants.items():
+        NQM_CASES[name] = list(sets)
         cfg = nqm_recipe(name, tmp)
         b = np.array(sorted(p * cfg.candidates.group_size for p in cfg.candidates.prompts), float)
         r = np.array([_nqm_true_r(cfg, int(x)) for x in b])
