@@ -60,3 +60,12 @@ def test_plan_time_wording_has_no_bound_that_contradicts_itself(tmp_path: Path):
     data = json.loads(_invoke(*args, "--json").stdout)
     assert "CPU cores busy on average (from /proc/stat" in data["timing_source"]
     assert math.isfinite(data["other_cores_busy"]) and data["other_cores_busy"] >= 0.0
+
+
+def test_recipes_validate_refuses_the_unreachable_target_too(tmp_path: Path):
+    text = Path(NQM).read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("\nvalue = 1.0", "\nvalue = -1.0", 1))
+    assert bad.read_text() != text
+    out = _invoke("recipes", "validate", str(bad))
+    assert out.exit_code == 2 and "outside loss's range [0, inf]" in out.output
