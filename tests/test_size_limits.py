@@ -29,7 +29,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/analysis/decide/ranking.py:rank_time_to_target",
     "batchtune/analysis/branched/summary.py:summarise_branched",
     "batchtune/workflow/ci.py:check",
-    "batchtune/measure/preview.py:plan_preview",
     "batchtune/measure/preview_branched.py:branched_plan_preview",
     "batchtune/backends/command.py:train",
     "batchtune/analysis/system/throughput.py:find_knee",

@@ -228,6 +228,56 @@ def _offpolicy_cost(costs: Sequence[CandidateCost], labels: set[str], samples: i
     return text + "; `recommend` ranks them against the sync candidates (docs/async.md)"
 
 
+_PRETRAIN_BOUNDS = (
+    "upper bounds: a run stops once the lowest target loss is confirmed reached, usually "
+    "before its budget (pretrain.max_tokens)"
+)
+_RL_BOUNDS = (
+    "upper bounds: a run stops at its target (budget.stop_at_target) or once clearly slower "
+    "than the reference (budget.stop_outside_band), usually well before its budget"
+)
+
+
+def _costs(
+    cands: list[Candidate],
+    seeds: int,
+    max_samples: int,
+    every: int,
+    timed: dict[str, tuple[float, float, float]],
+) -> tuple[list[CandidateCost], float]:
+    """Each candidate's run at its budget, priced by its timed steps; and the one-off cost the first
+    candidate timed pays (the cached warm start), counted once rather than in every run."""
+    costs: list[CandidateCost] = []
+    for cand in cands:
+        n = cand.batch_responses
+        steps = math.ceil(max_samples / n)
+        evals = evals_per_run(max_samples, n, every)
+        step_s, eval_s, setup_s = timed.get(cand.label, UNTIMED)
+        run_s = setup_s + steps * step_s + (evals - 1) * eval_s
+        costs.append(
+            CandidateCost(
+                cand.label,
+                cand.prompts,
+                cand.group_size,
+                n,
+                cand.lr,
+                seeds,
+                steps * n,
+                steps,
+                evals,
+                step_s,
+                eval_s,
+                setup_s,
+                run_s,
+            )  # fmt: skip
+        )
+    setups = [c.setup_s for c in costs if math.isfinite(c.setup_s)]
+    one_off_s = max(setups) - min(setups) if len(setups) >= 2 else 0.0
+    if one_off_s > 0:
+        costs = [_with_setup(c, min(setups)) for c in costs]
+    return costs, one_off_s
+
+
 def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     """The probe's cost, predicted: budgets from the recipe, wall time from timed steps.
 
@@ -243,10 +293,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
         p = recipe.pretrain
         max_samples, every, unit = p.max_tokens, p.eval_every_tokens, "tokens"
         reference = next((c.label for c in cands if c.batch_responses == ref_batch), cands[0].label)
-        bound_note = (
-            "upper bounds: a run stops once the lowest target loss is confirmed reached, usually "
-            "before its budget (pretrain.max_tokens)"
-        )
+        bound_note = _PRETRAIN_BOUNDS
     else:
         plan = plan_candidates(recipe)
         sweep_timed = time_steps != 0 and backend in IN_PROCESS_BACKENDS
@@ -256,43 +303,12 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
             plan, sweep_notes = dataclasses.replace(plan, candidates=kept), sweep.lines()
         cands, ref_batch, reference = list(plan.candidates), plan.reference_batch, plan.reference
         max_samples, every, unit = recipe.budget.max_samples, recipe.task.eval_every_samples, "samples"
-        bound_note = (
-            "upper bounds: a run stops at its target (budget.stop_at_target) or once clearly slower "
-            "than the reference (budget.stop_outside_band), usually well before its budget"
-        )
+        bound_note = _RL_BOUNDS
     if time_steps is None:
         time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
     timed, notes, other_cores = time_candidates(recipe, cands, time_steps, ref_batch)
     notes = [*sweep_notes, *notes]
-    costs: list[CandidateCost] = []
-    for cand in cands:
-        n = cand.batch_responses
-        steps = math.ceil(max_samples / n)
-        evals = evals_per_run(max_samples, n, every)
-        step_s, eval_s, setup_s = timed.get(cand.label, UNTIMED)
-        run_s = setup_s + steps * step_s + (evals - 1) * eval_s
-        costs.append(
-            CandidateCost(
-                cand.label,
-                cand.prompts,
-                cand.group_size,
-                n,
-                cand.lr,
-                len(seeds),
-                steps * n,
-                steps,
-                evals,
-                step_s,
-                eval_s,
-                setup_s,
-                run_s,
-            )  # fmt: skip
-        )
-    # the first candidate timed pays one-off costs (the cached warm start): count them once
-    setups = [c.setup_s for c in costs if math.isfinite(c.setup_s)]
-    one_off_s = max(setups) - min(setups) if len(setups) >= 2 else 0.0
-    if one_off_s > 0:
-        costs = [_with_setup(c, min(setups)) for c in costs]
+    costs, one_off_s = _costs(cands, len(seeds), max_samples, every, timed)
     runs = len(costs) * len(seeds)
     # finished runs a probe reuses (not failed starts)
     reusable = {(c.label, s) for c in cands for s in seeds if store.reusable(run_id(c, s))}
