@@ -13,6 +13,7 @@ $PIP "torch==2.13.0"  # the CPU wheel on local disk
 $PIP -e . pytest pyyaml
 $PIP --no-deps verl==0.9.1 openrlhf==0.11.2 hydra-core==1.3.8 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 \
     trl==1.16.0 accelerate
+$PIP datasets  # TRL's AsyncGRPOConfig module imports it
 # the flat (legacy_flags) names are judged by OpenRLHF 0.9.10's own train_ppo_ray.py, read from its
 # wheel (not installed: one file, run as the test runs the current one)
 LEGACY="$VENV/openrlhf-0.9.10"

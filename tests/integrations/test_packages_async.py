@@ -70,11 +70,16 @@ def compose_for(e: Emitted):
         ),
     }
     config_dir, name = where[module]
+    overrides = _overrides(e)
+    if module.endswith("fully_async_main"):
+        # its searchpath is pkg://verl.trainer.config, which imports verl (tensordict, ray: not
+        # installed for the config checks); the same folder named as a file path composes the same
+        overrides = [f"hydra.searchpath=[file://{root / 'trainer' / 'config'}]", *overrides]
     old = Path.cwd()
     os.chdir(root.parent)  # one-step-off's searchpath is file://verl/trainer/config: verl's source root
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-            return compose(name, overrides=_overrides(e))
+            return compose(name, overrides=overrides)
     finally:
         os.chdir(old)
 
