@@ -9,7 +9,11 @@ from typer.testing import CliRunner
 
 from batchtune.analysis.decide.recommend import recommend
 from batchtune.cli import app
-from batchtune.measurements import assess_measurements, load_measurements, throughput_from_measurements
+from batchtune.integrations.measurements import (
+    assess_measurements,
+    load_measurements,
+    throughput_from_measurements,
+)
 from batchtune.recipe.load import shipped_recipes
 
 PUBLISHED = {"P1024xG8": 0.71, "P2048xG8": 1.23, "P4096xG8": 1.18, "P256xG8-fixedlr": 1.42}

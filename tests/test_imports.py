@@ -23,7 +23,7 @@ PURE = [
     "batchtune.recipe.schema",
     "batchtune.recipe.load",
     "batchtune.recipe.checks",
-    "batchtune.measurements",
+    "batchtune.integrations.measurements",
     "batchtune.report.json",
 ]
 

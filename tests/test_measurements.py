@@ -9,7 +9,11 @@ from typer.testing import CliRunner
 from batchtune.analysis.decide.recommend import recommend
 from batchtune.cli import app
 from batchtune.errors import InputError
-from batchtune.measurements import assess_measurements, load_measurements, throughput_from_measurements
+from batchtune.integrations.measurements import (
+    assess_measurements,
+    load_measurements,
+    throughput_from_measurements,
+)
 
 
 def _curve_block(samples_to_target: float, seed: int, rng) -> str:

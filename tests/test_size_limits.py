@@ -25,7 +25,6 @@ NOT_YET_SPLIT_FILES = {
 NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/analysis/decide/check.py:check_batch",
     "batchtune/analysis/sample/critical.py:critical_batch",
-    "batchtune/measurements.py:load_measurements",
     "batchtune/analysis/decide/ranking.py:rank_time_to_target",
     "batchtune/analysis/branched/summary.py:summarise_branched",
     "batchtune/workflow/ci.py:check",

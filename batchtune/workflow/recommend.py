@@ -217,7 +217,7 @@ def recommend_from_args(
     if measurements is not None:
         if results is not None:
             raise InputError("give either --measurements or --results, not both")
-        from batchtune.measurements import (
+        from batchtune.integrations.measurements import (
             assess_measurements,
             load_measurements,
             throughput_from_measurements,

@@ -114,9 +114,8 @@ def _check(table: dict[str, Any], schema: dict[str, tuple[type, ...]], where: st
             errors.append(f"{where}.{key}: wrong type {type(value).__name__}")
 
 
-def load_measurements(path: str | Path) -> Measurements:
-    """Parse and validate a measurements file; every problem is reported at once."""
-    p = Path(path)
+def _read_toml(p: Path) -> tuple[Path, dict[str, Any]]:
+    """The file's path (a shipped example may be named as recipes are) and its TOML."""
     if not p.is_file():
         from batchtune.recipe.load import shipped_recipes
 
@@ -125,11 +124,89 @@ def load_measurements(path: str | Path) -> Measurements:
             raise InputError(f"measurements file {p} not found")
         p = shipped  # a shipped example by name, as recipes are (recipes/NAME.toml from anywhere)
     try:
-        data = tomllib.loads(p.read_text())
+        return p, tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{p} is not valid TOML: {exc}") from None
     except RecursionError:
         raise InputError(f"{p} is nested too deep to be a measurements file") from None
+
+
+def _check_candidate(c: Any, where: str, errors: list[str]) -> None:
+    """The checks of one [[candidate]] table, each problem appended to ``errors``."""
+    if not isinstance(c, dict):
+        errors.append(f"{where}: expected a [[candidate]] table")
+        return
+    n_before = len(errors)
+    _check(c, CANDIDATE_KEYS, where, errors)
+    if len(errors) > n_before:
+        return  # wrong types: the checks below would read them
+    for key in ("prompts", "group_size"):
+        if key not in c:
+            errors.append(f"{where}.{key}: required")
+    has_r = "samples_to_target" in c or "curve" in c
+    if not has_r:
+        errors.append(f"{where}: give samples_to_target or curve")
+    elif "samples_to_target" in c and "curve" in c:
+        errors.append(f"{where}: give samples_to_target or curve, not both (one would be ignored)")
+    thr = [k for k in ("responses_per_s", "throughput_ratio", "gen_s_per_step") if k in c]
+    if not thr:
+        errors.append(f"{where}: give responses_per_s, throughput_ratio or gen_s_per_step")
+    elif len(thr) > 1:
+        errors.append(f"{where}: give one of {', '.join(thr)}, not several (one would be ignored)")
+    rule = c.get("lr_rule", "given")
+    if rule not in LR_RULES_GIVEN:
+        errors.append(f"{where}.lr_rule: {rule!r} is not one of {', '.join(LR_RULES_GIVEN)}")
+    for key in (*_POSITIVE, *_NONNEGATIVE):
+        v = c.get(key)
+        if isinstance(v, (int, float)) and not (math.isfinite(v) and (v > 0 if key in _POSITIVE else v >= 0)):
+            errors.append(
+                f"{where}.{key}: {v!r} must be a finite number {'> 0' if key in _POSITIVE else '>= 0'}"
+            )
+    listed = c.get("curve")
+    seeds = [  # of the right type: a wrong one is reported by _check
+        cv["seed"]
+        for cv in (listed if isinstance(listed, list) else [])
+        if isinstance(cv, dict) and isinstance(cv.get("seed"), int) and not isinstance(cv["seed"], bool)
+    ]
+    if len(set(seeds)) != len(seeds):
+        errors.append(f"{where}.curve: seeds repeat ({seeds}); each curve is one seed")
+    for j, curve in enumerate(c.get("curve", []) if isinstance(c.get("curve"), list) else []):
+        if not isinstance(curve, dict):
+            errors.append(f"{where}.curve[{j}]: expected a table")
+            continue
+        _check(curve, CURVE_KEYS, f"{where}.curve[{j}]", errors)
+        s, m = curve.get("samples", []), curve.get("metric", [])
+        if not isinstance(s, list) or not isinstance(m, list) or len(s) != len(m) or not s:
+            errors.append(f"{where}.curve[{j}]: samples and metric need the same non-zero length")
+        elif not all(_is_num(v) for v in [*s, *m]):
+            errors.append(f"{where}.curve[{j}]: samples and metric must be numbers")
+        elif not all(math.isfinite(v) and v >= 0 for v in s) or any(
+            b < a for a, b in zip(s, s[1:], strict=False)
+        ):
+            errors.append(f"{where}.curve[{j}].samples: must be finite, >= 0 and never decrease")
+    ci = c.get("samples_ci")
+    if ci is not None and (len(ci) != 2 or not all(_is_num(v) for v in ci)):
+        errors.append(f"{where}.samples_ci: expected [low, high] numbers")
+
+
+def _check_study_values(study_raw: dict[str, Any], errors: list[str]) -> None:
+    """The ranges of the [study] values, each problem appended to ``errors``."""
+    if study_raw.get("algorithm", Study.algorithm) not in ("grpo", "ppo"):
+        errors.append(f"study.algorithm: {study_raw['algorithm']!r} is not 'grpo' or 'ppo'")
+    for key, ok, what in (
+        ("tolerance", lambda v: 0 <= v < math.inf, ">= 0"),
+        ("confidence", lambda v: 0 < v < 1, "in (0, 1)"),
+        ("ema_alpha", lambda v: 0 <= v < 1, "in [0, 1)"),
+        ("target", math.isfinite, "finite"),
+    ):
+        v = study_raw.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not ok(v):
+            errors.append(f"study.{key}: {v!r} must be {what}")
+
+
+def load_measurements(path: str | Path) -> Measurements:
+    """Parse and validate a measurements file; every problem is reported at once."""
+    p, data = _read_toml(Path(path))
     errors: list[str] = []
     recipe_tables = {"run", "backend", "candidates", "target"} & set(data)
     if recipe_tables and "study" not in data and "candidate" not in data:
@@ -149,74 +226,8 @@ def load_measurements(path: str | Path) -> Measurements:
         errors.append("candidate: needs at least two [[candidate]] tables")
         cands_raw = []
     for i, c in enumerate(cands_raw):
-        where = f"candidate[{i}]"
-        if not isinstance(c, dict):
-            errors.append(f"{where}: expected a [[candidate]] table")
-            continue
-        n_before = len(errors)
-        _check(c, CANDIDATE_KEYS, where, errors)
-        if len(errors) > n_before:
-            continue  # wrong types: the checks below would read them
-        for key in ("prompts", "group_size"):
-            if key not in c:
-                errors.append(f"{where}.{key}: required")
-        has_r = "samples_to_target" in c or "curve" in c
-        if not has_r:
-            errors.append(f"{where}: give samples_to_target or curve")
-        elif "samples_to_target" in c and "curve" in c:
-            errors.append(f"{where}: give samples_to_target or curve, not both (one would be ignored)")
-        thr = [k for k in ("responses_per_s", "throughput_ratio", "gen_s_per_step") if k in c]
-        if not thr:
-            errors.append(f"{where}: give responses_per_s, throughput_ratio or gen_s_per_step")
-        elif len(thr) > 1:
-            errors.append(f"{where}: give one of {', '.join(thr)}, not several (one would be ignored)")
-        rule = c.get("lr_rule", "given")
-        if rule not in LR_RULES_GIVEN:
-            errors.append(f"{where}.lr_rule: {rule!r} is not one of {', '.join(LR_RULES_GIVEN)}")
-        for key in (*_POSITIVE, *_NONNEGATIVE):
-            v = c.get(key)
-            if isinstance(v, (int, float)) and not (
-                math.isfinite(v) and (v > 0 if key in _POSITIVE else v >= 0)
-            ):
-                errors.append(
-                    f"{where}.{key}: {v!r} must be a finite number {'> 0' if key in _POSITIVE else '>= 0'}"
-                )
-        listed = c.get("curve")
-        seeds = [  # of the right type: a wrong one is reported by _check
-            cv["seed"]
-            for cv in (listed if isinstance(listed, list) else [])
-            if isinstance(cv, dict) and isinstance(cv.get("seed"), int) and not isinstance(cv["seed"], bool)
-        ]
-        if len(set(seeds)) != len(seeds):
-            errors.append(f"{where}.curve: seeds repeat ({seeds}); each curve is one seed")
-        for j, curve in enumerate(c.get("curve", []) if isinstance(c.get("curve"), list) else []):
-            if not isinstance(curve, dict):
-                errors.append(f"{where}.curve[{j}]: expected a table")
-                continue
-            _check(curve, CURVE_KEYS, f"{where}.curve[{j}]", errors)
-            s, m = curve.get("samples", []), curve.get("metric", [])
-            if not isinstance(s, list) or not isinstance(m, list) or len(s) != len(m) or not s:
-                errors.append(f"{where}.curve[{j}]: samples and metric need the same non-zero length")
-            elif not all(_is_num(v) for v in [*s, *m]):
-                errors.append(f"{where}.curve[{j}]: samples and metric must be numbers")
-            elif not all(math.isfinite(v) and v >= 0 for v in s) or any(
-                b < a for a, b in zip(s, s[1:], strict=False)
-            ):
-                errors.append(f"{where}.curve[{j}].samples: must be finite, >= 0 and never decrease")
-        ci = c.get("samples_ci")
-        if ci is not None and (len(ci) != 2 or not all(_is_num(v) for v in ci)):
-            errors.append(f"{where}.samples_ci: expected [low, high] numbers")
-    if study_raw.get("algorithm", Study.algorithm) not in ("grpo", "ppo"):
-        errors.append(f"study.algorithm: {study_raw['algorithm']!r} is not 'grpo' or 'ppo'")
-    for key, ok, what in (
-        ("tolerance", lambda v: 0 <= v < math.inf, ">= 0"),
-        ("confidence", lambda v: 0 < v < 1, "in (0, 1)"),
-        ("ema_alpha", lambda v: 0 <= v < 1, "in [0, 1)"),
-        ("target", math.isfinite, "finite"),
-    ):
-        v = study_raw.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and not ok(v):
-            errors.append(f"study.{key}: {v!r} must be {what}")
+        _check_candidate(c, f"candidate[{i}]", errors)
+    _check_study_values(study_raw, errors)
     if any("curve" in c for c in cands_raw if isinstance(c, dict)) and "target" not in study_raw:
         errors.append("study.target: required when a candidate gives curves")
     if errors:
