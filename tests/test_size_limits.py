@@ -27,7 +27,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/analysis/sample/critical.py:critical_batch",
     "batchtune/analysis/decide/ranking.py:rank_time_to_target",
     "batchtune/analysis/branched/summary.py:summarise_branched",
-    "batchtune/workflow/ci.py:check",
     "batchtune/measure/preview_branched.py:branched_plan_preview",
     "batchtune/backends/command.py:train",
     "batchtune/analysis/system/throughput.py:find_knee",

@@ -9,11 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from batchtune.cli import app
-from batchtune.workflow import ci as workflow_ci
+from batchtune.workflow import smoke as workflow_smoke
 
 
 def test_smoke_nqm_runs_every_stage_and_says_what_it_shrank(tmp_path):
-    res = workflow_ci.smoke("nqm", [], str(tmp_path / "r"))
+    res = workflow_smoke.smoke("nqm", [], str(tmp_path / "r"))
     assert res.ok
     assert [s.name for s in res.stages] == ["probe", "profile-gen", "recommend"]
     assert {s.status for s in res.stages[:2]} == {"ok"}
@@ -27,7 +27,7 @@ def test_smoke_of_a_branched_recipe_runs_its_grid_and_its_checkpoint_path(tmp_pa
     """smoke of a branched recipe ran the grid's runs, then recommend read the branched runs it had
     not made: 'recommend failed ... lacks the run trunk-P1xG8-s0' on every branched recipe. The
     probe stage now runs the grid, and a branches stage a one-step trunk and its branches."""
-    res = workflow_ci.smoke("nqm", ["probe.mode=branched"], str(tmp_path / "r"))
+    res = workflow_smoke.smoke("nqm", ["probe.mode=branched"], str(tmp_path / "r"))
     assert res.ok and all(s.status != "failed" for s in res.stages), res.stages
     assert [s.name for s in res.stages] == ["probe", "branches", "profile-gen", "recommend"]
     assert {s.name: s.status for s in res.stages}["branches"] == "ok"
@@ -38,7 +38,7 @@ def test_smoke_of_a_branched_recipe_runs_its_grid_and_its_checkpoint_path(tmp_pa
     # a second smoke into the same folder starts its branches over (a smoke is never resumed)
     stale = tmp_path / "r" / "branches" / "runs" / "c8-P2xG8-s0" / "stale"
     stale.write_text("")
-    again = workflow_ci.smoke("nqm", ["probe.mode=branched"], str(tmp_path / "r"))
+    again = workflow_smoke.smoke("nqm", ["probe.mode=branched"], str(tmp_path / "r"))
     assert again.ok and not stale.exists()
 
 
@@ -52,7 +52,7 @@ def test_smoke_cli_leaves_no_results_behind(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # a tiny Llama warm start and two GRPO runs (~3-8 s on 2 cores)
 def test_smoke_tiny_grpo(tmp_path):
-    res = workflow_ci.smoke("tiny-grpo", [], str(tmp_path / "r"))
+    res = workflow_smoke.smoke("tiny-grpo", [], str(tmp_path / "r"))
     assert res.ok and res.stages[0].status == "ok"
 
 
@@ -67,7 +67,7 @@ def _failing_command_recipe(tmp_path) -> str:
 
 
 def test_smoke_of_a_failing_command_fails_at_the_first_run_with_its_reason(tmp_path):
-    res = workflow_ci.smoke(_failing_command_recipe(tmp_path), [], str(tmp_path / "r"))
+    res = workflow_smoke.smoke(_failing_command_recipe(tmp_path), [], str(tmp_path / "r"))
     probe, profile, recommend = res.stages
     assert not res.ok and probe.status == "failed" and "boom, no trainer here" in probe.detail
     assert "target metric" not in probe.detail
@@ -78,7 +78,7 @@ def test_smoke_of_a_failing_command_fails_at_the_first_run_with_its_reason(tmp_p
 
 def test_smoke_says_what_it_could_not_check(tmp_path):
     over = ["generation.backend=vllm", "generation.random_weights=true", "model.name=some/shape"]
-    res = workflow_ci.smoke("nqm", [*over, "backend.training=torch"], str(tmp_path / "r"))
+    res = workflow_smoke.smoke("nqm", [*over, "backend.training=torch"], str(tmp_path / "r"))
     assert res.stages[0].status == "skipped" and "random_weights" in res.stages[0].detail
     if importlib.util.find_spec("vllm") is None:
         assert any("simulated engine stood in" in u for u in res.unchecked)
@@ -95,5 +95,5 @@ def test_smoke_flag_is_the_smoke_command(command, tmp_path):
 
 @pytest.mark.slow  # three tiny pre-training runs (~3 s on 2 cores)
 def test_smoke_tiny_pretrain(tmp_path):
-    res = workflow_ci.smoke("tiny-pretrain", [], str(tmp_path / "r"))
+    res = workflow_smoke.smoke("tiny-pretrain", [], str(tmp_path / "r"))
     assert res.ok and [s.status for s in res.stages] == ["ok", "skipped", "skipped"]

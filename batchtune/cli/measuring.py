@@ -356,9 +356,9 @@ def _smoke(recipe: str | None, set_: list[str] | None, results: str | None, json
     """The smoke command's body (also `probe --smoke`, `tune --smoke`); always exits."""
     from rich.markup import escape
 
-    from batchtune.workflow import ci as workflow_ci
+    from batchtune.workflow import smoke as workflow_smoke
 
-    result = workflow_ci.smoke(recipe, list(set_ or []), results)
+    result = workflow_smoke.smoke(recipe, list(set_ or []), results)
     if json_out:
         _print_json(result)
         raise typer.Exit(0 if result.ok else 1)

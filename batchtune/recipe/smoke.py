@@ -37,7 +37,7 @@ class SmokePlan:
     unchecked: tuple[str, ...]
     skip: dict[str, str]
     # a branched recipe's checkpoint path at its smallest: a one-step trunk of the smallest batch
-    # saving its checkpoint, and one step of every batch resumed from it (workflow_ci)
+    # saving its checkpoint, and one step of every batch resumed from it (workflow/smoke.py)
     branches: Recipe | None = None
 
 
@@ -59,7 +59,7 @@ def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
         else [p * small.candidates.group_size for p in sorted(set(small.candidates.prompts))]
     )
     b0, top = batches[0], batches[-1]
-    branches = small  # workflow_ci._smoke_branches runs its trunk and one step of each batch
+    branches = small  # workflow/smoke._smoke_branches runs its trunk and one step of each batch
     if pretrain:  # room for a step of the largest batch after the trunk's, an evaluation each step
         branches = r(small, pretrain=r(small.pretrain, max_tokens=b0 + top, eval_every_tokens=b0))
     reduced = (

@@ -274,11 +274,11 @@ def test_smoke_of_a_branched_recipe_checks_that_its_trainer_saves_and_resumes(tm
     """smoke of a branched recipe ran only the grid (and then failed at recommend): the checkpoint
     path, the user's save and resume arguments were first exercised by the real probe. A stage of
     its own now runs a one-step trunk and resumes every batch from its checkpoint."""
-    from batchtune.workflow import ci as workflow_ci
+    from batchtune.workflow import smoke as workflow_smoke
 
     sets = [*_backend_sets(tmp_path), "probe.mode=branched", "candidates.prompts=[1, 2]"]
     sets += ["target.metric=reward"]
-    good = workflow_ci.smoke(None, sets, str(tmp_path / "good"))
+    good = workflow_smoke.smoke(None, sets, str(tmp_path / "good"))
     stage = {s.name: s for s in good.stages}["branches"]
     assert stage.status == "ok" and "resumed from it" in stage.detail, stage
     assert any("ignores them passes this smoke" in u for u in good.unchecked)
@@ -286,18 +286,18 @@ def test_smoke_of_a_branched_recipe_checks_that_its_trainer_saves_and_resumes(tm
 
 @pytest.mark.slow  # ~8 s: two more smokes through the trainer script
 def test_smoke_of_a_branched_recipe_fails_on_a_missing_checkpoint_or_a_restored_lr(tmp_path):
-    from batchtune.workflow import ci as workflow_ci
+    from batchtune.workflow import smoke as workflow_smoke
 
     sets = [*_backend_sets(tmp_path), "probe.mode=branched", "candidates.prompts=[1, 2]"]
     sets += ["target.metric=reward"]
     # a checkpoint template that names no file the trainer writes: the branches stage fails, saying so
     bad_path = [*sets, 'backend.checkpoint_path="{output_dir}/ckpts/nope_{step}.json"']
-    bad = workflow_ci.smoke(None, bad_path, str(tmp_path / "bad"))
+    bad = workflow_smoke.smoke(None, bad_path, str(tmp_path / "bad"))
     stage = {s.name: s for s in bad.stages}["branches"]
     assert not bad.ok and stage.status == "failed" and "nope_" in stage.detail, stage
     # resume arguments that bring back the trunk's LR: the larger batch's step fails the stage
     restores = [*sets, 'backend.command_resume_args=["--resume", "{resume_from}", "--restore_lr"]']
-    lr_back = workflow_ci.smoke(None, restores, str(tmp_path / "lr"))
+    lr_back = workflow_smoke.smoke(None, restores, str(tmp_path / "lr"))
     stage = {s.name: s for s in lr_back.stages}["branches"]
     assert stage.status == "failed" and "the checkpoint restored its LR scheduler" in stage.detail, stage
 
