@@ -347,18 +347,8 @@ def pretrain(
     unreached = result.grid.unreached()  # exit 3 after the table: no schedule to emit
     emitted = None
     if emit is not None and unreached is None:
-        from batchtune.errors import InputError
-        from batchtune.integrations.emit_pretrain import emit_pretrain
-
-        if total_tokens <= 0:
-            raise InputError("--emit needs --total-tokens: the tokens at which the last stage ends")
-        emitted = emit_pretrain(
-            emit,
-            result.grid.schedule,
-            seq_len=seq_len,
-            total_tokens=total_tokens,
-            gpus=gpus,
-            micro_batch_seqs=micro_batch,
+        emitted = workflow_pretrain.emit_schedule(
+            result, emit, seq_len=seq_len, total_tokens=total_tokens, gpus=gpus, micro_batch=micro_batch
         )
     if json_out:
         _print_json({"analysis": result, "emitted": emitted})

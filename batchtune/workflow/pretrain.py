@@ -69,6 +69,24 @@ def pretrain(
     return analyse(read_runs(paths, parse_mapping(mapping)), levels, base_lr=lr, rule=rule)
 
 
+def emit_schedule(
+    result: Any, trainer: str, *, seq_len: int, total_tokens: int, gpus: int, micro_batch: int
+) -> str:
+    """`pretrain --emit`: the schedule of ``result`` (``pretrain``'s analysis) as ``trainer``'s config."""
+    from batchtune.integrations.emit_pretrain import emit_pretrain
+
+    if total_tokens <= 0:
+        raise InputError("--emit needs --total-tokens: the tokens at which the last stage ends")
+    return emit_pretrain(
+        trainer,
+        result.grid.schedule,
+        seq_len=seq_len,
+        total_tokens=total_tokens,
+        gpus=gpus,
+        micro_batch_seqs=micro_batch,
+    )
+
+
 def check_pretrain_ranking(cfg: Recipe, command: str, emit: str | None) -> None:
     """Refuse, in one line, what ``command`` cannot do with ``cfg`` (module docstring): a
     pre-training grid, an RL emitter on pre-training, a pre-training emitter on RL."""
