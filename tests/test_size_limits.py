@@ -42,7 +42,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/recipe/checks.py:check_recipe",
     "batchtune/analysis/sample/joint.py:fit_joint",
     "batchtune/analysis/pretrain/steps_data.py:fit_wsd_data_curve",
-    "batchtune/recipe/smoke.py:_rl_plan",
 }
 
 

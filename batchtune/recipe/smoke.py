@@ -21,7 +21,7 @@ import dataclasses
 import importlib.util
 
 from batchtune.errors import RecipeError
-from batchtune.recipe.schema import ModelConfig, Recipe
+from batchtune.recipe.schema import GenerationConfig, ModelConfig, Recipe
 
 TINY_MODEL = {"hidden_size": 16, "intermediate_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2}
 SMOKE_STEPS = 2  # optimiser steps of the larger batch
@@ -80,6 +80,47 @@ def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
     )
 
 
+def _smoke_generation(
+    cfg: Recipe,
+    named_model: bool,
+    model_name: str,
+    skip: dict[str, str],
+    reduced: list[str],
+    unchecked: list[str],
+) -> GenerationConfig:
+    """The generation settings at smoke size; what is skipped, reduced or left unchecked is appended."""
+    r = dataclasses.replace
+    training = cfg.backend.training
+    g = cfg.generation
+    backend = g.backend
+    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        backend = "simulated"
+        unchecked.append(
+            "generation: vLLM is not installed, so the simulated engine stood in (computed, not "
+            "measured: no model loaded, nothing decoded)"
+        )
+    if g.random_weights and training not in ("nqm", "command"):
+        skip["probe"] = (
+            "generation.random_weights: the model has no trained weights to train (a profile recipe; "
+            "run `batchtune profile-gen`)"
+        )
+    if named_model and ("probe" not in skip or backend != "simulated"):
+        reduced.append(f"model: {model_name} at its full size (a named model has one shape)")
+    gen = r(
+        g,
+        backend=backend,
+        concurrency=sorted(set(g.concurrency))[:2],
+        train_batches=sorted(set(g.train_batches))[:2],
+        modes=g.modes[:1],
+        repeats=1,
+        warmup=0,
+        max_new_tokens=min(g.max_new_tokens, 8),
+    )
+    if "profile-gen" not in skip:
+        reduced.append(f"profile: concurrency {gen.concurrency}, mode {gen.modes[0]}, one repeat, no warmup")
+    return gen
+
+
 def _rl_plan(cfg: Recipe, results_dir: str) -> SmokePlan:
     r = dataclasses.replace
     c, b = cfg.candidates, cfg.budget
@@ -118,33 +159,7 @@ def _rl_plan(cfg: Recipe, results_dir: str) -> SmokePlan:
     task = r(
         task, train_size=min(task.train_size, 256), eval_size=min(task.eval_size, 8), eval_every_samples=0
     )
-    g = cfg.generation
-    backend = g.backend
-    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        backend = "simulated"
-        unchecked.append(
-            "generation: vLLM is not installed, so the simulated engine stood in (computed, not "
-            "measured: no model loaded, nothing decoded)"
-        )
-    if g.random_weights and training not in ("nqm", "command"):
-        skip["probe"] = (
-            "generation.random_weights: the model has no trained weights to train (a profile recipe; "
-            "run `batchtune profile-gen`)"
-        )
-    if named_model and ("probe" not in skip or backend != "simulated"):
-        reduced.append(f"model: {model.name} at its full size (a named model has one shape)")
-    gen = r(
-        g,
-        backend=backend,
-        concurrency=sorted(set(g.concurrency))[:2],
-        train_batches=sorted(set(g.train_batches))[:2],
-        modes=g.modes[:1],
-        repeats=1,
-        warmup=0,
-        max_new_tokens=min(g.max_new_tokens, 8),
-    )
-    if "profile-gen" not in skip:
-        reduced.append(f"profile: concurrency {gen.concurrency}, mode {gen.modes[0]}, one repeat, no warmup")
+    gen = _smoke_generation(cfg, named_model, model.name, skip, reduced, unchecked)
     out = r(
         cfg,
         run=r(cfg.run, results_dir=results_dir, workers=1),
