@@ -14,6 +14,7 @@ from batchtune.errors import RecipeError
 from batchtune.recipe.checks import check_recipe
 from batchtune.recipe.ranges import check_ranges
 from batchtune.recipe.schema import CHOICES, LOADER_FIELDS, Recipe
+from batchtune.recipe.study import AUTO_MODE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -136,10 +137,12 @@ def recipe_from_dict(data: dict[str, Any], source: str = "") -> Recipe:
     errors: list[str] = []
     recipe = _build(Recipe, data, "", errors)
     if not errors:
-        # ranges first: the cross-field checks assume finite, sane values; auto's choice assumes both
-        # (checked as a grid), and the recipe it resolves to is checked again as what it became
-        grid = dataclasses.replace(recipe, probe=dataclasses.replace(recipe.probe, mode="grid"))
-        errors = check_ranges(recipe) or check_recipe(grid)
+        # ranges first: the cross-field checks assume finite, sane values. An "auto" is checked as a
+        # grid here; measure/probe_size.resolved checks the recipe again as what it resolves to
+        as_given = recipe
+        if recipe.probe.mode == AUTO_MODE:
+            as_given = dataclasses.replace(recipe, probe=dataclasses.replace(recipe.probe, mode="grid"))
+        errors = check_ranges(recipe) or check_recipe(as_given)
     if errors:
         where = f" in {source}" if source else ""
         raise RecipeError(f"{len(errors)} problem(s){where}: " + "; ".join(errors))
