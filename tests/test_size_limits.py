@@ -39,7 +39,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/analysis/branched/ratios.py:local_critical_batch",
     "batchtune/analysis/sample/efficiency.py:assess",
     "batchtune/report/json.py:efficiency_to_dict",
-    "batchtune/recipe/checks.py:check_recipe",
     "batchtune/analysis/sample/joint.py:fit_joint",
     "batchtune/analysis/pretrain/steps_data.py:fit_wsd_data_curve",
 }

@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from batchtune.recipe.schema import Recipe
 
 
-def check_recipe(recipe: Recipe) -> list[str]:
-    """Every problem with the values of a well-typed recipe, as one message each."""
+def _check_batches_and_algorithm(recipe: Recipe) -> list[str]:
+    """The candidate batches, the algorithm's batching and the probe's async sweep."""
     errors: list[str] = []
     c = recipe.candidates
     if not c.prompts or any(p <= 0 for p in c.prompts):
@@ -52,6 +52,12 @@ def check_recipe(recipe: Recipe) -> list[str]:
         )
     if recipe.algorithm.micro_batch_responses < 0:
         errors.append("algorithm.micro_batch_responses: must be 0 (no accumulation) or more")
+    return errors
+
+
+def check_recipe(recipe: Recipe) -> list[str]:
+    """Every problem with the values of a well-typed recipe, as one message each."""
+    errors = _check_batches_and_algorithm(recipe)
     if recipe.optimizer.lr <= 0:
         errors.append("optimizer.lr: must be positive")
     if recipe.target.tolerance <= 0:
