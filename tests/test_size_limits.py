@@ -38,7 +38,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/analysis/branched/schedule.py:compare_schedule",
     "batchtune/analysis/branched/ratios.py:local_critical_batch",
     "batchtune/analysis/sample/efficiency.py:assess",
-    "batchtune/report/json.py:efficiency_to_dict",
     "batchtune/analysis/sample/joint.py:fit_joint",
     "batchtune/analysis/pretrain/steps_data.py:fit_wsd_data_curve",
 }

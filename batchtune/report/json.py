@@ -7,8 +7,9 @@ from typing import Any
 
 from batchtune import codec
 from batchtune.analysis.decide.recommend import Recommendation
+from batchtune.analysis.sample.critical import CriticalBatch
 from batchtune.analysis.sample.curves import TargetEstimate
-from batchtune.analysis.sample.efficiency import SampleEfficiency
+from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.analysis.sample.intervals import interval_kind
 
 
@@ -79,39 +80,77 @@ def probe_cost(eff: SampleEfficiency, rec: Recommendation | None) -> dict[str, A
     }
 
 
+def _candidate_to_dict(c: CandidateEfficiency, eff: SampleEfficiency) -> dict[str, Any]:
+    est = c.estimate
+    ratio = c.verdict.ratio if c.verdict else None
+    return {
+        "name": c.label,
+        "prompts": c.prompts,
+        "group_size": c.group_size,
+        "batch_responses": c.batch_responses,
+        "lr": num(c.lr),
+        "lr_rule": c.lr_rule,
+        "family": c.family,
+        "status": c.status,
+        "status_reason": c.verdict.reason if c.verdict else "; ".join(c.failures),
+        "samples_to_target": num(est.samples_to_target) if est else None,
+        "samples_statistic": est.statistic if est else None,  # over seeds
+        "samples_ci": [num(v) for v in eff.absolute_ci(est)] if est else None,
+        "samples_ci_kind": interval_kind(est, eff.scale_ci) if est else None,
+        "sample_ratio": num(ratio.ratio) if ratio else (1.0 if c.label == eff.reference else None),
+        # null where there is no interval: the reference, or no seed spread on either side
+        "sample_ratio_ci": _interval(ratio.ci_low, ratio.ci_high) if ratio else None,
+        "n_seeds": est.n_seeds if est else 0,
+        "extra_seeds": eff.extra_seeds.get(c.label, 0),  # sequential seeding
+        "n_censored": est.n_censored if est else 0,
+        "per_seed_samples_to_target": [num(v) for v in est.per_seed] if est else [],
+        "failures": list(c.failures),
+        "probe_samples": c.samples_consumed,
+        "probe_wall_s": c.wall_s,
+    }
+
+
+def _critical_to_dict(crit: CriticalBatch) -> dict[str, Any]:
+    return {
+        "batch_responses": num(crit.batch),
+        "lower": num(crit.lower),
+        "upper": num(crit.upper),
+        "interpolated": num(crit.interpolated),
+        "crossing": num(crit.crossing),
+        "crossing_ci": [num(v) for v in crit.crossing_ci] if crit.crossing_ci else None,
+        "failed_from": num(crit.failed_from),
+        "shape_free": None
+        if crit.shape_free is None
+        else {
+            "crossing": num(crit.shape_free.crossing),
+            "ci": [num(v) for v in crit.shape_free.ci],
+            "bracket": [num(v) for v in crit.shape_free.bracket],
+            "b_crit_equivalent_ci": [num(v) for v in crit.shape_free.b_crit_ci],
+            "open_above": crit.shape_free.open_above,  # no critical batch in the measured range
+            "confidence": crit.shape_free.confidence,
+        },
+        "walk_batch": num(crit.walk_batch),
+        "fit": None
+        if crit.joint is None
+        else {
+            "model": crit.joint.chosen,
+            "b_crit": num(crit.joint.best.b_crit),
+            "b_crit_ci": [num(v) for v in crit.joint.best.b_crit_ci],
+            "exponent": num(crit.joint.best.exponent),
+            "residual_rms_log": num(crit.joint.best.residual_rms_log),
+            "delta_aic_mccandlish_minus_power": num(crit.joint.delta_aic),
+            "paired_seeds": crit.joint.paired,
+            "runs": crit.joint.n_cells,
+            "confidence": crit.joint.confidence,
+            "summary": crit.joint.describe(),
+        },
+        "reason": crit.reason,
+    }
+
+
 def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
     crit = eff.critical
-    candidates = []
-    for c in eff.candidates:
-        est = c.estimate
-        ratio = c.verdict.ratio if c.verdict else None
-        candidates.append(
-            {
-                "name": c.label,
-                "prompts": c.prompts,
-                "group_size": c.group_size,
-                "batch_responses": c.batch_responses,
-                "lr": num(c.lr),
-                "lr_rule": c.lr_rule,
-                "family": c.family,
-                "status": c.status,
-                "status_reason": c.verdict.reason if c.verdict else "; ".join(c.failures),
-                "samples_to_target": num(est.samples_to_target) if est else None,
-                "samples_statistic": est.statistic if est else None,  # over seeds
-                "samples_ci": [num(v) for v in eff.absolute_ci(est)] if est else None,
-                "samples_ci_kind": interval_kind(est, eff.scale_ci) if est else None,
-                "sample_ratio": num(ratio.ratio) if ratio else (1.0 if c.label == eff.reference else None),
-                # null where there is no interval: the reference, or no seed spread on either side
-                "sample_ratio_ci": _interval(ratio.ci_low, ratio.ci_high) if ratio else None,
-                "n_seeds": est.n_seeds if est else 0,
-                "extra_seeds": eff.extra_seeds.get(c.label, 0),  # sequential seeding
-                "n_censored": est.n_censored if est else 0,
-                "per_seed_samples_to_target": [num(v) for v in est.per_seed] if est else [],
-                "failures": list(c.failures),
-                "probe_samples": c.samples_consumed,
-                "probe_wall_s": c.wall_s,
-            }
-        )
+    candidates = [_candidate_to_dict(c, eff) for c in eff.candidates]
     return {
         "reference": eff.reference,
         "metric": eff.metric,
@@ -119,43 +158,7 @@ def efficiency_to_dict(eff: SampleEfficiency) -> dict[str, Any]:
         "higher_is_better": eff.higher_is_better,
         "tolerance": eff.tolerance,
         "unit": eff.unit,  # what samples and batches count: "samples" (responses), or "tokens"
-        "critical_training_batch": None
-        if crit is None
-        else {
-            "batch_responses": num(crit.batch),
-            "lower": num(crit.lower),
-            "upper": num(crit.upper),
-            "interpolated": num(crit.interpolated),
-            "crossing": num(crit.crossing),
-            "crossing_ci": [num(v) for v in crit.crossing_ci] if crit.crossing_ci else None,
-            "failed_from": num(crit.failed_from),
-            "shape_free": None
-            if crit.shape_free is None
-            else {
-                "crossing": num(crit.shape_free.crossing),
-                "ci": [num(v) for v in crit.shape_free.ci],
-                "bracket": [num(v) for v in crit.shape_free.bracket],
-                "b_crit_equivalent_ci": [num(v) for v in crit.shape_free.b_crit_ci],
-                "open_above": crit.shape_free.open_above,  # no critical batch in the measured range
-                "confidence": crit.shape_free.confidence,
-            },
-            "walk_batch": num(crit.walk_batch),
-            "fit": None
-            if crit.joint is None
-            else {
-                "model": crit.joint.chosen,
-                "b_crit": num(crit.joint.best.b_crit),
-                "b_crit_ci": [num(v) for v in crit.joint.best.b_crit_ci],
-                "exponent": num(crit.joint.best.exponent),
-                "residual_rms_log": num(crit.joint.best.residual_rms_log),
-                "delta_aic_mccandlish_minus_power": num(crit.joint.delta_aic),
-                "paired_seeds": crit.joint.paired,
-                "runs": crit.joint.n_cells,
-                "confidence": crit.joint.confidence,
-                "summary": crit.joint.describe(),
-            },
-            "reason": crit.reason,
-        },
+        "critical_training_batch": None if crit is None else _critical_to_dict(crit),
         "gradient_noise": {
             "grad_norm_slope": num(eff.grad_slope.slope) if eff.grad_slope else None,
             "grad_norm_slope_ci": [num(v) for v in eff.grad_slope.slope_ci] if eff.grad_slope else None,
