@@ -33,7 +33,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/integrations/common.py:build_run",
     "batchtune/report/plots.py:plot_throughput",
     "batchtune/analysis/system/pipeline.py:simulate_pipeline",
-    "batchtune/cli/results.py:import_logs_cmd",
     "batchtune/backends/torch_rl/trainer.py:_train",
     "batchtune/analysis/branched/schedule.py:compare_schedule",
     "batchtune/analysis/branched/ratios.py:local_critical_batch",

@@ -6,8 +6,9 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -228,8 +229,45 @@ def import_logs_cmd(
     They are stored like probe runs, so `batchtune recommend --results DIR` analyses them the same way.
     Every file is read and checked before anything is written. See docs/import-logs.md.
     """
-    from batchtune.integrations.common import RunInfo
     from batchtune.integrations.importing import import_logs, parse_mapping
+
+    info = _run_info(prompts, group_size, lr, seed, run_id, samples_per_step, staleness, updates_per_batch)
+    overrides = list(set_ or [])  # the recipe stored with the runs; the options below win
+    if metric is not None:
+        overrides.append(f"target.metric={json.dumps(metric)}")  # a JSON string is a TOML string
+    if target is not None:
+        overrides.append(f"target.value={target}")
+    if lower_is_better:
+        overrides.append("target.higher_is_better=false")
+    result, cfg, empty = import_logs(paths, fmt, results, info, parse_mapping(map_ or []), overrides)
+    if json_out:
+        added, skipped = list(result.added), list(result.skipped)
+        diverged = [{"run_id": rid, "reason": why} for rid, why in result.diverged]
+        _print_json(
+            {
+                "results_dir": results,
+                "added": added,
+                "skipped": skipped,
+                "empty": list(empty),
+                "diverged": diverged,
+            },
+        )
+        return
+    _show_import(result, cfg, empty, results)
+
+
+def _run_info(
+    prompts: int,
+    group_size: int,
+    lr: float,
+    seed: int,
+    run_id: str,
+    samples_per_step: int,
+    staleness: int,
+    updates_per_batch: int,
+) -> Any:
+    """What the options say of the logged runs (0: the log's own), each checked."""
+    from batchtune.integrations.common import RunInfo
 
     for name, v in (
         ("--prompts", prompts),
@@ -253,27 +291,11 @@ def import_logs_cmd(
         staleness=staleness,
         updates_per_batch=updates_per_batch,
     )
-    overrides = list(set_ or [])  # the recipe stored with the runs; the options below win
-    if metric is not None:
-        overrides.append(f"target.metric={json.dumps(metric)}")  # a JSON string is a TOML string
-    if target is not None:
-        overrides.append(f"target.value={target}")
-    if lower_is_better:
-        overrides.append("target.higher_is_better=false")
-    result, cfg, empty = import_logs(paths, fmt, results, info, parse_mapping(map_ or []), overrides)
-    if json_out:
-        added, skipped = list(result.added), list(result.skipped)
-        diverged = [{"run_id": rid, "reason": why} for rid, why in result.diverged]
-        _print_json(
-            {
-                "results_dir": results,
-                "added": added,
-                "skipped": skipped,
-                "empty": list(empty),
-                "diverged": diverged,
-            },
-        )
-        return
+    return info
+
+
+def _show_import(result: Any, cfg: Any, empty: Sequence[Any], results: str) -> None:
+    """import-logs in the terminal: what was skipped, what diverged, what was imported, what next."""
     for path in empty:
         console.print(f"[yellow]skipped[/] {path}: empty (no header, no rows)")
     for rid, why in result.diverged:  # as a probe's diverged run: no estimate, no bound on time
