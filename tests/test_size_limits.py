@@ -31,7 +31,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/backends/command.py:train",
     "batchtune/analysis/system/throughput.py:find_knee",
     "batchtune/integrations/common.py:build_run",
-    "batchtune/report/plots.py:plot_throughput",
     "batchtune/analysis/system/pipeline.py:simulate_pipeline",
     "batchtune/backends/torch_rl/trainer.py:_train",
     "batchtune/analysis/branched/schedule.py:compare_schedule",

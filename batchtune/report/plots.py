@@ -44,13 +44,22 @@ def _save(fig: Any, path: Path) -> Path:
 
 def plot_throughput(result: ProfileResult, path: Path) -> Path:
     """Generation throughput (and training step time) of one profile; see the module docstring."""
-    import numpy as np
-
     has_train = any(p.status == "ok" for p in result.train_points)
     has_roof = any(m.roofline for m in result.modes.values())
     ncols = 1 + int(has_roof) + int(has_train)
     fig, axes = _figure(ncols)
-    ax = axes[0]
+    _generation_panel(axes[0], result)
+    if has_roof:
+        _roofline_panel(axes[1], result)
+    if has_train:
+        _training_panel(axes[1 + int(has_roof)], result)
+    return _save(fig, path)
+
+
+def _generation_panel(ax: Any, result: ProfileResult) -> None:
+    """Responses per second against concurrency, per mode: medians, the fit, the knee, the ceiling."""
+    import numpy as np
+
     for i, (mode, m) in enumerate(result.modes.items()):
         colour = _MODE_COLOURS.get(mode, f"C{i + 2}")
         ok = m.ok_points
@@ -82,70 +91,72 @@ def plot_throughput(result: ProfileResult, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 
-    col = 1
-    if has_roof:
-        ax = axes[col]
-        col += 1
-        for i, (mode, m) in enumerate(result.modes.items()):
-            if not m.roofline:
-                continue
-            colour = _MODE_COLOURS.get(mode, f"C{i + 2}")
-            conc = [r.concurrency for r in m.roofline]
-            ax.plot(
-                conc,
-                [r.measured_tokens_per_s for r in m.roofline],
-                "o-",
-                color=colour,
-                label=f"{mode}: measured",
-            )
-            ax.plot(
-                conc,
-                [r.bound_tokens_per_s for r in m.roofline],
-                "--",
-                color=colour,
-                alpha=0.6,
-                label=f"{mode}: roofline bound",
-            )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("output tokens / s")
-        ax.set_title(f"against the roofline ({result.hardware.name if result.hardware else '?'})")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    if has_train:
-        ax = axes[col]
-        ok_train = [p for p in result.train_points if p.status == "ok"]
-        n = np.array([p.concurrency for p in ok_train], dtype=float)
-        t = np.array([p.step_latency_s for p in ok_train])
-        ax.errorbar(
-            n,
-            t,
-            yerr=[
-                np.minimum([p.step_latency_spread_s for p in ok_train], t),
-                [p.step_latency_spread_s for p in ok_train],
-            ],
-            fmt="o",
-            color="tab:green",
-            label="measured (median)",
+
+def _roofline_panel(ax: Any, result: ProfileResult) -> None:
+    """Output tokens per second against the roofline's bound, per mode."""
+    for i, (mode, m) in enumerate(result.modes.items()):
+        if not m.roofline:
+            continue
+        colour = _MODE_COLOURS.get(mode, f"C{i + 2}")
+        conc = [r.concurrency for r in m.roofline]
+        ax.plot(
+            conc,
+            [r.measured_tokens_per_s for r in m.roofline],
+            "o-",
+            color=colour,
+            label=f"{mode}: measured",
         )
-        if result.train_fit is not None:
-            grid = np.linspace(0, n.max(), 100)
-            fit = result.train_fit
-            ax.plot(
-                grid,
-                fit.predict(grid),
-                "-",
-                color="tab:green",
-                alpha=0.6,
-                label=f"fit {fit.t0_s:.3g} + {fit.t1_s_per_sample:.3g} N s",
-            )
-        ax.set_xlabel("training batch (responses)")
-        ax.set_ylabel("optimiser step time (s)")
-        ax.set_title("training step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    return _save(fig, path)
+        ax.plot(
+            conc,
+            [r.bound_tokens_per_s for r in m.roofline],
+            "--",
+            color=colour,
+            alpha=0.6,
+            label=f"{mode}: roofline bound",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("output tokens / s")
+    ax.set_title(f"against the roofline ({result.hardware.name if result.hardware else '?'})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _training_panel(ax: Any, result: ProfileResult) -> None:
+    """The optimiser step time against the training batch, with its linear fit."""
+    import numpy as np
+
+    ok_train = [p for p in result.train_points if p.status == "ok"]
+    n = np.array([p.concurrency for p in ok_train], dtype=float)
+    t = np.array([p.step_latency_s for p in ok_train])
+    ax.errorbar(
+        n,
+        t,
+        yerr=[
+            np.minimum([p.step_latency_spread_s for p in ok_train], t),
+            [p.step_latency_spread_s for p in ok_train],
+        ],
+        fmt="o",
+        color="tab:green",
+        label="measured (median)",
+    )
+    if result.train_fit is not None:
+        grid = np.linspace(0, n.max(), 100)
+        fit = result.train_fit
+        ax.plot(
+            grid,
+            fit.predict(grid),
+            "-",
+            color="tab:green",
+            alpha=0.6,
+            label=f"fit {fit.t0_s:.3g} + {fit.t1_s_per_sample:.3g} N s",
+        )
+    ax.set_xlabel("training batch (responses)")
+    ax.set_ylabel("optimiser step time (s)")
+    ax.set_title("training step")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def plot_roofline(prediction: RooflinePrediction, path: Path) -> Path:
