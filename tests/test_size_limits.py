@@ -37,7 +37,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/analysis/branched/ratios.py:local_critical_batch",
     "batchtune/analysis/sample/efficiency.py:assess",
     "batchtune/analysis/sample/joint.py:fit_joint",
-    "batchtune/analysis/pretrain/steps_data.py:fit_wsd_data_curve",
 }
 
 

@@ -233,6 +233,25 @@ def _fit_early(s: np.ndarray, e: np.ndarray) -> tuple[float, float, float]:
     return b, s_min, e0
 
 
+def _fit_transition(sm: np.ndarray, em: np.ndarray) -> tuple[float, float, float]:
+    """(S_opt, E_min, C) of the transition stage: a quadratic in S weighted by relative error, convex,
+    with its vertex inside the stage (fit_wsd_data_curve's docstring)."""
+    s_ref, e_ref = float(np.median(sm)), float(np.min(em))
+    c2, c1, c0 = np.polyfit(sm / s_ref, em / e_ref, 2, w=e_ref / em)
+    if not (np.isfinite([c2, c1, c0]).all() and c2 > 0):
+        raise AnalysisError(
+            f"transition stage (S={sm.tolist()}) is not convex; E(S) has no clear minimum there."
+        )
+    s_opt = -c1 / (2.0 * c2) * s_ref
+    e_min = (c0 - c1**2 / (4.0 * c2)) * e_ref
+    if not (sm.min() <= s_opt <= sm.max() and e_min > 0):
+        raise AnalysisError(
+            f"the fitted minimum of E(S) (S={s_opt:.4g}) lies outside the transition stage "
+            f"{sm.min():g}..{sm.max():g}; measure more batches around it."
+        )
+    return s_opt, e_min, c2 * e_ref / s_ref**2
+
+
 def fit_wsd_data_curve(
     steps: object,
     data: object,
@@ -267,21 +286,8 @@ def fit_wsd_data_curve(
                 f"{hint} to the same target loss."
             )
 
-    sm, em = s[mid], e[mid]
-    s_ref, e_ref = float(np.median(sm)), float(np.min(em))
-    c2, c1, c0 = np.polyfit(sm / s_ref, em / e_ref, 2, w=e_ref / em)
-    if not (np.isfinite([c2, c1, c0]).all() and c2 > 0):
-        raise AnalysisError(
-            f"transition stage (S={sm.tolist()}) is not convex; E(S) has no clear minimum there."
-        )
-    s_opt = -c1 / (2.0 * c2) * s_ref
-    e_min = (c0 - c1**2 / (4.0 * c2)) * e_ref
-    if not (sm.min() <= s_opt <= sm.max() and e_min > 0):
-        raise AnalysisError(
-            f"the fitted minimum of E(S) (S={s_opt:.4g}) lies outside the transition stage "
-            f"{sm.min():g}..{sm.max():g}; measure more batches around it."
-        )
-    c_quad = c2 * e_ref / s_ref**2
+    sm = s[mid]
+    s_opt, e_min, c_quad = _fit_transition(sm, e[mid])
 
     a1, a0 = np.polyfit(s[late], e[late], 1, w=1.0 / e[late])
     if not (np.isfinite([a1, a0]).all() and a1 > 0):
