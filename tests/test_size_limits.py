@@ -48,4 +48,3 @@ def test_no_new_file_or_function_over_the_limits():
     assert over_functions <= NOT_YET_SPLIT_FUNCTIONS, (
         f"over 80 lines: {sorted(over_functions - NOT_YET_SPLIT_FUNCTIONS)}"
     )
-

@@ -98,6 +98,7 @@ def test_failed_batches_bound_the_critical_batch_from_above():
     assert cb2.failed_from == 256.0 and cb2.batch == 128.0
 
 
+@pytest.mark.slow  # 13 s at load 4; the full benchmark's output is committed
 def test_coverage_benchmark_reduced():
     """benchmarks/coverage_critical.py on 3 of its cases, 60 repetitions (the full run, 12 cases x
     200, is committed in benchmarks/out/coverage_critical.txt; B_crit 2048, where 1 repetition in

@@ -69,6 +69,7 @@ def test_registered_as_torch():
     assert load("training", "torch") is TorchRLBackend
 
 
+@pytest.mark.slow  # 13 s at load 4; test_offpolicy.py's golden curves pin the trainer by default
 def test_grpo_reward_rises(results):
     spec = make_spec(results, "budget.max_samples=4096", "task.eval_every_samples=1024", prompts=8, lr=6e-4)
     recs = run(spec)

@@ -216,7 +216,7 @@ def test_confirmed_rejections_branch_a_batch_just_past_tolerance_at_more_seeds(t
     assert thin(["branch.confirm_rejections=true"], tmp_path / "confirmed") == []
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path, workers: int) -> None:
     """kill -9 of the driver mid-probe; with a pool (workers 2) its workers die with it
     (PR_SET_PDEATHSIG) and leave the runs they held unsealed, to be redone."""

@@ -20,6 +20,7 @@ def load_recipe(name: str, overrides: list[str] | None = None) -> Recipe:
     """A shipped recipe as the workflow loads it: probe.mode = "auto" resolved."""
     return resolved(_load_recipe(name, overrides or []))
 
+
 def test_without_a_full_run_auto_is_the_grid_so_the_default_tune_is_unchanged() -> None:
     cfg = load_recipe("tiny-grpo")
     assert cfg.probe.mode == "grid" and cfg.study is StudyKind.RL_GRID

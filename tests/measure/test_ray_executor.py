@@ -81,6 +81,7 @@ def _finished_tasks(names: set[str]) -> set[str]:
         time.sleep(0.5)
 
 
+@pytest.mark.slow  # a local Ray cluster starts for the module: 10 s, then seconds a test
 def test_nqm_probe_on_ray_tasks_matches_local(tmp_path, local_ray):
     local = _probe(tmp_path / "local", NQM, *SMALL)
     on_ray = _probe(tmp_path / "ray", NQM, *SMALL, "--set", "run.executor=ray", "--set", "run.workers=2")
@@ -244,6 +245,7 @@ def _branched_answer(data: dict) -> dict:
     )
 
 
+@pytest.mark.slow  # a local Ray cluster starts for the module: 10 s, then seconds a test
 def test_a_branched_probe_on_ray_tasks_matches_local(tmp_path, local_ray):
     """Trunk, controls and branches run as Ray tasks (a round's seeds at once): the same runs and
     curves, run for run, and the same answer as on the local executor."""
@@ -278,6 +280,7 @@ def test_a_branched_probe_of_the_users_trainer_runs_as_ray_jobs_like_local(tmp_p
     assert jobs and all("batchtune: c" in p.read_text() for p in jobs)  # branches ran inside Ray Jobs
 
 
+@pytest.mark.slow  # a local Ray cluster starts for the module: 10 s, then seconds a test
 def test_a_branched_runs_checkpoint_paths_reach_ray_absolute(monkeypatch, local_ray):
     """A task or job may start in another directory than the driver: the trunk's checkpoints and a
     branch's resume path go to Ray absolute, as the results directory does."""

@@ -23,6 +23,7 @@ def quick_run(*args: object, events: object = None, parallel_runs: int = 1) -> N
     return None
 
 
+@pytest.mark.slow  # 15-17 s at load 4: two worker processes wait out a failing driver
 def test_an_error_in_the_driver_stops_idle_workers_without_a_traceback() -> None:
     """A probe that stops on an error (here: exit 3 once the pool's workers are idle) says it in one
     line; its idle workers used to each print the traceback of their wait on the pool's queue."""
