@@ -172,6 +172,7 @@ def test_missing_pieces_are_clear_errors(tmp_path):
         run(inside)
 
 
+@pytest.mark.slow  # 9 s at load 4; the trunk-save and resume tests beside it stay by default
 def test_a_branched_probe_runs_through_the_users_trainer(tmp_path):
     from batchtune.measure.branched import run_branched_probe
 

@@ -68,6 +68,7 @@ def _stored(results: Path) -> dict[str, tuple]:
     }
 
 
+@pytest.mark.slow  # 10 s at load 4; the one-worker kill test covers the same answer by default
 def test_run_workers_run_a_rounds_controls_and_branches_at_once_to_the_same_answer(tmp_path: Path) -> None:
     """run.workers = 2: each round's seeds (their controls, then their branches) run in a pool of
     worker processes; every run and curve is the one the sequential probe makes."""

@@ -26,6 +26,7 @@ CASE = [
 ]
 
 
+@pytest.mark.slow  # 10 s at load 4; this file's other default tests keep the seeding rule checked
 def test_inconclusive_batch_gets_paired_seeds_until_it_decides(tmp_path):
     recipe = load_recipe(ROOT / "recipes" / "nqm.toml", [*CASE, "budget.max_extra_seeds=0"])
     before = run_probe(recipe.with_results_dir(tmp_path / "r")).efficiency
