@@ -35,28 +35,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from batchtune.backends.gen_vllm import write_shape_dir  # noqa: E402
+from batchtune.backends.gen_vllm import TINY_QWEN2, write_shape_dir  # noqa: E402
 from batchtune.backends.spec import GenRequest  # noqa: E402
 from batchtune.recipe.load import load_recipe  # noqa: E402
 
-TINY_QWEN2: dict[str, Any] = {  # the config of tests/backends/test_vllm.py
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "hidden_act": "silu",
-    "hidden_size": 128,
-    "intermediate_size": 256,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "vocab_size": 512,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": True,
-    "torch_dtype": "float32",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
 PROMPT, NEW, GROUP = 16, 48, 8
 CONCURRENCY = (8, 16, 32, 64, 128)
 MODES = ("fixed", "eos")

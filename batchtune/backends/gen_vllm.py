@@ -84,6 +84,15 @@ QWEN2_5_0_5B_CONFIG: dict[str, Any] = {
 }
 
 
+# a tiny Qwen2 (hidden 128, 2 layers, head_dim 64, vocab 512), random weights: for tests and benchmarks
+TINY_QWEN2: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+    "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32",
+    "bos_token_id": 1, "eos_token_id": 2}  # fmt: skip
+
+
 def write_shape_dir(path: str | Path, config: dict[str, Any] | None = None) -> Path:
     """Write a model directory holding only ``config.json`` (default: the Qwen2.5-0.5B shape)."""
     out = Path(path)

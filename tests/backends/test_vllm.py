@@ -19,6 +19,7 @@ import pytest
 from batchtune.backends.gen_transformers import draw_lengths
 from batchtune.backends.gen_vllm import (
     CPU_BLOCK_TOKENS,
+    TINY_QWEN2,
     cpu_kv_cache_bytes,
     engine_kwargs,
     kv_bytes_per_token,
@@ -48,25 +49,6 @@ pytestmark = [
     ),
 ]
 
-# a tiny Qwen2 (hidden 128, 2 layers, head_dim 64, vocab 512): random weights from this config alone
-TINY_QWEN2: dict[str, Any] = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "hidden_act": "silu",
-    "hidden_size": 128,
-    "intermediate_size": 256,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "vocab_size": 512,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": True,
-    "torch_dtype": "float32",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
 PROMPT, NEW = 16, 48
 KV_SEQS = 8  # the KV cache is asked for 8 whole sequences; concurrency 64 overflows it
 
