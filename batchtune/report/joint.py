@@ -12,6 +12,7 @@ from batchtune.report.json import num
 from batchtune.report.terminal import fmt_n, fmt_time
 
 SHOWN_ROWS = 12  # the table's rows; --json carries every one
+COLUMNS = ("candidate", "mode", "P x G", "k", "u", "split", "queue", "resp/s", "lag", "T", "T interval")
 
 
 def _split(row: JointRow, total_gpus: int) -> str:
@@ -30,28 +31,31 @@ def _cap(row: JointRow) -> str:
     return "k" if c.in_flight_cap is None else str(queue_cap(c.in_flight_cap))
 
 
+def _cells(row: JointRow, total_gpus: int) -> tuple[str, ...]:
+    """One row of the joint ranking as the terminal table and the report show it."""
+    c = row.choice
+    return (
+        row.label,
+        c.mode,
+        f"{row.prompts}x{row.group_size}",
+        str(c.staleness),
+        str(c.updates_per_batch),
+        _split(row, total_gpus),
+        _cap(row),
+        fmt_n(c.responses_per_s),
+        f"{c.lag_reached:.2f}",
+        fmt_time(c.t),
+        f"[{fmt_time(c.t_lo)}, {fmt_time(c.t_hi)}]",
+    )
+
+
 def joint_table(decision: JointDecision, winner: str) -> Table:
     table = Table(title="Sync or async: predicted time-to-target over mode, batch, staleness k, updates u")
-    cols = ("candidate", "mode", "P x G", "k", "u", "split", "queue", "resp/s", "lag", "T", "T interval")
-    for col in cols:
+    for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("candidate", "mode", "split") else "right")
     for row in decision.rows[:SHOWN_ROWS]:
-        c = row.choice
         style = "bold green" if row.label == winner else None
-        table.add_row(
-            row.label,
-            c.mode,
-            f"{row.prompts}x{row.group_size}",
-            str(c.staleness),
-            str(c.updates_per_batch),
-            _split(row, decision.total_gpus),
-            _cap(row),
-            fmt_n(c.responses_per_s),
-            f"{c.lag_reached:.2f}",
-            fmt_time(c.t),
-            f"[{fmt_time(c.t_lo)}, {fmt_time(c.t_hi)}]",
-            style=style,
-        )
+        table.add_row(*_cells(row, decision.total_gpus), style=style)
     if len(decision.rows) > SHOWN_ROWS:
         table.caption = f"{len(decision.rows) - SHOWN_ROWS} more rows in --json"
     return table
@@ -152,25 +156,8 @@ def joint_to_dict(decision: JointDecision) -> dict[str, Any]:
 
 def joint_rows(decision: JointDecision) -> tuple[tuple[str, ...], ...]:
     """The ranking as plain rows, header first (the HTML and Markdown report)."""
-    head = ("candidate", "mode", "P x G", "k", "u", "split", "queue", "resp/s", "lag", "T", "T interval")
-    rows = [head]
-    for row in decision.rows:
-        c = row.choice
-        rows.append(
-            (
-                row.label,
-                c.mode,
-                f"{row.prompts}x{row.group_size}",
-                str(c.staleness),
-                str(c.updates_per_batch),
-                _split(row, decision.total_gpus),
-                _cap(row),
-                fmt_n(c.responses_per_s),
-                f"{c.lag_reached:.2f}",
-                fmt_time(c.t),
-                f"[{fmt_time(c.t_lo)}, {fmt_time(c.t_hi)}]",
-            )
-        )
+    rows: list[tuple[str, ...]] = [COLUMNS]
+    rows.extend(_cells(row, decision.total_gpus) for row in decision.rows)
     return tuple(rows)
 
 
