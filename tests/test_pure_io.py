@@ -1,5 +1,5 @@
 """analysis/ is the pure layer: it takes numbers and records and never reads or writes a file
-itself (the readers live in integrations/ and records.py). Checked on the source with the AST."""
+itself (the readers live in integrations/ and records/). Checked on the source with the AST."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from batchtune.measure.plan import run_id, run_record
 from batchtune.measure.stop_rule import RunCurve, StopPolicy, budget_reason, stop_reason
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore, RunRecord, StepRecord
-from batchtune.store_paths import contained
+from batchtune.records.paths import contained
 
 Emit = Callable[..., None]
 

@@ -4,8 +4,9 @@ A sealed run (its ``run.json`` exists) is never rerun, so a record edited, copie
 hand or by a broken copy would silently change the fit. Each check below refuses such a run in one
 line naming the file (InputError, exit 2), and says how to redo it:
 
-- ``run.json``: its ``run_id`` is its folder's name, its ``status`` one of ``RUN_STATUSES``, and its
-  counters (steps, samples, tokens, seconds) are finite and not negative;
+- ``run.json``: its candidate label names its own prompts and group size, its ``run_id`` is its
+  folder's name, its ``status`` one of ``RUN_STATUSES``, and its counters (steps, samples, tokens,
+  seconds) are finite and not negative;
 - ``steps.jsonl`` of a sealed run: present when the record counts steps; every step's samples and
   tokens are not negative; steps never go backwards and no line is repeated (a probe's runs log one
   line per optimiser step, so their step numbers rise strictly); and its last line is where the
@@ -15,30 +16,45 @@ line naming the file (InputError, exit 2), and says how to redo it:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from batchtune.errors import InputError
-
-if TYPE_CHECKING:
-    from batchtune.records import RunRecord, StepRecord
+from batchtune.records.types import RUN_STATUSES, RunRecord, StepRecord
 
 _REDO = "restore it or delete that run's folder to redo the run"
 _COUNTS = ("steps", "samples", "tokens")
 _SECONDS = ("wall_s", "gen_s", "train_s", "other_s")
+_RL_LABEL = re.compile(r"P(\d+)xG(\d+)(-.+)?")  # candidate_label's shape
+_TOKEN_LABEL = re.compile(r"B(\d+)")  # a pre-training candidate: B{tokens per step}
 
 
-def check_run(record: RunRecord, path: Path, statuses: Sequence[str]) -> None:
+def check_label(record: RunRecord, path: Path) -> None:
+    """A run.json whose label names another batch than its prompts and group_size would be analysed
+    under the wrong candidate: refuse it. Labels of another shape (an import's own name) pass."""
+    p, g, label = record.prompts, record.group_size, record.candidate
+    rl, tok = _RL_LABEL.fullmatch(label), _TOKEN_LABEL.fullmatch(label)
+    if (rl and (int(rl[1]), int(rl[2])) != (p, g)) or (tok and int(tok[1]) != p * g):
+        raise InputError(
+            f"{path}: candidate {label!r} disagrees with its prompts = {p} and group_size = {g}; "
+            "fix the file or delete that run's folder to redo it"
+        )
+
+
+def check_run(record: RunRecord, path: Path) -> None:
     """Refuse a ``run.json`` (at ``path``) that is not its folder's sealed run."""
+    check_label(record, path)
     folder = path.parent.name
     if record.run_id != folder:
         raise InputError(
             f"{path}: run_id {record.run_id!r} is not its folder's name {folder!r} (a copied or "
             f"edited run.json); {_REDO}"
         )
-    if record.status not in statuses:
-        raise InputError(f"{path}: unknown status {record.status!r} (one of {', '.join(statuses)}); {_REDO}")
+    if record.status not in RUN_STATUSES:
+        raise InputError(
+            f"{path}: unknown status {record.status!r} (one of {', '.join(RUN_STATUSES)}); {_REDO}"
+        )
     for name in _COUNTS:
         if getattr(record, name) < 0:
             raise InputError(f"{path}: {name} = {getattr(record, name)} is negative; {_REDO}")

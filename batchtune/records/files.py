@@ -1,0 +1,93 @@
+"""The file primitives of a results directory: atomic writes, JSON lines, locks, named write errors."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from batchtune import codec
+from batchtune.errors import InputError
+
+
+def to_json(record: Any) -> str:
+    """One record as one line of JSON (the codec's NaN/inf convention)."""
+    return codec.dumps(record, sort_keys=True)
+
+
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """A write's OSError names ``path``: EFBIG (file-size limit) and ENOSPC (disk full) raised by a
+    file object's write or flush carry no filename, and the CLI's one-line message shows it."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so readers see the old or the new file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with naming(path), open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror or exc}") from None
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read JSON lines; a torn last line (a crash mid-write) is skipped, any other bad line is an error."""
+    if not path.exists():
+        return []
+    lines = read_text(path).splitlines()
+    rows: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(codec.loads(line, f"{path}:{i + 1}"))
+        except InputError:
+            if i == len(lines) - 1:
+                break
+            raise InputError(f"{path}:{i + 1} is not valid JSON") from None
+    return rows
+
+
+@contextlib.contextmanager
+def locked(path: Path, blocking: bool = True) -> Iterator[bool]:
+    """Hold an exclusive lock on ``path`` (created if missing); yields False if ``blocking`` is off and
+    another process holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        flags = fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, flags)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
