@@ -15,15 +15,12 @@ import_graph = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(import_graph)
 
 NOT_YET_SPLIT_FILES = {
-    "batchtune/analysis/decide/check.py",
     "batchtune/backends/command.py",
     "batchtune/analysis/sample/efficiency.py",
     "batchtune/analysis/system/profile.py",
     "batchtune/analysis/sample/curves.py",
 }
 NOT_YET_SPLIT_FUNCTIONS = {
-    "batchtune/analysis/decide/check.py:check_batch",
-    "batchtune/analysis/sample/critical.py:critical_batch",
     "batchtune/analysis/decide/ranking.py:rank_time_to_target",
     "batchtune/analysis/branched/summary.py:summarise_branched",
     "batchtune/measure/preview_branched.py:branched_plan_preview",

@@ -28,12 +28,12 @@ def check(
 
     Evidence that cannot support an estimate (AnalysisError) becomes an "insufficient" check, so the
     caller still writes its JUnit and summary, and exits 3."""
+    from batchtune.analysis.decide.batch_check import check_batch
     from batchtune.analysis.decide.check import (
         INSUFFICIENT,
         CheckItem,
         CheckResult,
         CheckTolerances,
-        check_batch,
         check_concurrency,
         check_lr,
         check_time,
@@ -117,7 +117,7 @@ def _baseline_notes(
 def _time_ranking(rec: Any) -> tuple[Any, list[float]]:
     """The recommendation's own ranking of its main batches (check and recommend cannot disagree),
     and their responses per second."""
-    from batchtune.analysis.decide.check import TimeRanking
+    from batchtune.analysis.decide.batch_check import TimeRanking
     from batchtune.analysis.decide.ranking import within_uncertainty
 
     ranked = {r.name: r for r in rec.ranking.candidates}

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from batchtune.analysis.decide.batch_check import TimeRanking, check_batch
 from batchtune.analysis.decide.check import (
     FAIL,
     INSUFFICIENT,
@@ -15,8 +16,6 @@ from batchtune.analysis.decide.check import (
     WARN,
     CheckItem,
     CheckResult,
-    TimeRanking,
-    check_batch,
     check_concurrency,
     check_lr,
     check_time,

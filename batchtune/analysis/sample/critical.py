@@ -180,22 +180,10 @@ def _shape_free(
         return None
 
 
-def critical_batch(
-    batches: Sequence[float],
-    estimates: Sequence[TargetEstimate],
-    *,
-    reference_index: int | None = None,
-    tol: float = 0.1,
-    confidence: float = 0.9,
-    seed: int = 0,
-    failed_batches: Sequence[float] = (),
-) -> CriticalBatch:
-    """Verdict for every batch against the reference, the joint estimate and its interval.
-
-    `reference_index` defaults to the smallest batch. `failed_batches`: batches with no usable run
-    (every seed diverged or ran out of memory); with batches whose seeds mostly never reached
-    the target (R = inf) they bound the critical batch from above. See CriticalBatch.
-    """
+def _validated(
+    batches: Sequence[float], estimates: Sequence[TargetEstimate], reference_index: int | None, tol: float
+) -> tuple[np.ndarray, int]:
+    """The batches as an array and the reference's index; AnalysisError on input it cannot use."""
     b = np.asarray(batches, dtype=float)
     if b.ndim != 1 or b.size != len(estimates):
         raise AnalysisError(
@@ -214,36 +202,82 @@ def critical_batch(
     ref_i = int(np.argmin(b)) if reference_index is None else reference_index
     if not 0 <= ref_i < b.size:
         raise AnalysisError(f"reference_index {reference_index} is out of range for {b.size} batches")
-    ref, b0 = estimates[ref_i], float(b[ref_i])
-    order = np.argsort(b)
+    return b, ref_i
 
-    if math.isinf(ref.samples_to_target):
-        why = f"reference batch {b0:g} never reached the target (R0 = inf)"
-        return CriticalBatch(
-            batch=None,
-            lower=None,
-            upper=None,
-            interpolated=None,
-            verdicts=tuple(
-                Verdict(float(b[i]), REFERENCE if i == ref_i else INCONCLUSIVE, None, why)
-                for i in range(b.size)
-            ),
-            tol=tol,
-            reason=why + "; lower the target or choose another reference",
-            reference_batch=b0,
-            fit=None,
-        )
 
-    verdicts: list[Verdict] = []
+def _reference_never_reached(b: np.ndarray, ref_i: int, tol: float) -> CriticalBatch:
+    b0 = float(b[ref_i])
+    why = f"reference batch {b0:g} never reached the target (R0 = inf)"
+    return CriticalBatch(
+        batch=None,
+        lower=None,
+        upper=None,
+        interpolated=None,
+        verdicts=tuple(
+            Verdict(float(b[i]), REFERENCE if i == ref_i else INCONCLUSIVE, None, why) for i in range(b.size)
+        ),
+        tol=tol,
+        reason=why + "; lower the target or choose another reference",
+        reference_batch=b0,
+        fit=None,
+    )
+
+
+def _verdicts(
+    b: np.ndarray, estimates: Sequence[TargetEstimate], ref_i: int, tol: float, confidence: float, seed: int
+) -> list[Verdict]:
+    """Each batch's ratio to the reference, classified against 1 + tol (ratio.classify)."""
+    ref, out = estimates[ref_i], []
     for i in range(b.size):
         if i == ref_i:
-            verdicts.append(Verdict(b0, REFERENCE, None, "reference batch"))
+            out.append(Verdict(float(b[i]), REFERENCE, None, "reference batch"))
             continue
         ratio = ratio_to_reference(ref, estimates[i], confidence=confidence, seed=seed + int(i))
         status, why = classify(ratio, tol=tol)
-        verdicts.append(Verdict(float(b[i]), status, ratio, why))
+        out.append(Verdict(float(b[i]), status, ratio, why))
+    return out
 
-    ascending = [verdicts[i] for i in order]
+
+def _reason(
+    head: str, crit: float, upper: float | None, failed_from: float | None, later: list[float]
+) -> list[str]:
+    """The reason's parts after its head: the failed bound, an open interval, noisy invariants."""
+    parts = [head]
+    if failed_from is not None:
+        parts.append(
+            f"every seed failed or never reached the target from {failed_from:g}: "
+            "the critical batch is below it"
+        )
+    elif upper is None:
+        parts.append(f"no measured batch is above the interval: at least {crit:g}")
+    if later:
+        shown = ", ".join(f"{x:g}" for x in later)
+        parts.append(f"larger batches {shown} test invariant again: noisy data, add seeds")
+    return parts
+
+
+def critical_batch(
+    batches: Sequence[float],
+    estimates: Sequence[TargetEstimate],
+    *,
+    reference_index: int | None = None,
+    tol: float = 0.1,
+    confidence: float = 0.9,
+    seed: int = 0,
+    failed_batches: Sequence[float] = (),
+) -> CriticalBatch:
+    """Verdict for every batch against the reference, the joint estimate and its interval.
+
+    `reference_index` defaults to the smallest batch. `failed_batches`: batches with no usable run
+    (every seed diverged or ran out of memory); with batches whose seeds mostly never reached
+    the target (R = inf) they bound the critical batch from above. See CriticalBatch.
+    """
+    b, ref_i = _validated(batches, estimates, reference_index, tol)
+    b0 = float(b[ref_i])
+    if math.isinf(estimates[ref_i].samples_to_target):
+        return _reference_never_reached(b, ref_i, tol)
+    verdicts = _verdicts(b, estimates, ref_i, tol, confidence, seed)
+    ascending = [verdicts[i] for i in np.argsort(b)]
     walk, walk_upper, notes = _walk(ascending, b0, tol)
     never = [float(b[i]) for i in range(b.size) if math.isinf(estimates[i].samples_to_target)]
     failed_from = min([*never, *(float(x) for x in failed_batches)], default=None)
@@ -257,7 +291,6 @@ def critical_batch(
     except AnalysisError as err:
         notes.insert(0, f"no joint fit ({err}): the walk decides")
     shape_free = _shape_free(runs, b0, tol, confidence, failed_from, seed)
-    fit = _model_crossing(b, estimates, confidence)
     measured = np.sort(b[usable])
     if joint is None:
         crit, lower, upper, cross, cross_ci = walk, walk, walk_upper, None, None
@@ -276,19 +309,8 @@ def critical_batch(
             notes.insert(0, clamp)
         if crit != walk:
             notes.append(f"the verdict walk alone would say {walk:g} (a lower bound)")
-    parts = [head]
-    if failed_from is not None:
-        parts.append(
-            f"every seed failed or never reached the target from {failed_from:g}: "
-            "the critical batch is below it"
-        )
-    elif upper is None:
-        parts.append(f"no measured batch is above the interval: at least {crit:g}")
     later = [v.batch for v in ascending if v.batch > walk and v.status == INVARIANT]
-    if later:
-        shown = ", ".join(f"{x:g}" for x in later)
-        parts.append(f"larger batches {shown} test invariant again: noisy data, add seeds")
-    parts.extend(notes)
+    parts = [*_reason(head, crit, upper, failed_from, later), *notes]
     return CriticalBatch(
         batch=crit,
         lower=lower,
@@ -298,7 +320,7 @@ def critical_batch(
         tol=tol,
         reason="; ".join(parts),
         reference_batch=b0,
-        fit=fit,
+        fit=_model_crossing(b, estimates, confidence),
         crossing=cross,
         crossing_ci=cross_ci,
         joint=joint,
