@@ -62,9 +62,10 @@ def _summary(text: str) -> str:
 @handle_errors
 def recipes_show(recipe: RecipeArg = None, set_: SetOpt = None, json_out: JsonOpt = False) -> None:
     """Print a recipe with every default filled in (after --set overrides)."""
-    from batchtune.recipe.load import DEFAULT_RECIPE, load_recipe, recipe_to_toml
+    from batchtune.recipe.load import recipe_to_toml
+    from batchtune.workflow.loading import load
 
-    cfg = load_recipe(recipe or DEFAULT_RECIPE, set_ or [])
+    cfg = load(recipe, set_ or [], resolve=False)
     if json_out:
         _print_json({"source": cfg.source, "recipe": cfg.to_dict()})
         return

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 from batchtune.analysis.system.profile import ProfileResult, RooflinePrediction
 from batchtune.errors import InputError
 from batchtune.events import ProbeEvents, SweepProgress
-from batchtune.measure.probe_size import resolved
-from batchtune.recipe.load import DEFAULT_RECIPE, load_recipe
 from batchtune.recipe.schema import Recipe
 from batchtune.records import FAILED_STATUSES, ResultsStore, atomic_write_text
-from batchtune.workflow.recommend import plot_skipped, plot_time, recommend_from_args, results_is_a_folder
+from batchtune.workflow.loading import load, results_is_a_folder
+from batchtune.workflow.recommend import plot_skipped, plot_time, recommend_from_args
 from batchtune.workflow.study import Preview, ProbeOutcome, study_for
 
 if TYPE_CHECKING:
@@ -29,8 +28,7 @@ if TYPE_CHECKING:
 
 def recipe_for(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
     """The recipe named (or the default), with --set overrides and the results directory applied."""
-    cfg = resolved(load_recipe(recipe or DEFAULT_RECIPE, overrides)).with_results_dir(results)
-    return results_is_a_folder(cfg)
+    return results_is_a_folder(load(recipe, overrides, results))
 
 
 def validate_recipe(recipe: str) -> Recipe:
@@ -38,7 +36,7 @@ def validate_recipe(recipe: str) -> Recipe:
     too: task, prompts file, reward import, command placeholders)."""
     from batchtune.measure import preflight
 
-    cfg = resolved(load_recipe(recipe))
+    cfg = load(recipe)
     preflight.check(cfg)
     return cfg
 

@@ -19,41 +19,18 @@ from batchtune.analysis.sample.efficiency import SampleEfficiency
 from batchtune.analysis.system.profile import analyse_throughput
 from batchtune.errors import AnalysisError, InputError, NotRanked, ThroughputMissing
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
-from batchtune.measure.probe_size import resolved
-from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore, RunRecord
 from batchtune.workflow.joint import has_async_knobs
+from batchtune.workflow.loading import load, results_is_a_folder
 from batchtune.workflow.pretrain import check_pretrain_ranking, emit_pretrain_pick
 
 if TYPE_CHECKING:
     from batchtune.measure.branched import BranchedProbeResult
 
 
-def results_is_a_folder(cfg: Recipe) -> Recipe:
-    """A results directory that is a file stopped later with "afile: File exists" or "afile/...: Not
-    a directory"."""
-    path = Path(cfg.run.results_dir)
-    if path.exists() and not path.is_dir():
-        raise InputError(f"results directory {path} is a file: give a folder with --results DIR")
-    return cfg
-
-
 def plot_skipped(what: str, exc: OSError) -> str:
     return f"{what} plot not written ({exc.strerror or exc}: {exc.filename or 'the plots directory'})"
-
-
-def _recipe_for_results(recipe: str | None, overrides: list[str], results: str | None) -> Recipe:
-    """The recipe named, else the one stored with the results, else the default recipe."""
-    if recipe is None and results is not None:
-        manifest = ResultsStore(results).read_manifest()
-        if manifest is not None and not isinstance(manifest.get("recipe"), dict):
-            raise InputError(f"{results}/manifest.json has no recipe table; name one: recommend RECIPE")
-        if manifest:
-            data = apply_overrides(manifest["recipe"], overrides)
-            return resolved(recipe_from_dict(data, f"{results}/manifest.json")).with_results_dir(results)
-    cfg = resolved(load_recipe(recipe or DEFAULT_RECIPE, overrides)).with_results_dir(results)
-    return results_is_a_folder(cfg)
 
 
 SIMULATED_TIMINGS = "probe timings (simulated)"  # the NQM's: computed seconds, said wherever shown
@@ -235,7 +212,7 @@ def recommend_from_args(
         spec = dataclasses.replace(base, algorithm=m.study.algorithm, critic_lr=winner.critic_lr or 0.0)
         out = emit_config(emit, spec, gpus, gpus_per_node=gpus_per_node)
         return rec, out.text, out.values
-    cfg = _recipe_for_results(recipe, list(overrides or []), results)
+    cfg = results_is_a_folder(load(recipe, list(overrides or []), results, stored=True))
     return recommend_for_recipe(cfg, throughput, emit, gpus, gpus_per_node, plot=plot, command=command)
 
 

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from batchtune.errors import AnalysisError, InputError
-from batchtune.measure.probe_size import resolved
-from batchtune.recipe.load import DEFAULT_RECIPE, load_recipe
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore
+from batchtune.workflow.loading import load
 from batchtune.workflow.recommend import recommend_for_recipe
 
 
@@ -75,7 +74,7 @@ def smoke(recipe: str | None, overrides: list[str], results: str | None) -> Smok
 
     t0 = time.perf_counter()
     tmp = None if results else tempfile.mkdtemp(prefix="batchtune-smoke-")
-    plan = smoke_recipe(resolved(load_recipe(recipe or DEFAULT_RECIPE, overrides)), results or str(tmp))
+    plan = smoke_recipe(load(recipe, overrides), results or str(tmp))
     cfg = plan.recipe
     stages: list[SmokeStage] = []
 
