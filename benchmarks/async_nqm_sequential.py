@@ -8,8 +8,10 @@ and 8 seeds do (8-seed estimate 141.2). Seed disagreement cannot flag it; being 
 
 The rule (sequential seeds where the decision hinges): probe every candidate at 3 seeds; every
 candidate whose estimated T is within a factor (1 + margin) of the best estimate gets topped up to
-TOP seeds; repeat with the new estimates until no contender lacks seeds; pick the argmin. Duplicates
-(candidates whose pipeline reaches the same lag d, so they run the same dynamics) share runs.
+TOP seeds; repeat with the new estimates until no contender lacks seeds; pick the argmin. The loop is
+the probe's own (analysis/decide/async_topup.top_up, run by measure/async_topup.py after an async
+probe's planned seeds), fed these estimates. Duplicates (candidates whose pipeline reaches the same
+lag d, so they run the same dynamics) share runs.
 
 The margin is CHOSEN ON HELD-OUT INSTANCES (other noise, curvature power and gen:train ratios than
 the 8 reported), two seed draws each: the smallest margin whose held-out max regret is <= 1.05, or
@@ -34,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from async_nqm_regret import BATCHES, INSTANCES, KS, US, Instance, lr_of, pipeline_of  # noqa: E402
 
+from batchtune.analysis.decide.async_topup import MARGIN, TOP_SEEDS, top_up  # noqa: E402
 from batchtune.backends.nqm_async import (  # noqa: E402
     expected_async_samples_to_target,
     simulate_samples_to_target,
@@ -41,7 +44,7 @@ from batchtune.backends.nqm_async import (  # noqa: E402
 from batchtune.recipe.schema import NQMConfig  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "async_nqm_sequential.txt"
-BASE, TOP = 3, 8
+BASE, TOP = 3, TOP_SEEDS
 MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, math.inf)  # inf: TOP seeds everywhere
 DRAWS = (0, 100)  # first seed of each draw: seeds DRAW .. DRAW + TOP - 1
 HELD_OUT = [
@@ -87,22 +90,26 @@ def _probe_r(inst: Instance, b: int, d: int, u: int, first: int, n: int) -> floa
 
 
 def sequential_pick(inst: Instance, margin: float, first: int) -> tuple[Cand, int]:
-    """(pick, seed-runs spent on distinct (B, d, u)) under the rule of the module docstring."""
+    """(pick, seed-runs spent on distinct (B, d, u)): the probe's own top-up loop
+    (analysis/decide/async_topup.top_up, which measure/async_topup.py runs) over these estimates;
+    margin < 0: no top-up (the plain 3-seed probe)."""
     grid = _grid(inst)
     seeds = dict.fromkeys(grid, BASE)
+    names = {str(c): c for c in grid}
 
     def est(c: Cand) -> float:
         theta, d = grid[c]
         return _probe_r(inst, c[0], d, c[2], first, seeds[c]) / theta
 
-    while True:
-        t = {c: est(c) for c in grid}
-        best = min(t.values())
-        todo = [c for c in grid if t[c] <= (1 + margin) * best and seeds[c] < TOP]
-        if not todo:
-            break
-        for c in todo:
-            seeds[c] = TOP
+    def estimate() -> tuple[dict[str, float], dict[str, int]]:
+        return {n: est(c) for n, c in names.items()}, {n: seeds[c] for n, c in names.items()}
+
+    def run(labels: list[str]) -> None:
+        seeds.update({names[n]: TOP for n in labels})
+
+    if margin >= 0:
+        top_up(estimate, run, margin=margin, top=TOP)
+    t = {c: est(c) for c in grid}
     spent: dict[tuple[int, int, int], int] = {}
     for c, n in seeds.items():
         key = (c[0], grid[c][1], c[2])
@@ -152,7 +159,8 @@ def main() -> int:
     ok = [m for m in MARGINS if held[m][0] <= 1.05]
     chosen = min(ok) if ok else min(MARGINS, key=lambda m: (held[m][0], m))
     why = "smallest with held-out max regret <= 1.05" if ok else "least held-out max regret, then smallest"
-    lines += ["", f"chosen margin {chosen} ({why})", ""]
+    shipped = "the shipped default" if chosen == MARGIN else f"NOT the shipped default {MARGIN}"
+    lines += ["", f"chosen margin {chosen} ({why}; {shipped}: budget.async_top_up_margin)", ""]
     lines.append("reported instances at the chosen margin (out of sample for the margin):")
     lines.append(f"{'noise':>5} {'p':>4} {'gen:train':>9}  {'best':>13}  {'pick draw 0':>13} {'regret':>7}  "
                  f"{'pick draw 1':>13} {'regret':>7}  {'3 seeds plain':>13}")  # fmt: skip

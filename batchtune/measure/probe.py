@@ -21,6 +21,7 @@ from batchtune.errors import AnalysisError, BackendError, InputError, MetricMiss
 from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts, preflight
 from batchtune.measure.async_sweep import pruned_plan
+from batchtune.measure.async_topup import add_async_seeds
 from batchtune.measure.execute import run_jobs
 from batchtune.measure.guards import check_target_range
 from batchtune.measure.one_run import execute_run
@@ -231,6 +232,7 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
         done += run_jobs(execute_run, recipe, store, ref_b, rest, band, progress)
         policy = lambda: stop_policy(recipe, reference_band(store, recipe, plan))  # noqa: E731
         done += add_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
+        done += add_async_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
     efficiency = analyse_store(store, recipe, plan)
     note = failed_starts.note(store)
     return ProbeResult(

@@ -106,6 +106,8 @@ RANGES: dict[str, Range] = {
     "budget.band_factor": Range(1, 1000, why="(a candidate is stopped past band_factor * (1+tol) * R_ref)"),
     "budget.seeds": Range(0, 2**32 - 1),
     "budget.max_extra_seeds": Range(0, 1000),
+    "budget.async_top_up_seeds": Range(0, 1000, why="(0: no top-up)"),
+    "budget.async_top_up_margin": Range(0, 10, why="(a share of the best T, e.g. 0.1)"),
     "budget.full_run_samples": Range(0, BIG, why="(0: not stated)"),
     "budget.full_run_steps": Range(0, BIG, why="(0: not stated)"),
     "budget.full_run_batch": Range(0, BIG, why="(0: the middle of the main candidates)"),

@@ -7,51 +7,18 @@ the default sync path never imports the async machinery.
 from __future__ import annotations
 
 import dataclasses
-import statistics
-from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from batchtune.measure.async_topup import has_async_knobs, run_knobs, top_up_lines
 from batchtune.recipe.schema import Recipe
-from batchtune.records import FAILED_STATUSES, ResultsStore
+from batchtune.records import ResultsStore
 
 if TYPE_CHECKING:
-    from batchtune.analysis.decide.async_joint import Knobs
     from batchtune.analysis.decide.async_rank import JointDecision
     from batchtune.analysis.decide.recommend import Recommendation, ThroughputModel
     from batchtune.analysis.sample.efficiency import SampleEfficiency
 
-
-def has_async_knobs(cfg: Recipe) -> bool:
-    """Whether ``cfg`` runs anything but synchronous on-policy training: a staleness k > 0, updates
-    per batch other than its mini-batches, or the two-process mode."""
-    p, m = cfg.probe, cfg.algorithm.mini_batches
-    return (
-        cfg.algorithm.mode == "async"
-        or any(k != 0 for k in p.staleness)
-        or any(u != m for u in p.updates_per_batch)
-        or p.async_sweep == "auto"
-    )
-
-
-def run_knobs(store: ResultsStore) -> dict[str, Knobs]:
-    """Per candidate: the staleness and updates per batch its runs recorded, and the median seconds
-    of one weight sync over the steps that synced (0 when none did: one process)."""
-    from batchtune.analysis.decide.async_joint import Knobs
-
-    first: dict[str, Knobs] = {}
-    syncs: dict[str, list[float]] = defaultdict(list)
-    for rec in store.runs():
-        if rec.status in FAILED_STATUSES:
-            continue
-        first.setdefault(rec.candidate, Knobs(rec.staleness, rec.updates_per_batch))
-        for step in store.steps(rec.run_id):
-            s = step.metrics.get("sync_s", 0.0)
-            if s > 0:
-                syncs[rec.candidate].append(s)
-    return {
-        lab: dataclasses.replace(kn, sync_s=statistics.median(syncs[lab]) if syncs[lab] else 0.0)
-        for lab, kn in first.items()
-    }
+__all__ = ["has_async_knobs", "joint_for", "run_knobs", "with_pick"]  # the first two live in measure
 
 
 def joint_for(
@@ -70,6 +37,9 @@ def joint_for(
         two_process=two,
         sync_every=a.sync_every if two else 1,
     )
+    top = top_up_lines(store)  # what the probe's seed top-up ran, and why
+    if top:
+        decision = dataclasses.replace(decision, notes=(*decision.notes, *top))
     return decision, joint_throughput(thr, decision)
 
 
