@@ -15,7 +15,6 @@ import_graph = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(import_graph)
 
 NOT_YET_SPLIT_FILES = {
-    "batchtune/backends/command.py",
     "batchtune/analysis/sample/efficiency.py",
     "batchtune/analysis/system/profile.py",
     "batchtune/analysis/sample/curves.py",
@@ -24,7 +23,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/analysis/decide/ranking.py:rank_time_to_target",
     "batchtune/analysis/branched/summary.py:summarise_branched",
     "batchtune/measure/preview_branched.py:branched_plan_preview",
-    "batchtune/backends/command.py:train",
     "batchtune/analysis/system/throughput.py:find_knee",
     "batchtune/integrations/common.py:build_run",
     "batchtune/analysis/system/pipeline.py:simulate_pipeline",

@@ -32,12 +32,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import re
 import shutil
 import signal
-import string
 import subprocess
 import time
 from collections.abc import Iterator
@@ -46,6 +44,14 @@ from pathlib import Path
 from typing import Any
 
 from batchtune.backends import lifeguard
+from batchtune.backends.command_args import argv_templates, fill, placeholders
+from batchtune.backends.command_checkpoints import (
+    CHECKPOINT_META,
+    Origin,
+    on_samples_axis,
+    origin,
+    trainer_step,
+)
 from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec, checkpoint_path
 from batchtune.errors import BatchtuneError, RecipeError
 from batchtune.integrations.common import RunInfo
@@ -55,130 +61,6 @@ from batchtune.records import StepRecord, atomic_write_text
 POLL_S = 0.2  # how often the log and the process are checked
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
 _OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory")
-
-
-CHECKPOINT_META = "batchtune-checkpoint.json"  # in <checkpoint_dir>/ckpt-<samples>/: where it lies
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where a run starts: from scratch, or a checkpoint taken after ``samples`` cumulative samples
-    at the trainer's own step ``step``, lying at ``path``."""
-
-    samples: int = 0
-    step: int = 0
-    path: str = ""
-    lr: float = 0.0  # the LR of the run that saved it (0: not recorded)
-
-    def base_step(self, mode: str) -> int:
-        """The trainer's step count from which this run's steps count: the checkpoint's when the
-        trainer goes on counting (``resume_steps = "continue"``), 0 when it restarts."""
-        return self.step if mode == "continue" else 0
-
-
-def origin(spec: RunSpec) -> Origin:
-    if spec.resume_from is None:
-        return Origin()
-    meta = Path(spec.resume_from) / CHECKPOINT_META
-    try:
-        d = json.loads(meta.read_text())
-        return Origin(int(d["samples"]), int(d["step"]), str(d["path"]), float(d.get("lr", 0.0)))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RunFailed("failed", f"cannot read the checkpoint record {meta}: {exc}") from None
-
-
-def _check_resumed_lr(logged: list[float], lr: float, start: Origin) -> None:
-    """Fail a resumed run whose trainer logs the LR of the run that saved the checkpoint at every
-    step instead of its own: its checkpoint restored the LR scheduler (verl's 'extra' content, TRL's
-    scheduler.pt, OpenRLHF's DeepSpeed state), so a branch at 2x the batch trains at the trunk's LR
-    and its ratio measures the wrong thing. Only an LR the log states counts (else the run's own is
-    recorded); a fresh warmup passes the trunk's LR on one step, not on all of them."""
-    if start.lr <= 0 or abs(lr - start.lr) <= 0.01 * lr:
-        return
-    if not logged or any(abs(x - start.lr) > 1e-4 * start.lr for x in logged):
-        return
-    last = logged[-1]
-    raise RunFailed(
-        "failed",
-        f"the trainer logs lr {last:.4g} after resuming, the checkpoint's, not this run's {lr:.4g}: "
-        "the checkpoint restored its LR scheduler; resume the model and optimiser only "
-        "(backend.command_resume_args; docs/branched.md, 'Your own trainer')",
-    )
-
-
-def trainer_step(start: Origin, samples: int, batch: int, mode: str) -> int | None:
-    """The trainer's own step count after ``samples`` cumulative samples (None: not a whole step)."""
-    k, rem = divmod(samples - start.samples, batch)
-    if rem:
-        return None
-    return start.base_step(mode) + k
-
-
-def placeholders(spec: RunSpec, start: Origin | None = None) -> dict[str, Any]:
-    """The values the argv, log path and environment templates may use (``start``: the run's
-    origin when the caller has read it already)."""
-    c, r = spec.candidate, spec.recipe
-    n = c.batch_responses
-    mb = r.algorithm.mini_batches
-    start = start or origin(spec)
-    mode = r.backend.resume_steps
-    max_steps = start.base_step(mode) + max(1, math.ceil((r.budget.max_samples - start.samples) / n))
-    saves = [trainer_step(start, x, n, mode) for x in sorted(spec.save_at_samples) if x > start.samples]
-    whole = [x for x in saves if x is not None]
-    gpus = r.hardware.num_gpus
-    output_dir = spec.run_dir / "output"
-    values: dict[str, Any] = {
-        "prompts": c.prompts,
-        "group_size": c.group_size,
-        "batch_responses": n,
-        "batch_responses_per_gpu": n // gpus if n % gpus == 0 else None,
-        "mini_batch_prompts": c.prompts // mb if c.prompts % mb == 0 else None,
-        "mini_batch_responses": n // mb if n % mb == 0 else None,
-        "lr": repr(float(c.lr)),
-        "critic_lr": repr(float(c.critic_lr if c.critic_lr is not None else c.lr)),
-        "seed": spec.seed,
-        "max_samples": r.budget.max_samples,
-        "max_steps": max_steps,
-        "max_prompts": max_steps * c.prompts,
-        "output_dir": str(output_dir),
-        "run_dir": str(spec.run_dir),
-        "run_id": spec.run_id,
-        "num_gpus": gpus,
-        "checkpoint_dir": str(spec.checkpoint_dir or spec.run_dir / "checkpoints"),
-        "resume_from": start.path,
-        "resume_step": start.step,
-        # None (an error naming the placeholder, if used) when a save falls inside a step
-        "save_at_steps": ",".join(map(str, whole)) if len(whole) == len(saves) else None,
-        # trainers save when their own step count is a multiple of it (verl, TRL, OpenRLHF)
-        "save_every_steps": math.gcd(*whole) if saves and len(whole) == len(saves) else None,
-    }
-    return values
-
-
-def fill(template: str, values: dict[str, Any], where: str) -> str:
-    """``template`` with placeholders filled; a clear error for unknown or inexpressible ones."""
-    try:
-        parsed = [(f, spec or "") for _, f, spec, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as exc:
-        raise RecipeError(f"{where}: {template!r}: {exc} (write {{{{ and }}}} for literal braces)") from None
-    for name, spec in parsed:
-        if any(len(w) > 3 for w in re.findall(r"\d+", spec)):  # {lr:>300000000} would fill gigabytes
-            raise RecipeError(f"{where}: {{{name}:{spec}}}: a width or precision above 999")
-        if name not in values:
-            raise RecipeError(f"{where}: unknown placeholder {{{name}}}; known: {', '.join(sorted(values))}")
-        if values[name] is None:
-            raise RunFailed("failed", f"{where}: {{{name}}} is not a whole number for this candidate")
-    return template.format(**values)
-
-
-def argv_templates(cfg: Any, *, save: bool, resume: bool) -> list[tuple[str, str]]:
-    """(recipe key, template) of each argv item: the command, then the save and resume args."""
-    out = [(f"backend.command[{i}]", t) for i, t in enumerate(cfg.command)]
-    if save:
-        out += [(f"backend.command_save_args[{i}]", t) for i, t in enumerate(cfg.command_save_args)]
-    if resume:
-        out += [(f"backend.command_resume_args[{i}]", t) for i, t in enumerate(cfg.command_resume_args)]
-    return out
 
 
 # "ValueError: ...", "torch.OutOfMemoryError: ...": a Python exception's last line
@@ -232,6 +114,181 @@ def _stop(proc: subprocess.Popen) -> None:
         lifeguard.unregister_group(proc.pid)
 
 
+@dataclass(frozen=True)
+class _Launch:
+    """One run's command, filled in: what starts it and where its output goes."""
+
+    argv: list[str]
+    env: dict[str, str]
+    values: dict[str, Any]  # the placeholders' values (the checkpoint path is filled from them)
+    log_path: Path
+    info: RunInfo  # what the log reader is told about the run
+    stdout_path: Path
+    stderr_path: Path
+
+
+def _run_info(spec: RunSpec) -> RunInfo:
+    c, fmt = spec.candidate, spec.recipe.backend.command_log_format
+    return RunInfo(
+        prompts=c.prompts,
+        group_size=c.group_size,
+        lr=c.lr,
+        seed=spec.seed,
+        critic_lr=c.critic_lr or 0.0,
+        run_id=spec.run_id,
+        candidate=c.label,
+        # TRL logs optimiser steps: with mini-batches one generation feeds several of them
+        samples_per_step=c.batch_responses // spec.recipe.algorithm.mini_batches if fmt == "trl" else 0,
+    )
+
+
+def _launch(spec: RunSpec, start: Origin) -> _Launch:
+    """The filled argv and environment; a fresh output folder (an interrupted earlier attempt's is
+    kept aside, its log never read)."""
+    cfg = spec.recipe.backend
+    values = placeholders(spec, start)
+    saves = any(x > start.samples for x in spec.save_at_samples)
+    templates = argv_templates(cfg, save=saves, resume=spec.resume_from is not None)
+    argv = [fill(item, values, where) for where, item in templates]
+    env = dict(os.environ)
+    env.update({k: fill(v, values, f"backend.command_env.{k}") for k, v in cfg.command_env.items()})
+    output_dir = Path(values["output_dir"])
+    if output_dir.exists() and any(output_dir.iterdir()):
+        output_dir.rename(output_dir.with_name(f"{output_dir.name}.stale-{time.time_ns()}"))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    return _Launch(
+        argv=argv,
+        env=env,
+        values=values,
+        log_path=output_dir / fill(cfg.command_log, values, "backend.command_log"),
+        info=_run_info(spec),
+        stdout_path=spec.run_dir / "command.stdout",
+        stderr_path=spec.run_dir / "command.stderr",
+    )
+
+
+def _start(spec: RunSpec, launch: _Launch) -> subprocess.Popen:
+    """Start the command under the lifeguard, which stops its whole group when batchtune dies, even
+    by kill -9."""
+    argv = launch.argv
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    with open(launch.stdout_path, "wb") as out, open(launch.stderr_path, "wb") as err:
+        if shutil.which(argv[0]) is None:
+            raise RunFailed("failed", f"cannot start {argv[0]!r}: not found or not executable")
+        try:
+            return lifeguard.start_guarded(
+                argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=launch.env
+            )
+        except OSError as exc:
+            raise RunFailed("failed", f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+
+
+def _read(spec: RunSpec, launch: _Launch, start: Origin, partial: bool) -> list[StepRecord]:
+    """The run's steps so far; while running, a missing or half-written log reads as no steps."""
+    path, info, keys = launch.log_path, launch.info, spec.recipe.backend.command_log_keys
+    if partial and not path.exists():
+        return []
+    try:
+        runs = read_log(path, spec.recipe.backend.command_log_format, info, keys or None, partial=partial)
+    except BatchtuneError as exc:
+        if partial:
+            return []
+        raise RunFailed("failed", f"cannot read the command's log: {exc}") from None
+    if partial and not runs:
+        return []
+    if len(runs) != 1:
+        raise RunFailed("failed", f"the command's log {path} holds {len(runs)} runs; expected one")
+    run = runs[0]
+    if (run.prompts, run.group_size) != (info.prompts, info.group_size):
+        raise RunFailed(
+            "failed",
+            f"the log says P={run.prompts} x G={run.group_size}, the candidate is "
+            f"P={info.prompts} x G={info.group_size}: check the command's placeholders",
+        )
+    steps = [dataclasses.replace(s, run_id=spec.run_id, seed=spec.seed) for s in run.steps]
+    return on_samples_axis(steps, spec, start, partial)
+
+
+def _record_checkpoints(
+    spec: RunSpec, values: dict[str, Any], start: Origin, reached: int, strict: bool = True
+) -> None:
+    """Find each checkpoint the trainer was asked for, up to ``reached`` samples, and record where it
+    lies. ``strict``: a missing one fails the run (after a clean exit); else it is skipped."""
+    if not spec.save_at_samples:
+        return
+    cfg = spec.recipe.backend
+    n = spec.candidate.batch_responses
+    assert spec.checkpoint_dir is not None, "save_at_samples needs a checkpoint_dir"
+    for at in sorted(x for x in spec.save_at_samples if start.samples < x <= reached):
+        step = trainer_step(start, at, n, cfg.resume_steps)
+        assert step is not None  # placeholders() refused saves inside a step
+        at_step = {**values, "step": step, "samples": at}
+        where = Path(fill(cfg.checkpoint_path, at_step, "backend.checkpoint_path"))
+        if not where.exists():
+            if not strict:
+                continue
+            raise RunFailed(
+                "failed",
+                f"the trainer wrote no checkpoint at its step {step} ({at} samples): expected "
+                f"{where} (backend.checkpoint_path); check backend.command_save_args",
+            )
+        meta = {"samples": at, "step": step, "path": str(where.resolve()), "lr": spec.candidate.lr}
+        atomic_write_text(checkpoint_path(spec.checkpoint_dir, at) / CHECKPOINT_META, json.dumps(meta))
+
+
+class _Yielded:
+    """The steps a run has yielded: the last one's number, and the samples of the last streamed."""
+
+    def __init__(self) -> None:
+        self.step = -1
+        self.streamed_samples = 0
+
+    def new(self, steps: list[StepRecord]) -> Iterator[StepRecord]:
+        """The steps past the last one yielded, marked yielded as they go."""
+        for step in steps:
+            if step.step > self.step:
+                self.step = step.step
+                yield step
+
+
+def _while_running(
+    proc: subprocess.Popen, spec: RunSpec, launch: _Launch, start: Origin, seen: _Yielded
+) -> Iterator[StepRecord]:
+    """Stream a line-format log's steps while the command runs (the last step may still get lines);
+    stop it past ``backend.timeout_s``."""
+    cfg = spec.recipe.backend
+    started = time.monotonic()
+    seen_stat: tuple[int, int] | None = None  # (size, mtime) of the log when last read
+    while proc.poll() is None:
+        if cfg.timeout_s and time.monotonic() - started > cfg.timeout_s:
+            _stop(proc)
+            raise RunFailed(
+                "timeout", f"ran past backend.timeout_s = {cfg.timeout_s:g} s; see {launch.stderr_path}"
+            )
+        stat = _stat(launch.log_path)
+        if cfg.command_log_format in STREAMABLE and stat is not None and stat != seen_stat:
+            seen_stat = stat
+            for step in seen.new(_read(spec, launch, start, partial=True)[:-1]):
+                seen.streamed_samples = step.samples
+                yield step
+        time.sleep(POLL_S)
+
+
+def _failed(rc: int, spec: RunSpec, launch: _Launch, start: Origin, seen: _Yielded) -> Iterator[StepRecord]:
+    """A non-zero exit: the steps it trained before it failed are data, yielded, then the run fails
+    (``oom`` when its stderr says out of memory)."""
+    tail = _stderr_tail(launch.stderr_path)
+    msg = f"command exited with code {rc}" + (f": {tail}" if tail else "")
+    if any(m in tail.lower() for m in _OOM_MARKERS):
+        raise OutOfMemory(msg)
+    try:
+        trained = _read(spec, launch, start, partial=True)
+    except Exception:  # noqa: BLE001 - a log cut mid-write: the steps streamed stand
+        trained = []
+    yield from seen.new(trained)
+    raise RunFailed("failed", msg, started=bool(trained) or seen.step > 0)
+
+
 class CommandBackend:
     """Runs ``recipe.backend.command`` per candidate; see the module docstring."""
 
@@ -267,173 +324,28 @@ class CommandBackend:
             problem = self.checkpoint_support(spec.recipe)
             if problem is not None:
                 raise RecipeError(problem)
-        start = origin(spec)  # read once: the polling loop below reuses it
-        values = placeholders(spec, start)
-        saves = any(x > start.samples for x in spec.save_at_samples)
-        templates = argv_templates(cfg, save=saves, resume=spec.resume_from is not None)
-        argv = [fill(item, values, where) for where, item in templates]
-        env = dict(os.environ)
-        env.update({k: fill(v, values, f"backend.command_env.{k}") for k, v in cfg.command_env.items()})
-        output_dir = Path(values["output_dir"])
-        if output_dir.exists() and any(output_dir.iterdir()):
-            # an interrupted earlier attempt of this run: keep it aside, never read its log
-            output_dir.rename(output_dir.with_name(f"{output_dir.name}.stale-{time.time_ns()}"))
-        output_dir.mkdir(parents=True, exist_ok=True)
-        log_path = output_dir / fill(cfg.command_log, values, "backend.command_log")
-        fmt = cfg.command_log_format
-        c = spec.candidate
-        info = RunInfo(
-            prompts=c.prompts,
-            group_size=c.group_size,
-            lr=c.lr,
-            seed=spec.seed,
-            critic_lr=c.critic_lr or 0.0,
-            run_id=spec.run_id,
-            candidate=c.label,
-            # TRL logs optimiser steps: with mini-batches one generation feeds several of them
-            samples_per_step=c.batch_responses // spec.recipe.algorithm.mini_batches if fmt == "trl" else 0,
-        )
-        stdout_path, stderr_path = spec.run_dir / "command.stdout", spec.run_dir / "command.stderr"
-        spec.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-            if shutil.which(argv[0]) is None:
-                raise RunFailed("failed", f"cannot start {argv[0]!r}: not found or not executable")
-            try:
-                # the lifeguard stops the command's whole group when batchtune dies, even by kill -9
-                proc = lifeguard.start_guarded(
-                    argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env
-                )
-            except OSError as exc:
-                raise RunFailed("failed", f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
-        started = time.monotonic()
-        yielded = -1  # the last step yielded
-        yielded_samples = 0  # its cumulative samples
+        start = origin(spec)  # read once: the polling loop reuses it
+        launch = _launch(spec, start)
+        proc = _start(spec, launch)
+        seen = _Yielded()
         clean_exit = False
-        seen_stat: tuple[int, int] | None = None  # (size, mtime) of the log when last read
         try:
-            while True:
-                rc = proc.poll()
-                if rc is None and cfg.timeout_s and time.monotonic() - started > cfg.timeout_s:
-                    _stop(proc)
-                    raise RunFailed(
-                        "timeout", f"ran past backend.timeout_s = {cfg.timeout_s:g} s; see {stderr_path}"
-                    )
-                if rc is None:
-                    stat = _stat(log_path)
-                    if fmt in STREAMABLE and stat is not None and stat != seen_stat:
-                        seen_stat = stat
-                        keys = cfg.command_log_keys
-                        so_far = self._read(log_path, fmt, info, keys, spec, start, partial=True)
-                        for step in so_far[:-1]:  # the last step may still get lines
-                            if step.step > yielded:
-                                yielded, yielded_samples = step.step, step.samples
-                                yield step
-                    time.sleep(POLL_S)
-                    continue
-                if rc != 0:
-                    tail = _stderr_tail(stderr_path)
-                    msg = f"command exited with code {rc}" + (f": {tail}" if tail else "")
-                    if any(m in tail.lower() for m in _OOM_MARKERS):
-                        raise OutOfMemory(msg)
-                    try:  # the steps it trained before it failed are data: read them, then fail
-                        trained = self._read(
-                            log_path, fmt, info, cfg.command_log_keys, spec, start, partial=True
-                        )
-                    except Exception:  # noqa: BLE001 - a log cut mid-write: the steps streamed stand
-                        trained = []
-                    for step in trained:
-                        if step.step > yielded:
-                            yielded = step.step
-                            yield step
-                    raise RunFailed("failed", msg, started=bool(trained) or yielded > 0)
-                steps = self._read(log_path, fmt, info, cfg.command_log_keys, spec, start, partial=False)
-                if not steps:
-                    raise RunFailed(
-                        "failed", f"the command finished but its log {log_path} holds no steps", started=False
-                    )
-                self._record_checkpoints(spec, values, start, max(s.samples for s in steps))
-                clean_exit = True
-                for step in steps:
-                    if step.step > yielded:
-                        yielded = step.step
-                        yield step
-                return
-        finally:
-            _stop(proc)
-            if not clean_exit and yielded_samples > start.samples:
-                # stopped early (the caller closed us at its budget or target): record the checkpoints
-                # of the steps already streamed, whose saves the trainer finished before logging on
-                self._record_checkpoints(spec, values, start, yielded_samples, strict=False)
-
-    @staticmethod
-    def _record_checkpoints(
-        spec: RunSpec, values: dict[str, Any], start: Origin, reached: int, strict: bool = True
-    ) -> None:
-        """Find each checkpoint the trainer was asked for, up to ``reached`` samples, and record where it
-        lies. ``strict``: a missing one fails the run (after a clean exit); else it is skipped."""
-        if not spec.save_at_samples:
-            return
-        cfg = spec.recipe.backend
-        n = spec.candidate.batch_responses
-        assert spec.checkpoint_dir is not None, "save_at_samples needs a checkpoint_dir"
-        for at in sorted(x for x in spec.save_at_samples if start.samples < x <= reached):
-            step = trainer_step(start, at, n, cfg.resume_steps)
-            assert step is not None  # placeholders() refused saves inside a step
-            at_step = {**values, "step": step, "samples": at}
-            where = Path(fill(cfg.checkpoint_path, at_step, "backend.checkpoint_path"))
-            if not where.exists():
-                if not strict:
-                    continue
+            yield from _while_running(proc, spec, launch, start, seen)
+            if proc.returncode != 0:
+                yield from _failed(proc.returncode, spec, launch, start, seen)
+            steps = _read(spec, launch, start, partial=False)
+            if not steps:
                 raise RunFailed(
                     "failed",
-                    f"the trainer wrote no checkpoint at its step {step} ({at} samples): expected "
-                    f"{where} (backend.checkpoint_path); check backend.command_save_args",
+                    f"the command finished but its log {launch.log_path} holds no steps",
+                    started=False,
                 )
-            meta = {"samples": at, "step": step, "path": str(where.resolve()), "lr": spec.candidate.lr}
-            atomic_write_text(checkpoint_path(spec.checkpoint_dir, at) / CHECKPOINT_META, json.dumps(meta))
-
-    @staticmethod
-    def _read(
-        path: Path,
-        fmt: str,
-        info: RunInfo,
-        keys: dict[str, str],
-        spec: RunSpec,
-        start: Origin,
-        partial: bool,
-    ) -> list[StepRecord]:
-        """The run's steps so far; while running, a missing or half-written log reads as no steps."""
-        if partial and not path.exists():
-            return []
-        try:
-            runs = read_log(path, fmt, info, keys or None, partial=partial)
-        except BatchtuneError as exc:
-            if partial:
-                return []
-            raise RunFailed("failed", f"cannot read the command's log: {exc}") from None
-        if partial and not runs:
-            return []
-        if len(runs) != 1:
-            raise RunFailed("failed", f"the command's log {path} holds {len(runs)} runs; expected one")
-        run = runs[0]
-        if (run.prompts, run.group_size) != (info.prompts, info.group_size):
-            raise RunFailed(
-                "failed",
-                f"the log says P={run.prompts} x G={run.group_size}, the candidate is "
-                f"P={info.prompts} x G={info.group_size}: check the command's placeholders",
-            )
-        steps = [dataclasses.replace(s, run_id=spec.run_id, seed=spec.seed) for s in run.steps]
-        if spec.resume_from is None:
-            return steps
-        # a resumed run: its steps on the cumulative samples axis, counted from the checkpoint
-        first = start.base_step(spec.recipe.backend.resume_steps)
-        n = spec.candidate.batch_responses
-        out = []
-        for s in steps:
-            k = s.step - first  # optimiser steps since the checkpoint
-            if k <= 0:
-                continue  # a trainer that logs its state at the resume point: the trunk's record
-            out.append(dataclasses.replace(s, step=start.step + k, samples=start.samples + k * n))
-        if out and (len(out) > 1 or not partial):
-            _check_resumed_lr([s.lr for s in out], spec.candidate.lr, start)
-        return out
+            _record_checkpoints(spec, launch.values, start, max(s.samples for s in steps))
+            clean_exit = True
+            yield from seen.new(steps)
+        finally:
+            _stop(proc)
+            if not clean_exit and seen.streamed_samples > start.samples:
+                # stopped early (the caller closed us at its budget or target): record the checkpoints
+                # of the steps already streamed, whose saves the trainer finished before logging on
+                _record_checkpoints(spec, launch.values, start, seen.streamed_samples, strict=False)

@@ -69,7 +69,7 @@ def _task_problems(recipe: Recipe) -> list[str]:
 
 
 def _command_problems(recipe: Recipe) -> list[str]:
-    from batchtune.backends.command import argv_templates, fill, placeholders
+    from batchtune.backends.command_args import argv_templates, fill, placeholders
     from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 
     cfg = recipe.backend

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from batchtune.backends.command import CommandBackend, placeholders
+from batchtune.backends.command import CommandBackend
+from batchtune.backends.command_args import placeholders
 from batchtune.backends.spec import Candidate, OutOfMemory, RunFailed, RunSpec
 from batchtune.errors import RecipeError
 from batchtune.recipe.load import load_recipe, shipped_recipes
@@ -156,7 +157,7 @@ def test_placeholder_errors(tmp_path):
 
 def test_shipped_command_recipes_fill(tmp_path):
     """Every placeholder of the shipped trainer recipes is known and fills for their candidates."""
-    from batchtune.backends.command import fill
+    from batchtune.backends.command_args import fill
     from batchtune.measure.plan import plan_candidates
 
     names = ("verl-grpo", "trl-grpo", "openrlhf-ppo")

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from batchtune.backends.command import CHECKPOINT_META, CommandBackend, placeholders
+from batchtune.backends.command import CommandBackend
+from batchtune.backends.command_args import placeholders
+from batchtune.backends.command_checkpoints import CHECKPOINT_META
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.errors import RecipeError
 from batchtune.recipe.load import load_recipe
@@ -306,11 +308,11 @@ def test_smoke_of_a_branched_recipe_fails_on_a_missing_checkpoint_or_a_restored_
 def test_the_resumed_lr_check_fails_only_a_run_at_the_checkpoints_lr_throughout():
     """A fresh warmup under the linear rule passes the trunk's LR on its way up: one step at it is
     not a restored scheduler; every step at it is."""
-    from batchtune.backends.command import Origin, _check_resumed_lr
+    from batchtune.backends.command_checkpoints import Origin, check_resumed_lr
 
     start = Origin(16, 2, "ckpt", lr=0.05)
-    _check_resumed_lr([0.025, 0.05, 0.075, 0.1], 0.1, start)  # warming up to its own 0.1
-    _check_resumed_lr([0.05], 0.0505, start)  # within 1% of the trunk's: the control, say
-    _check_resumed_lr([0.1, 0.1], 0.1, Origin(16, 2, "ckpt"))  # an old record without its LR
+    check_resumed_lr([0.025, 0.05, 0.075, 0.1], 0.1, start)  # warming up to its own 0.1
+    check_resumed_lr([0.05], 0.0505, start)  # within 1% of the trunk's: the control, say
+    check_resumed_lr([0.1, 0.1], 0.1, Origin(16, 2, "ckpt"))  # an old record without its LR
     with pytest.raises(RunFailed, match="logs lr 0.05 after resuming"):
-        _check_resumed_lr([0.05, 0.05, 0.05], 0.1, start)
+        check_resumed_lr([0.05, 0.05, 0.05], 0.1, start)
