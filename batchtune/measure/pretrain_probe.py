@@ -3,13 +3,16 @@ store and run executor as `batchtune probe`, then the grid analysis (analysis/pr
 
 A candidate's batch is ``prompts`` sequences of ``group_size = seq_len`` tokens, so a RunRecord's
 ``batch_responses`` is the batch in tokens and StepRecord ``samples`` are tokens. Runs stop at the
-budget, or once the lowest target loss is confirmed reached.
+budget, or once the lowest target loss is confirmed reached. Then, where B_opt sits between grid
+points, the refinement rounds add batches between them (measure/pretrain_refine.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts
 from batchtune.measure.one_run import execute_run
 from batchtune.measure.plan import lr_table, plan_pretrain, run_id
+from batchtune.measure.pretrain_refine import RefineRound, refine_grid
 from batchtune.measure.probe import check_manifest
 from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
@@ -36,9 +40,15 @@ class PretrainProbeResult:
     wall_s: float
     results_dir: Path
     plot_path: Path | None = None
+    refinement: tuple[RefineRound, ...] = ()  # the rounds that added batches (pretrain_refine.py)
+    seq_len: int = 1  # batches are whole sequences of this many tokens
 
 
-def run_pretrain_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> PretrainProbeResult:
+def run_pretrain_probe(
+    recipe: Recipe, progress: ProbeEvents | None = None, *, refine: bool = False
+) -> PretrainProbeResult:
+    """The grid of ``recipe``, then, with ``refine`` (the study map's probe) and ``probe.refine``,
+    its refinement rounds."""
     t0 = time.perf_counter()
     if not recipe.study.pretrain:
         raise InputError("the pre-training probe needs backend.training = 'pretrain'")
@@ -61,14 +71,37 @@ def run_pretrain_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> P
     todo = [(c, s) for c, s in jobs if not store.is_finished(run_id(c, s))]
     if progress is not None:
         progress("plan", {"total": len(jobs), "todo": len(todo), "max_samples": p.max_tokens})
-    done = 0
-    for cand, seed in todo:  # one process: torch already uses the cores
-        done += (
-            execute_run(
+
+    def run(pairs: Sequence[tuple[Candidate, int]]) -> int:
+        done = 0
+        for cand, seed in pairs:  # one process: torch already uses the cores
+            if store.is_finished(run_id(cand, seed)):
+                continue
+            rec = execute_run(
                 recipe, str(store.root), cand, seed, recipe.optimizer.lr, ref, policy, events=progress
             )
-            is not None
+            done += rec is not None
+        return done
+
+    def run_batches(batches: Sequence[int]) -> int:
+        plan_b = plan_pretrain(with_batches(recipe, batches))
+        added = [c for c in plan_b.candidates if c.batch_responses in set(batches)]
+        cands.extend(c for c in added if c not in cands)
+        pairs = [(c, s) for c in added for s in recipe.budget.seeds]
+        if progress is not None:
+            todo_b = sum(not store.is_finished(run_id(c, s)) for c, s in pairs)
+            phase = f"refinement: batches {', '.join(str(b) for b in batches)}"
+            info = {"total": len(pairs), "todo": todo_b, "max_samples": p.max_tokens, "phase": phase}
+            progress("plan", info)
+        return run(pairs)
+
+    done = run(todo)
+    rounds: tuple[RefineRound, ...] = ()
+    if refine:
+        rounds, extra = refine_grid(
+            recipe, store, lambda batches: analyse_store_grid(store, recipe, batches), run_batches
         )
+        done += extra
     return PretrainProbeResult(
         analysis=analyse_store_grid(store, recipe),
         candidates=tuple(cands),
@@ -76,13 +109,31 @@ def run_pretrain_probe(recipe: Recipe, progress: ProbeEvents | None = None) -> P
         runs_done=done,
         wall_s=time.perf_counter() - t0,
         results_dir=store.root,
+        refinement=rounds,
+        seq_len=p.seq_len,
     )
 
 
-def load_grid_curves(store: ResultsStore) -> tuple[list[GridCurve], float | None]:
+def with_batches(recipe: Recipe, batches: Sequence[int]) -> Recipe:
+    """``recipe`` with ``batches`` (tokens) added to its grid: their candidates at the recipe's LR
+    rule, from the same reference batch."""
+    p = recipe.pretrain
+    ref = recipe.lr_scaling.reference_batch or min(p.batches_tokens)
+    grid = sorted({*p.batches_tokens, *(int(b) for b in batches)})
+    return dataclasses.replace(
+        recipe,
+        pretrain=dataclasses.replace(p, batches_tokens=grid),
+        lr_scaling=dataclasses.replace(recipe.lr_scaling, reference_batch=ref),
+    )
+
+
+def load_grid_curves(
+    store: ResultsStore, batches: set[int] | None = None
+) -> tuple[list[GridCurve], float | None]:
+    """The eval-loss curves of the store's finished runs (at ``batches`` only, when given)."""
     curves, floor = [], None
     for rec in store.runs():
-        if rec.status in FAILED_STATUSES:
+        if rec.status in FAILED_STATUSES or (batches is not None and rec.batch_responses not in batches):
             continue
         pts = [
             (s.samples, s.metrics["eval_loss"]) for s in store.steps(rec.run_id) if "eval_loss" in s.metrics
@@ -96,8 +147,8 @@ def load_grid_curves(store: ResultsStore) -> tuple[list[GridCurve], float | None
     return curves, floor
 
 
-def analyse_store_grid(store: ResultsStore, recipe: Recipe) -> GridAnalysis:
-    curves, floor = load_grid_curves(store)
+def analyse_store_grid(store: ResultsStore, recipe: Recipe, batches: set[int] | None = None) -> GridAnalysis:
+    curves, floor = load_grid_curves(store, batches)
     if not curves:
         raise InputError(f"{store.root} has no finished pre-training runs")
     ref = plan_pretrain(recipe).reference_batch

@@ -328,6 +328,10 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     if not recipe.study.pretrain and plan.offpolicy:
         notes.append(_offpolicy_cost(costs, set(plan.offpolicy), total_samples, total_run_s))
     notes.append(bound_note)
+    if recipe.study.pretrain:  # the refinement rounds' cost, bounded (measure/pretrain_refine.py)
+        from batchtune.measure.pretrain_refine import plan_note
+
+        notes.append(plan_note(recipe, max((c.run_s_max for c in costs), default=math.nan)))
     return PlanPreview(
         source=recipe.source,
         results_dir=str(recipe.run.results_dir),

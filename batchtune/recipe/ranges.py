@@ -158,6 +158,7 @@ RANGES: dict[str, Range] = {
     "pretrain.micro_batch_tokens": NONNEG,
     "probe.staleness": Range(0, 1 << 16),
     "probe.updates_per_batch": _size(1 << 16),
+    "probe.refine_max_batches": Range(0, 1 << 16),
     "branch.trunk_samples": _size(),
     "branch.checkpoints": Range(0, 1),  # 0: branches from initialisation
     "branch.window_samples": _size(),

@@ -24,15 +24,23 @@ def _ci(ci: tuple | None) -> str:
 
 
 def render_pretrain_grid(console: Console, result: Any) -> None:
-    """The probe's tables (:func:`render_grid`) and where its runs and plot are."""
-    render_grid(console, result.analysis)
+    """The probe's tables (:func:`render_grid`), its refinement rounds, and where its runs and plot are."""
+    render_grid(console, result.analysis, getattr(result, "seq_len", 1))
+    for r in getattr(result, "refinement", ()):
+        added = ", ".join(f"{b:,}" for b in r.batches_tokens) or "none"
+        console.print(f"Refinement round {r.round}: added batches {added} tokens")
+        for why in r.reasons:
+            console.print(f"  {why}")
+        if r.left_out:
+            left = ", ".join(f"{b:,}" for b in r.left_out)
+            console.print(f"  not added ({left}): probe.refine_max_batches reached; raise it to add them")
     console.print(
         f"{result.runs_done} run(s) done in {result.wall_s:.0f} s; results in {result.results_dir}"
         + (f"; plot {result.plot_path}" if result.plot_path else "")
     )
 
 
-def render_grid(console: Console, a: Any) -> None:
+def render_grid(console: Console, a: Any, seq_len: int = 1) -> None:
     """Tokens to target per batch and target, B_opt and B_min with brackets and intervals, notes,
     and the schedule, from an ``analysis.pretrain.grid.GridAnalysis``."""
     if not a.estimates:
@@ -85,7 +93,7 @@ def render_grid(console: Console, a: Any) -> None:
         )
     console.print(s)
     for est in a.estimates:
-        refine = refine_note(est.batches_tokens, est.b_opt_measured_tokens)
+        refine = refine_note(est.batches_tokens, est.b_opt_measured_tokens, seq_len)
         for note in (*est.notes, *([refine] if refine else [])):
             console.print(f"  L={est.target_loss:g}: {note}")
     if a.loss_floor is not None:

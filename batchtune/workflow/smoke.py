@@ -144,7 +144,7 @@ def _smoke_pretrain(cfg: Recipe) -> tuple[str, Any]:
     from batchtune.measure.pretrain_probe import run_pretrain_probe
 
     try:
-        result = run_pretrain_probe(cfg, _stop_at_failure)
+        result = run_pretrain_probe(cfg, _stop_at_failure)  # the grid's runs, no refinement rounds
     except _FirstRunFailed as stop:
         raise stop.as_error() from None
     labels = ", ".join(c.label for c in result.candidates)

@@ -6,6 +6,9 @@
     pretrain-grid      measure.preview (tokens)   measure.pretrain_probe  no: B_opt and B_min per loss
     pretrain-branched  measure.preview_branched   measure.branched        yes (the probe's step times)
 
+Refinement (``probe.refine``, ``refines`` below): the pretrain-grid probe adds batches between grid
+points where B_opt sits between them (measure/pretrain_refine.py; its plan bounds the rounds' cost).
+
 The workflow asks this map, never the recipe's strings; a new kind is one more row.
 """
 
@@ -61,7 +64,7 @@ def _pretrain_grid_probe(cfg: Recipe, progress: ProbeEvents | None) -> PretrainP
     from batchtune.records import ResultsStore
     from batchtune.report.pretrain_grid import plot_bopt_bmin
 
-    result = run_pretrain_probe(cfg, progress)
+    result = run_pretrain_probe(cfg, progress, refine=True)  # + the refinement rounds (probe.refine)
     plot = plot_bopt_bmin(result.analysis, ResultsStore.of(cfg).plots_dir / "bopt_bmin.png")
     return dataclasses.replace(result, plot_path=plot)
 
@@ -75,12 +78,20 @@ class Study:
     probe: Callable[[Recipe, ProbeEvents | None], ProbeOutcome]  # run or resume it
     profile_gen: bool  # `tune` runs profile-gen between probe and recommend
     ranked: bool  # `recommend` ranks its candidates by predicted time-to-target
+    refines: str = ""  # what its probe's refinement rounds pin down between grid points; "" = none
 
 
 _ROWS = (
     Study(StudyKind.RL_GRID, _grid_preview, _grid_probe, profile_gen=True, ranked=True),
     Study(StudyKind.RL_BRANCHED, _branched_preview, _branched_probe, profile_gen=True, ranked=True),
-    Study(StudyKind.PRETRAIN_GRID, _grid_preview, _pretrain_grid_probe, profile_gen=False, ranked=False),
+    Study(
+        StudyKind.PRETRAIN_GRID,
+        _grid_preview,
+        _pretrain_grid_probe,
+        profile_gen=False,
+        ranked=False,
+        refines="B_opt per target loss",
+    ),
     Study(StudyKind.PRETRAIN_BRANCHED, _branched_preview, _branched_probe, profile_gen=False, ranked=True),
 )
 STUDIES: dict[StudyKind, Study] = {row.kind: row for row in _ROWS}

@@ -1,0 +1,149 @@
+"""The pre-training probe adds batches between grid points where B_opt sits (measure/pretrain_refine.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batchtune.analysis.pretrain.grid import GridAnalysis, GridCurve, analyse_grid
+from batchtune.analysis.pretrain.refine import FINE_STEP
+from batchtune.analysis.pretrain.synth import SynthLaw, synth_curves
+from batchtune.measure.pretrain_refine import (
+    REFINE_FILE,
+    addable,
+    next_round,
+    plan_note,
+    refine_bound,
+    refine_grid,
+)
+from batchtune.recipe.load import recipe_from_dict
+from batchtune.records import ResultsStore
+
+LAW = SynthLaw()
+GRID = [256 * 2**i for i in range(8)]  # 256 .. 32,768 tokens, doubling
+TARGETS = [2.9, 2.65]  # true B_opt 6,014 and 9,180: between grid points
+
+
+def _recipe(**probe: object):  # type: ignore[no-untyped-def]
+    return recipe_from_dict(
+        {
+            "backend": {"training": "pretrain"},
+            "budget": {"seeds": [0, 1]},
+            "probe": {"mode": "grid", **probe},
+            "pretrain": {"seq_len": 2, "batches_tokens": GRID, "max_tokens": 200_000_000, "targets": TARGETS},
+        },
+        "test",
+    )
+
+
+class FakeProbe:
+    """Noise-free curves of the law, a batch at every seed on demand; counts the runs made."""
+
+    def __init__(self) -> None:
+        self.curves: dict[int, list[GridCurve]] = {}
+        self.runs = 0
+
+    def run_batches(self, batches: Sequence[int]) -> int:
+        new = [b for b in batches if b not in self.curves]
+        for b in new:
+            self.curves[b] = [
+                GridCurve(bt, s, tuple(t), tuple(v))
+                for bt, s, t, v in synth_curves(LAW, [float(b)], [0, 1], max_tokens=2e8)
+            ]
+        self.runs += 2 * len(new)
+        return 2 * len(new)
+
+    def analyse(self, batches: set[int] | None = None) -> GridAnalysis:
+        keep = [c for b, cs in self.curves.items() if batches is None or b in batches for c in cs]
+        return analyse_grid(keep, TARGETS, base_lr=1e-3)
+
+
+def test_rounds_add_half_then_quarter_steps_until_b_opt_is_pinned(tmp_path: Path) -> None:
+    fake = FakeProbe()
+    fake.run_batches(GRID)
+    store = ResultsStore(tmp_path)
+    rounds, done = refine_grid(_recipe(refine_max_batches=64), store, fake.analyse, fake.run_batches)
+    assert len(rounds) >= 2 and done == fake.runs - 2 * len(GRID) > 0
+    assert set(rounds[0].batches_tokens) <= {5792, 11586, 2896}  # 2^(1/2) steps beside 4096 / 8192
+    final = fake.analyse()
+    for est in final.estimates:
+        lo, hi = est.b_opt_bracket
+        truth = LAW.b_opt(est.target_loss)
+        assert lo <= truth <= hi and hi / lo <= FINE_STEP**2 * 1.02  # the goal: 2^(1/4) either side
+        assert est.b_opt_tokens == pytest.approx(truth, rel=0.05)
+    data = json.loads((tmp_path / REFINE_FILE).read_text())
+    assert [r["round"] for r in data["rounds"]] == [r.round for r in rounds]
+    assert all(r["reasons"] for r in data["rounds"])
+
+
+def test_a_rerun_replays_the_same_rounds_and_runs_nothing(tmp_path: Path) -> None:
+    fake = FakeProbe()
+    fake.run_batches(GRID)
+    recipe = _recipe(refine_max_batches=64)
+    first, _ = refine_grid(recipe, ResultsStore(tmp_path), fake.analyse, fake.run_batches)
+    again, done = refine_grid(recipe, ResultsStore(tmp_path), fake.analyse, fake.run_batches)
+    assert again == first and done == 0
+
+
+def test_the_budget_stops_it_and_says_what_it_left_out(tmp_path: Path) -> None:
+    fake = FakeProbe()
+    fake.run_batches(GRID)
+    rounds, _ = refine_grid(
+        _recipe(refine_max_batches=1), ResultsStore(tmp_path), fake.analyse, fake.run_batches
+    )
+    added = [b for r in rounds for b in r.batches_tokens]
+    assert len(added) <= 1
+    assert rounds[-1].left_out  # named, not run
+    off, done = refine_grid(
+        _recipe(refine=False), ResultsStore(tmp_path / "off"), fake.analyse, fake.run_batches
+    )
+    assert off == () and done == 0
+
+
+def test_next_round_is_none_on_a_fine_grid() -> None:
+    fine = sorted({int(round(x)) for x in 4096 * FINE_STEP ** np.arange(-6, 7)})
+    curves = [
+        GridCurve(b, s, tuple(t), tuple(v)) for b, s, t, v in synth_curves(LAW, fine, [0], max_tokens=2e8)
+    ]
+    assert next_round(analyse_grid(curves, [2.9], base_lr=1e-3), 2, 8, 1) is None
+
+
+def test_plan_bounds_the_rounds_cost() -> None:
+    batches, runs = refine_bound(_recipe(refine_max_batches=64))
+    possible, rounds = addable(GRID, 2)
+    assert rounds == 2 and batches == min(2 * len(TARGETS) * rounds, len(possible)) and runs == 2 * batches
+    assert refine_bound(_recipe(refine_max_batches=3)) == (3, 6)
+    note = plan_note(_recipe(refine_max_batches=3), 10.0)
+    assert "at most 3 batch(es) = 6 run(s) = 1,200,000,000 tokens, at most 60 s" in note
+    assert "named, not refined" in plan_note(_recipe(refine=False), 10.0)
+    assert refine_bound(_recipe(refine=False)) == (0, 0)
+
+
+def test_seq_len_rounding_ends_the_rounds() -> None:
+    possible, rounds = addable([16, 32, 48, 64, 96, 128], 16)
+    assert possible == {80, 112} and rounds == 1  # 16..64 midpoints round to grid points
+
+
+@pytest.mark.slow
+def test_the_probe_runs_the_added_batches_as_ordinary_runs_and_resumes(tmp_path: Path) -> None:
+    """A real pre-training probe (tiny Llama, about 15 s): B_opt at 16 on [16, 32, 64, 128] gets 24
+    added at both seeds; a rerun runs nothing and reports the same round."""
+    from typer.testing import CliRunner
+
+    from batchtune.cli import app
+
+    args = ["probe", "recipes/tiny-pretrain.toml", "--json", "--set", f"run.results_dir={tmp_path / 'r'}"]
+    for kv in ("pretrain.seq_len=8", "pretrain.batches_tokens=[16, 32, 64, 128]", "pretrain.max_tokens=6000",
+               "pretrain.eval_every_tokens=256", "budget.seeds=[0, 1]", "pretrain.targets=[3.2, 2.9]",
+               "pretrain.warmup_tokens=256", "pretrain.eval_sequences=32"):  # fmt: skip
+        args += ["--set", kv]
+    first = json.loads(CliRunner().invoke(app, args, catch_exceptions=False).stdout)
+    assert first["refinement"] and first["refinement"][0]["batches_tokens"] == [24]
+    assert first["runs_done"] == 10 and {"B24-s0", "B24-s1"} <= set(first["statuses"])
+    assert 24.0 in first["analysis"]["estimates"][0]["batches_tokens"]
+    again = json.loads(CliRunner().invoke(app, args, catch_exceptions=False).stdout)
+    assert again["runs_done"] == 0 and again["refinement"] == first["refinement"]
