@@ -112,3 +112,35 @@ def test_sigint_leaves_no_orphan_worker(root):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_worker_dying_at_start_up_is_a_clear_error_not_a_hang(root, monkeypatch):
+    """The child exits before it reads anything (its interpreter is /bin/false): starting it must
+    not block on the pipe of its arguments (the initial weights are larger than its buffer), and
+    the trainer's wait for the first batch ends in a clear error."""
+    import multiprocessing.resource_tracker
+    import multiprocessing.spawn
+    import threading
+
+    from batchtune.backends.torch_rl.async_run import _Pipe
+
+    multiprocessing.resource_tracker.ensure_running()  # spawned with the real interpreter
+    monkeypatch.setattr(multiprocessing.spawn, "_python_exe", b"/bin/false")
+    got: list[BaseException] = []
+
+    def run() -> None:
+        pipe = _Pipe(make_spec(root, k=1), bytes(4 << 20), 1)  # 4 MiB of "weights"
+        try:
+            pipe.next_batch()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            got.append(exc)
+        finally:
+            pipe.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=8)
+    assert not thread.is_alive(), "the trainer hung starting a worker that died"
+    (exc,) = got
+    assert isinstance(exc, RunFailed) and exc.message == "the rollout worker exited at start-up (code 1)"
+    assert not mp.active_children()

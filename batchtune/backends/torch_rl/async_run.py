@@ -84,16 +84,15 @@ def check_async(spec: RunSpec) -> None:
 class _Worker:
     """The rollout side, run in the spawned process by ``worker_main``."""
 
-    def __init__(self, spec: RunSpec, init: bytes, batches, weights, stop, parent: int):
+    def __init__(self, spec: RunSpec, batches, weights, stop, parent: int):
         recipe = spec.recipe
         self.spec, self.batches, self.weights, self.stop, self.parent = spec, batches, weights, stop, parent
         self.task = make_task(recipe.task)
         device = resolve_device(recipe.hardware.device)
         self.dtype = resolve_dtype(recipe.model.dtype, device)
         self.lm = load_model(dataclasses.replace(recipe.model, dtype="float32"), str(device), spec.seed)
-        self.lm.model.load_state_dict(from_bytes(init))
         self.lm.model.eval()
-        self.version = 0
+        self.version = -1  # the trainer's initial weights (version 0) come first on the weights queue
         self.load_s = 0.0
 
     def alive(self) -> bool:
@@ -174,12 +173,14 @@ class _Worker:
             put_wait = time.perf_counter() - t0
 
 
-def worker_main(spec: RunSpec, init: bytes, batches, weights, stop, parent: int, threads: int) -> None:
+def worker_main(spec: RunSpec, batches, weights, stop, parent: int, threads: int) -> None:
     """The rollout process: SIGINT is the parent's to handle; errors go back on the queue."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     try:
-        _Worker(spec, init, batches, weights, stop, parent).run()
+        worker = _Worker(spec, batches, weights, stop, parent)
+        if worker.refresh(0):
+            worker.run()
     except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which raises it
         status = exc.status if isinstance(exc, RunFailed) else "failed"
         message = (
@@ -190,15 +191,22 @@ def worker_main(spec: RunSpec, init: bytes, batches, weights, stop, parent: int,
 
 
 class _Pipe:
-    """The worker process and its two queues, from the trainer's side; ``close`` always cleans up."""
+    """The worker process and its two queues, from the trainer's side; ``close`` always cleans up.
+
+    The initial weights go on the weights queue (version 0), not in the process's arguments: spawn
+    writes the arguments into a pipe whose read end the parent holds until the write ends, so a
+    child that died at start-up would leave an argument larger than the pipe's buffer blocked
+    forever. A queue's feeder thread writes in the background, and ``next_batch`` sees the death."""
 
     def __init__(self, spec: RunSpec, init: bytes, threads: int):
         ctx = mp.get_context("spawn")
         self.batches = ctx.Queue(maxsize=in_flight_cap(spec))
         self.weights = ctx.Queue()
         self.stop = ctx.Event()
-        args = (spec, init, self.batches, self.weights, self.stop, os.getpid(), threads)
+        args = (spec, self.batches, self.weights, self.stop, os.getpid(), threads)
         self.proc = ctx.Process(target=worker_main, args=args, daemon=True, name="batchtune-rollout")
+        self.weights.put((0, init))
+        self.received = 0
         self.proc.start()
 
     def next_batch(self) -> dict[str, Any]:
@@ -208,10 +216,12 @@ class _Pipe:
             except queue.Empty:
                 if not self.proc.is_alive():
                     code = self.proc.exitcode
-                    raise RunFailed("failed", f"the rollout worker exited (code {code})") from None
+                    when = "at start-up" if self.received == 0 else f"after {self.received} batches"
+                    raise RunFailed("failed", f"the rollout worker exited {when} (code {code})") from None
                 continue
             if msg[0] == "error":
                 raise RunFailed(msg[1], msg[2])
+            self.received += 1
             return from_bytes(msg[1])
 
     def send(self, version: int, state: dict[str, torch.Tensor]) -> None:
