@@ -408,3 +408,22 @@ def test_a_step_s_column_alone_is_a_throughput_source(tmp_path):
     n = 32
     assert by["P4xG8"]["responses_per_s"] == pytest.approx(n / (0.5 + 0.002 * n + 0.01 * n), rel=1e-3)
     assert data["recommended"]["prompts"] == 16  # as with the gen_s + train_s columns
+
+
+def test_import_is_one_workflow_call_with_a_typed_outcome(tmp_path):
+    """workflow.imports.import_logs takes the options as given: --metric/--target win over --set,
+    and what was written comes back as an ImportOutcome (the CLI only renders it)."""
+    from batchtune.errors import InputError
+    from batchtune.integrations.common import RunInfo
+    from batchtune.workflow.imports import ImportOutcome, import_logs
+
+    log = tmp_path / "sweep.csv"
+    _write_sweep(log, np.random.default_rng(0))
+    sets = ["target.metric=reward", "target.value=0.9"]
+    res = str(tmp_path / "r")
+    out = import_logs([log], "csv", res, RunInfo(), metric="score", target=0.6, overrides=sets)
+    assert isinstance(out, ImportOutcome) and len(out.added) == 6 and out.skipped == ()
+    assert (out.recipe.target.metric, out.recipe.target.value) == ("score", 0.6)
+    with pytest.raises(InputError, match="--staleness -1"):
+        import_logs([log], "csv", str(tmp_path / "r2"), RunInfo(staleness=-1))
+    assert not (tmp_path / "r2").exists()

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -29,9 +26,12 @@ from batchtune.cli.app import (
     console,
     handle_errors,
 )
-from batchtune.errors import BatchtuneError, InputError
+from batchtune.errors import BatchtuneError
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 from batchtune.records import atomic_write_text
+
+if TYPE_CHECKING:
+    from batchtune.workflow.imports import ImportOutcome
 
 
 @app.command()
@@ -229,58 +229,9 @@ def import_logs_cmd(
     They are stored like probe runs, so `batchtune recommend --results DIR` analyses them the same way.
     Every file is read and checked before anything is written. See docs/import-logs.md.
     """
-    from batchtune.integrations.importing import import_logs, parse_mapping
-
-    info = _run_info(prompts, group_size, lr, seed, run_id, samples_per_step, staleness, updates_per_batch)
-    overrides = list(set_ or [])  # the recipe stored with the runs; the options below win
-    if metric is not None:
-        overrides.append(f"target.metric={json.dumps(metric)}")  # a JSON string is a TOML string
-    if target is not None:
-        overrides.append(f"target.value={target}")
-    if lower_is_better:
-        overrides.append("target.higher_is_better=false")
-    result, cfg, empty = import_logs(paths, fmt, results, info, parse_mapping(map_ or []), overrides)
-    if json_out:
-        added, skipped = list(result.added), list(result.skipped)
-        diverged = [{"run_id": rid, "reason": why} for rid, why in result.diverged]
-        _print_json(
-            {
-                "results_dir": results,
-                "added": added,
-                "skipped": skipped,
-                "empty": list(empty),
-                "diverged": diverged,
-            },
-        )
-        return
-    _show_import(result, cfg, empty, results)
-
-
-def _run_info(
-    prompts: int,
-    group_size: int,
-    lr: float,
-    seed: int,
-    run_id: str,
-    samples_per_step: int,
-    staleness: int,
-    updates_per_batch: int,
-) -> Any:
-    """What the options say of the logged runs (0: the log's own), each checked."""
     from batchtune.integrations.common import RunInfo
+    from batchtune.workflow.imports import import_logs
 
-    for name, v in (
-        ("--prompts", prompts),
-        ("--group-size", group_size),
-        ("--samples-per-step", samples_per_step),
-        ("--staleness", staleness),
-    ):
-        if v < 0:
-            raise InputError(f"{name} {v}: must be a positive count (0: the log's own)")
-    if updates_per_batch < 1:
-        raise InputError(f"--updates-per-batch {updates_per_batch}: must be at least 1")
-    if not (math.isfinite(lr) and lr >= 0):
-        raise InputError(f"--lr {lr}: must be a finite number > 0 (0: the log's own)")
     info = RunInfo(
         prompts=prompts,
         group_size=group_size,
@@ -291,22 +242,45 @@ def _run_info(
         staleness=staleness,
         updates_per_batch=updates_per_batch,
     )
-    return info
+    outcome = import_logs(
+        paths,
+        fmt,
+        results,
+        info,
+        mapping=map_ or [],
+        metric=metric,
+        target=target,
+        lower_is_better=lower_is_better,
+        overrides=set_ or [],
+    )
+    if json_out:
+        _print_json(
+            {
+                "results_dir": outcome.results_dir,
+                "added": list(outcome.added),
+                "skipped": list(outcome.skipped),
+                "empty": list(outcome.empty),
+                "diverged": [{"run_id": rid, "reason": why} for rid, why in outcome.diverged],
+            },
+        )
+        return
+    _show_import(outcome)
 
 
-def _show_import(result: Any, cfg: Any, empty: Sequence[Any], results: str) -> None:
+def _show_import(outcome: ImportOutcome) -> None:
     """import-logs in the terminal: what was skipped, what diverged, what was imported, what next."""
-    for path in empty:
+    for path in outcome.empty:
         console.print(f"[yellow]skipped[/] {path}: empty (no header, no rows)")
-    for rid, why in result.diverged:  # as a probe's diverged run: no estimate, no bound on time
+    for rid, why in outcome.diverged:  # as a probe's diverged run: no estimate, no bound on time
         console.print(
             f"[yellow]diverged[/] {escape(rid)}: {escape(why)}; stored as a diverged run, left out of the "
             "ranking and its bounds"
         )
+    target, results = outcome.recipe.target, outcome.results_dir
     console.print(
-        f"imported {len(result.added)} run(s) into {results}"
-        + (f"; {len(result.skipped)} already there" if result.skipped else "")
-        + f". Target: {cfg.target.metric} {'>=' if cfg.target.higher_is_better else '<='} {cfg.target.value}"
+        f"imported {len(outcome.added)} run(s) into {results}"
+        + (f"; {len(outcome.skipped)} already there" if outcome.skipped else "")
+        + f". Target: {target.metric} {'>=' if target.higher_is_better else '<='} {target.value}"
     )
     console.print(f"Next: batchtune recommend --results {results}")
 
