@@ -15,8 +15,14 @@ Branched is chosen where it is cheaper than the grid even at its bound, and its 
 1.000; on tiny-grpo and tiny-ppo it was 40-55% and missed on one of six seed sets, at 1.50). Anything
 else (no full run stated, a backend that cannot resume a checkpoint, an off-policy or async sweep, a
 pre-training grid, which measures B_opt rather than time) is the grid, and the reason says which.
-The `[branch]` sizes are kept as the recipe gives them (the measured defaults); the choice says
-what they cost against the run.
+
+A branched probe is sized to the run (``sized_to_run``): its trunk and windows take the same shares
+of the stated run as the setting measured on nqm-long (a trunk of 2,048 and windows of 1,024 samples
+in a 224k-sample run: regret 1.000 on 8 of 8 seed sets at 0.19-0.27x the run), so they grow in
+proportion to a longer run, and the checkpoints (the branch points) keep their fractions of the
+trunk and their number. The recipe's `[branch]` values are the least they can be (a short run keeps
+the measured defaults); `branch.size_to_run = false` keeps them exactly. The bound the choice is
+weighed by is the sized probe's.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ from batchtune.recipe.study import AUTO_MODE as AUTO
 
 TRUNK_SHARE = 0.25  # a branched probe's trunk at most this share of the full run (module doc)
 GRID, BRANCHED = "grid", "branched"
+# the shares of the run auto sizes a branched probe's trunk and windows to: the setting measured on
+# nqm-long, 2,048 and 1,024 samples of its 875-step run at 256 (benchmarks/out/probe_sized.txt)
+RUN_TRUNK_SHARE = 2048 / (875 * 256)
+RUN_WINDOW_SHARE = 1024 / (875 * 256)
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,8 @@ class ProbeChoice:
     full_run_samples: int = 0  # the stated full run in samples; 0 = not stated
     grid_samples: float = math.nan  # the grid's predicted samples (about one full run per run)
     branched_samples_max: float = math.nan  # the branched plan's bound
+    trunk_samples: int = 0  # the branched probe's sizes, as sized to the run (0: not weighed)
+    window_samples: int = 0
 
 
 def full_run_samples(recipe: Recipe) -> int:
@@ -55,13 +67,53 @@ def full_run_samples(recipe: Recipe) -> int:
     return b.full_run_steps * (b.full_run_batch or middle_batch(recipe))
 
 
-def middle_batch(recipe: Recipe) -> int:
-    """The geometric middle of the main candidates' batches (samples a step), rounded to one of them."""
+def _main_batches(recipe: Recipe) -> list[int]:
     from batchtune.measure.plan import plan_candidates
 
     plan = plan_candidates(_as(recipe, GRID))
-    batches = sorted(c.batch_responses for c in plan.candidates if c.label in plan.main)
+    return sorted(c.batch_responses for c in plan.candidates if c.label in plan.main)
+
+
+def middle_batch(recipe: Recipe) -> int:
+    """The geometric middle of the main candidates' batches (samples a step), rounded to one of them."""
+    batches = _main_batches(recipe)
     return batches[(len(batches) - 1) // 2]
+
+
+def sized_to_run(recipe: Recipe, full: int) -> Recipe:
+    """``recipe`` with its branched trunk and windows sized to a full run of ``full`` samples: shares
+    RUN_TRUNK_SHARE and RUN_WINDOW_SHARE of it, in whole steps of the trunk's batch, never below the
+    recipe's own values; as given where nothing is stated or `branch.size_to_run` is false."""
+    b = recipe.branch
+    if full <= 0 or not b.size_to_run:
+        return recipe
+    step = _main_batches(recipe)[0]  # the trunk runs at the reference, the smallest main batch
+
+    def whole(share: float) -> int:
+        return max(1, math.ceil(round(share * full / step, 6))) * step
+
+    trunk = max(b.trunk_samples, whole(RUN_TRUNK_SHARE))
+    window = max(b.window_samples, whole(RUN_WINDOW_SHARE))
+    branch = dataclasses.replace(b, trunk_samples=trunk, window_samples=window)
+    return dataclasses.replace(recipe, branch=branch)
+
+
+def _sizes(recipe: Recipe, sized: Recipe) -> str:
+    """What the branched probe's sizes are and where they come from, for the reason."""
+    from batchtune.measure.branched import checkpoint_positions
+
+    b, given = sized.branch, recipe.branch
+    points = checkpoint_positions(sized, _main_batches(sized)[0])
+    at = f"{len(points)} branch point(s), at " + ", ".join(f"{p:,}" for p in points)
+    sizes = f"trunk {b.trunk_samples:,} samples, windows of {b.window_samples:,}, {at}"
+    if not given.size_to_run:
+        return f"{sizes} (the recipe's: branch.size_to_run = false)"
+    if (b.trunk_samples, b.window_samples) == (given.trunk_samples, given.window_samples):
+        return f"{sizes} (the recipe's [branch], the least auto uses: the run is too short to grow them)"
+    return (
+        f"{sizes}: sized to the run ({RUN_TRUNK_SHARE:.1%} and {RUN_WINDOW_SHARE:.2%} of it, as measured "
+        f"on nqm-long; the recipe's {given.trunk_samples:,} and {given.window_samples:,} the least)"
+    )
 
 
 def _as(recipe: Recipe, mode: str) -> Recipe:
@@ -98,21 +150,21 @@ def choose_probe(recipe: Recipe) -> ProbeChoice:
     grid_recipe = _as(recipe, GRID)
     runs = grid_samples_max(grid_recipe) / max(1, recipe.budget.max_samples)  # runs, in whole steps
     grid = runs * full
-    branched = float(branched_plan_preview(_as(recipe, BRANCHED), 0).total_samples_max)
-    trunk = recipe.branch.trunk_samples
+    sized = sized_to_run(recipe, full)
+    branched = float(branched_plan_preview(_as(sized, BRANCHED), 0).total_samples_max)
+    trunk, window = sized.branch.trunk_samples, sized.branch.window_samples
     costs = (
         f"the grid about {grid / full:.1f}x one full run ({full:,} samples), a branched probe at most "
         f"{branched / full:.2f}x; its trunk is {trunk / full:.0%} of the run"
     )
+    sizes = (full, grid, branched, trunk, window)
     if trunk > TRUNK_SHARE * full:
         why = f"a trunk of {trunk:,} samples is over {TRUNK_SHARE:.0%} of the run, where branches misread"
-        return ProbeChoice(
-            GRID, f"auto chose the grid: {why} ({costs}){_short(recipe, full)}", full, grid, branched
-        )
+        return ProbeChoice(GRID, f"auto chose the grid: {why} ({costs}){_short(recipe, full)}", *sizes)
     if branched >= grid:
         why = f"it costs no more ({costs}){_short(recipe, full)}"
-        return ProbeChoice(GRID, f"auto chose the grid: {why}", full, grid, branched)
-    return ProbeChoice(BRANCHED, f"auto chose branched: {costs}", full, grid, branched)
+        return ProbeChoice(GRID, f"auto chose the grid: {why}", *sizes)
+    return ProbeChoice(BRANCHED, f"auto chose branched: {costs}; {_sizes(recipe, sized)}", *sizes)
 
 
 def _short(recipe: Recipe, full: int) -> str:
@@ -129,6 +181,8 @@ def resolved(recipe: Recipe) -> Recipe:
     if recipe.probe.mode != AUTO:
         return recipe
     choice = choose_probe(recipe)
+    if choice.mode == BRANCHED:
+        recipe = sized_to_run(recipe, choice.full_run_samples)
     out = dataclasses.replace(_as(recipe, choice.mode), probe_choice=choice.reason)
     errors = check_recipe(out)
     if errors:

@@ -279,6 +279,10 @@ class BranchConfig:
     # the last one within 1+tol (started from the previous checkpoint's answer, then one step up if
     # it holds there or one down if not); all = every one
     search: str = "bisect"
+    # probe.mode = "auto" sizes the trunk and windows to the run the recipe states (budget.full_run_*):
+    # the same shares of it as the setting measured on nqm-long, these values the least they can be
+    # (measure/probe_size.sized_to_run); false keeps them exactly as given
+    size_to_run: bool = True
 
 
 @dataclass(frozen=True)

@@ -85,3 +85,29 @@ def test_tune_weighs_the_probe_against_the_stated_run(tmp_path: object) -> None:
     assert cost["stated_full_run_samples"] == 875 * 256
     assert cost["ratio_to_stated_run"] == pytest.approx(cost["samples"] / (875 * 256))
     assert data["probe_choice"].startswith("auto chose branched")
+
+
+def test_a_longer_stated_run_gets_proportionally_larger_branches_still_cheaper_than_the_grid() -> None:
+    base = load_recipe("nqm-long")  # 875 steps at 256: the measured setting, the recipe's sizes
+    assert (base.branch.trunk_samples, base.branch.window_samples) == (2048, 1024)
+    for k in (2, 4, 8):
+        cfg = load_recipe("nqm-long", [f"budget.full_run_steps={875 * k}"])
+        assert cfg.probe.mode == "branched"
+        assert cfg.branch.trunk_samples == 2048 * k and cfg.branch.window_samples == 1024 * k
+        assert cfg.branch.checkpoints == base.branch.checkpoints  # the branch points keep their share
+        choice = choose_probe(cfg)
+        assert choice.trunk_samples == 2048 * k
+        assert choice.branched_samples_max <= choice.grid_samples
+        assert "sized to the run" in cfg.probe_choice and f"trunk {2048 * k:,} samples" in cfg.probe_choice
+
+
+def test_sizes_never_shrink_below_the_recipe_and_the_knob_keeps_them() -> None:
+    short = load_recipe("nqm-long", ["budget.full_run_steps=300"])  # a shorter run: the recipe's sizes
+    assert (short.branch.trunk_samples, short.branch.window_samples) == (2048, 1024)
+    assert "the least auto uses" in short.probe_choice
+    kept = load_recipe("nqm-long", ["budget.full_run_steps=3500", "branch.size_to_run=false"])
+    assert kept.probe.mode == "branched"
+    assert (kept.branch.trunk_samples, kept.branch.window_samples) == (2048, 1024)
+    assert "branch.size_to_run = false" in kept.probe_choice
+    grid = load_recipe("nqm-long", ["budget.full_run_steps=3500", "probe.mode=grid"])
+    assert grid.branch.trunk_samples == 2048  # only auto sizes
