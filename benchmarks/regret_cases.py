@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from batchtune.analysis.decide.recommend import Recommendation, recommend, throughput_from_probe
-from batchtune.analysis.sample.efficiency import analyse_runs
+from batchtune.analysis.sample.assess import analyse_runs
 from batchtune.analysis.sample.lr import scaled_lr
 from batchtune.backends.nqm_theory import expected_samples_to_target, nqm_critical_batch_for_recipe
 from batchtune.measure.probe import load_run_data, run_probe

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency, analyse_runs
+from batchtune.analysis.sample.assess import analyse_runs
+from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency
 from batchtune.backends import lifeguard
 from batchtune.errors import AnalysisError, BackendError, InputError, MetricMissingError, RecipeError
 from batchtune.events import ProbeEvents

@@ -9,7 +9,8 @@ import pytest
 
 from batchtune.analysis.decide.async_joint import Knobs, joint_decision, joint_throughput, pick_for
 from batchtune.analysis.decide.recommend import recommend, throughput_from_probe
-from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency, analyse_runs
+from batchtune.analysis.sample.assess import analyse_runs
+from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency
 from batchtune.records import RunRecord, StepRecord
 
 # label -> (P, k, u, samples at which eval_reward crosses 0.9 for seeds 0 and 1, gen_s, train_s per step)

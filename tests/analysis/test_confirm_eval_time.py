@@ -10,7 +10,8 @@ import re
 import pytest
 
 from batchtune.analysis.decide.recommend import recommend, throughput_from_probe
-from batchtune.analysis.sample.efficiency import RunData, analyse_runs
+from batchtune.analysis.sample.assess import analyse_runs
+from batchtune.analysis.sample.efficiency import RunData
 from batchtune.analysis.sample.evals import EvalCost, eval_cost, evals_to
 from batchtune.records import RunRecord, StepRecord
 

@@ -7,7 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from batchtune.analysis.sample.efficiency import RunData, analyse_runs
+from batchtune.analysis.sample.assess import analyse_runs
+from batchtune.analysis.sample.efficiency import RunData
 from batchtune.errors import MetricMissingError, RunsFailed
 from batchtune.records import RunRecord, StepRecord
 
