@@ -53,3 +53,33 @@ def test_bad_input() -> None:
         rank_async([REstimate(32, 0, 1, 1, 1, 1)], TIMES)
     with pytest.raises(AnalysisError, match="not ordered"):
         rank_async([REstimate(64, 0, 1, 1, 2, 3)], TIMES)
+
+
+def test_reuse_is_its_own_effect_and_async_does_not_pay() -> None:
+    # reuse halves R (sync u = 2: 19 s per batch, T 950 against 1500 at u = 1); staleness at u = 2
+    # costs x1.875 in R for x1.727 in throughput (11 s per batch): async does not pay, reuse does
+    est = [
+        REstimate(64, 0, 1, 6400, 6300, 6500),
+        REstimate(64, 0, 2, 3200, 3100, 3300),
+        REstimate(64, 1, 2, 6000, 5800, 6200),
+    ]
+    ranked = rank_async(est, TIMES, staleness_unit="steps")
+    lines = async_verdict(ranked)
+    assert lines[0].startswith("best sync at u=2")
+    assert "against the best sync at the same u=2" in lines[2] and "samples-to-target x1.875" in lines[2]
+    assert any(line.startswith("reuse, on its own (sync, u=2 against u=1): T x0.633") for line in lines)
+    assert "reuse pays" in lines[-2]
+    assert lines[-1] == "async does not pay: R grows faster than throughput"
+
+
+def test_async_beating_sync_at_its_u_still_loses_to_sync_at_another() -> None:
+    # at u = 2 async beats sync (T 1719 against 2375), but sync at u = 1 (1500) is faster still
+    est = [
+        REstimate(64, 0, 1, 6400, 6300, 6500),
+        REstimate(64, 0, 2, 8000, 7900, 8100),
+        REstimate(64, 1, 2, 10000, 9800, 10200),
+    ]
+    lines = async_verdict(rank_async(est, TIMES, staleness_unit="steps"))
+    assert "reuse does not pay" in lines[-2]
+    assert lines[-1].startswith("async does not pay: it beats sync at u=2 (T x0.724)")
+    assert "sync at u=1 is faster still" in lines[-1]

@@ -225,33 +225,82 @@ def rank_async(
     return sorted(rows, key=lambda r: (float(f"{r.t:.9g}"), r.mode != "sync", r.staleness, r.t_hi))
 
 
-def async_verdict(ranked: Sequence[AsyncChoice]) -> list[str]:
-    """Reasons, one a line: which mode wins, by how much, and when async does not pay (the best
-    async choice's R grows faster than its throughput over the best sync choice)."""
-    sync = [r for r in ranked if r.mode == "sync" and math.isfinite(r.t)]
-    # an async choice whose rollout never runs a batch ahead (lag no more than the in-batch (u-1)/2,
-    # e.g. k < u) is the sync pipeline under another name: not evidence for async
-    asy = [
+def _overlapping(ranked: Sequence[AsyncChoice]) -> list[AsyncChoice]:
+    """The async choices that reach the target with real overlap. One whose rollout never runs a
+    batch ahead (lag no more than the in-batch (u-1)/2, e.g. k < u) is the sync pipeline under
+    another name: not evidence for async."""
+    return [
         r
         for r in ranked
         if r.mode == "async" and math.isfinite(r.t) and r.lag_reached > (r.updates_per_batch - 1) / 2 + 1e-9
     ]
+
+
+def _reuse_line(sync: Sequence[AsyncChoice]) -> str | None:
+    """Reuse as its own effect: the best sync choice at u > the least u against the best at the
+    least u (both on-policy, so staleness plays no part); None with one u."""
+    us = sorted({r.updates_per_batch for r in sync})
+    if len(us) < 2:
+        return None
+    base = next(r for r in sync if r.updates_per_batch == us[0])
+    more = next(r for r in sync if r.updates_per_batch != us[0])
+    ratio = more.t / base.t
+    theta = more.responses_per_s / base.responses_per_s
+    r_growth = ratio * theta
+    says = "reuse pays" if ratio < 1 else "reuse does not pay"
+    return (
+        f"reuse, on its own (sync, u={more.updates_per_batch} against u={base.updates_per_batch}): "
+        f"T x{ratio:.3f} (throughput x{theta:.3f}, samples-to-target x{r_growth:.3f}): {says}"
+    )
+
+
+def async_verdict(ranked: Sequence[AsyncChoice]) -> list[str]:
+    """Reasons, one a line: which mode wins, by how much, and when async does not pay.
+
+    Staleness and reuse are told apart: the best async choice (k >= 1, updates u) is compared with
+    the best sync choice at the same u, so a gain from reusing each batch u times (which a sync run
+    at that u has too) is not counted for async; reuse is reported on its own line (sync at u against
+    sync at the least u). Async does not pay when its R grows faster than its throughput over sync
+    at its u. With no sync choice at that u that reached the target, the best sync choice at any u
+    is the comparison, and a line says the two effects are not separated there."""
+    sync = [r for r in ranked if r.mode == "sync" and math.isfinite(r.t)]
+    asy = _overlapping(ranked)
     if not sync or not asy:
         which = "sync" if sync else "async" if asy else "none"
         return [f"only one mode reached the target with real overlap: {which}"]
-    s, a = sync[0], asy[0]
+    a = asy[0]
+    same = [r for r in sync if r.updates_per_batch == a.updates_per_batch]
+    s = same[0] if same else sync[0]
     theta_gain = a.responses_per_s / s.responses_per_s
     r_growth = (a.t * a.responses_per_s) / (s.t * s.responses_per_s)
+    against = (
+        f"against the best sync at the same u={a.updates_per_batch}, so reuse is not in it"
+        if same
+        else f"against the best sync (u={s.updates_per_batch}): no sync run at u={a.updates_per_batch} "
+        "reached the target, so reuse and staleness are not separated here"
+    )
     lines = [
-        f"best sync: B={s.batch} u={s.updates_per_batch} T={s.t:.4g} s [{s.t_lo:.4g}, {s.t_hi:.4g}]",
+        f"best sync at u={s.updates_per_batch}: B={s.batch} T={s.t:.4g} s [{s.t_lo:.4g}, {s.t_hi:.4g}]",
         f"best async: B={a.batch} k={a.staleness} u={a.updates_per_batch} split={a.rollout_gpus} "
         f"cap={a.in_flight_cap} T={a.t:.4g} s [{a.t_lo:.4g}, {a.t_hi:.4g}], lag reached "
         f"{a.lag_reached:.2f}",
-        f"async throughput x{theta_gain:.3f}, samples-to-target x{r_growth:.3f}",
+        f"async throughput x{theta_gain:.3f}, samples-to-target x{r_growth:.3f} ({against})",
     ]
+    reuse = _reuse_line(sync)
+    if reuse is not None:
+        lines.append(reuse)
+    best = sync[0]  # the best sync choice at any u: async must beat it too to pay
     if r_growth >= theta_gain:
         lines.append("async does not pay: R grows faster than throughput")
-    elif a.t_lo == a.t_hi or s.t_lo == s.t_hi:  # one seed: no interval to tell them apart
+        return lines
+    if a.t >= best.t:
+        lines.append(
+            f"async does not pay: it beats sync at u={s.updates_per_batch} (T x{a.t / s.t:.3f}), but "
+            f"sync at u={best.updates_per_batch} is faster still (T x{best.t / a.t:.3f} of async's)"
+        )
+        return lines
+    s = best
+    if a.t_lo == a.t_hi or s.t_lo == s.t_hi:  # one seed: no interval to tell them apart
         which = "async" if a.t_lo == a.t_hi else "sync"
         lines.append(
             f"async is ahead (T x{a.t / s.t:.3f}) but the best {which} R rests on one seed, with no "
