@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from batchtune.analysis.system.profile import resolve_hardware
+from batchtune.analysis.system.hardware import resolve_hardware
 from batchtune.backends import GENERATION_BACKENDS
 from batchtune.backends.spec import GenRequest, GenResult, ModelInfo, OutOfMemory, RunFailed
 from batchtune.errors import AnalysisError, InputError
@@ -255,7 +255,7 @@ def test_plots_write_pngs(tmp_path, fake, monkeypatch):
 
 
 def test_grace_superchips_are_not_mistaken_for_h200():
-    from batchtune.analysis.system.profile import known_hardware_for_device
+    from batchtune.analysis.system.hardware import known_hardware_for_device
 
     assert known_hardware_for_device("NVIDIA H200") == "H200"
     assert known_hardware_for_device("NVIDIA GH200 480GB") is None

@@ -15,7 +15,6 @@ import_graph = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(import_graph)
 
 NOT_YET_SPLIT_FILES = {
-    "batchtune/analysis/system/profile.py",
     "batchtune/analysis/sample/curves.py",
 }
 NOT_YET_SPLIT_FUNCTIONS = {

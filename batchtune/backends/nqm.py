@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from batchtune.analysis.sample.lr import adam_sde_hparams, warmup_factor
-from batchtune.analysis.system.profile import SIMULATED_DEVICE
+from batchtune.analysis.system.hardware import SIMULATED_DEVICE
 from batchtune.backends.nqm_theory import (  # noqa: F401  (re-exported)
     curvatures,
     expected_samples_to_target,

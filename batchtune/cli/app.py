@@ -296,7 +296,7 @@ def _show_recommendation(
         again = " (it replaced the file there)" if replaced else ""
         console.print(f"Trainer config written to {written}{again}", highlight=False)
     if rec.efficiency.total_samples:
-        from batchtune.analysis.system.profile import SIMULATED_DEVICE
+        from batchtune.analysis.system.hardware import SIMULATED_DEVICE
         from batchtune.workflow.recommend import SIMULATED_TIMINGS
 
         source = rec.throughput.source

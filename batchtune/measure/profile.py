@@ -25,15 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchtune.analysis.system.profile import (
-    ModeProfile,
-    ProfileResult,
+from batchtune.analysis.system.hardware import (
     RooflinePrediction,
-    analyse_throughput,
     known_hardware_for_device,
     resolve_hardware,
     roofline_only,
 )
+from batchtune.analysis.system.profile import ModeProfile, ProfileResult, analyse_throughput
 from batchtune.backends.spec import GenRequest, ModelInfo, OutOfMemory, RunFailed
 from batchtune.errors import BackendError
 from batchtune.events import SweepProgress

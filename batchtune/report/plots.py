@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from batchtune.records import naming
 
 if TYPE_CHECKING:
-    from batchtune.analysis.system.profile import ProfileResult, RooflinePrediction
+    from batchtune.analysis.system.hardware import RooflinePrediction
+    from batchtune.analysis.system.profile import ProfileResult
 
 _MODE_COLOURS = {"fixed": "tab:blue", "eos": "tab:orange"}
 

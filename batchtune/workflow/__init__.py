@@ -12,7 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from batchtune.analysis.system.profile import ProfileResult, RooflinePrediction
+from batchtune.analysis.system.hardware import RooflinePrediction
+from batchtune.analysis.system.profile import ProfileResult
 from batchtune.errors import InputError
 from batchtune.events import ProbeEvents, SweepProgress
 from batchtune.recipe.schema import Recipe
