@@ -71,7 +71,7 @@ BAD = {
     "wrong type": (
         '[[candidate]]\nprompts="1"\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n'
         "[[candidate]]\nprompts=2\ngroup_size=2\nsamples_to_target=5\nresponses_per_s=1\n",
-        "prompts: wrong type",
+        r"candidate\[0\]\.prompts: expected an integer",
     ),
     "not toml": ("[[candidate\n", "not valid TOML"),
     # accepted before, and changed the answer or failed later with exit 3 and no file named
@@ -111,7 +111,7 @@ BAD = {
             "samples_to_target=1000\nresponses_per_s=10",
             "responses_per_s=10\ncurve=[{seed=[1], samples=[4], metric=[1]}]",
         ),
-        "seed: wrong type",
+        r"curve\[0\]\.seed: expected an integer",
     ),
     "zero ratio": (_OK2.replace("throughput_ratio=1.5", "throughput_ratio=0"), "throughput_ratio: 0 must be"),
     "nan ratio": (
@@ -123,6 +123,19 @@ BAD = {
         "samples_to_target: inf",
     ),
     "negative tolerance": ("[study]\ntolerance=-0.5\n" + _OK2, "study.tolerance: -0.5 must be >= 0"),
+    # typed by the recipe's table reader (recipe/tables.py): the field named by its full path
+    "bool count": (
+        _OK2.replace("prompts=128", "prompts=true"),
+        r"candidate\[0\]\.prompts: expected an integer, got True",
+    ),
+    "text in a curve": (
+        "[study]\ntarget=1\n"
+        + _OK2.replace(
+            "samples_to_target=1000\nresponses_per_s=10",
+            "responses_per_s=10\ncurve=[{samples=[1, 'x'], metric=[0, 1]}]",
+        ),
+        r"candidate\[0\]\.curve\[0\]\.samples\[1\]: expected a number, got 'x'",
+    ),
 }
 
 

@@ -8,9 +8,10 @@ per-step seconds, or a ratio to the reference's throughput).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from batchtune.analysis.sample.curves import estimate_from_value, estimate_over_
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.analysis.system.throughput import end_to_end_throughput
 from batchtune.errors import AnalysisError, InputError
+from batchtune.recipe.ranges import NONNEG, POS, Range
 from batchtune.recipe.schema import TargetConfig
+from batchtune.recipe.tables import read_table
 from batchtune.records import candidate_label
 
 if sys.version_info >= (3, 11):
@@ -30,49 +33,51 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-_NUM = (int, float)
-STUDY_KEYS: dict[str, tuple[type, ...]] = {
-    "name": (str,),
-    "metric": (str,),
-    "target": _NUM,
-    "higher_is_better": (bool,),
-    "tolerance": _NUM,
-    "confidence": _NUM,
-    "ema_alpha": _NUM,
-    "reference": (str,),
-    "unit": (str,),
-    "source": (str,),
-    "algorithm": (str,),
-}
-CANDIDATE_KEYS: dict[str, tuple[type, ...]] = {
-    "name": (str,),
-    "prompts": (int,),
-    "group_size": (int,),
-    "lr": _NUM,
-    "lr_rule": (str,),
-    "critic_lr": _NUM,
-    "samples_to_target": _NUM,
-    "samples_ci": (list,),
-    "curve": (list,),
-    "responses_per_s": _NUM,
-    "throughput_ratio": _NUM,
-    "gen_s_per_step": _NUM,
-    "train_s_per_step": _NUM,
-    "other_s_per_step": _NUM,
-    "note": (str,),
-}
-CURVE_KEYS: dict[str, tuple[type, ...]] = {"seed": (int,), "samples": (list,), "metric": (list,)}
 LR_RULES_GIVEN = ("given", "sqrt", "linear", "none", "table")  # how each candidate's LR was chosen
-_POSITIVE = ("prompts", "group_size", "samples_to_target", "responses_per_s", "throughput_ratio")
 # an LR of 0 (or none given) means "not known": the winner's LR is then not emitted
-_NONNEGATIVE = ("lr", "critic_lr", "gen_s_per_step", "train_s_per_step", "other_s_per_step")
+CANDIDATE_RANGES: dict[str, Range] = {
+    **dict.fromkeys(
+        ("prompts", "group_size", "samples_to_target", "responses_per_s", "throughput_ratio"), POS
+    ),
+    **dict.fromkeys(("lr", "critic_lr", "gen_s_per_step", "train_s_per_step", "other_s_per_step"), NONNEG),
+}
+
+
+@dataclass(frozen=True)
+class CurveTable:
+    """One ``[[candidate.curve]]``: a seed's learning curve (metric against samples)."""
+
+    seed: int | None = None
+    samples: list[float] = field(default_factory=list)
+    metric: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CandidateTable:
+    """One ``[[candidate]]`` table as written; None: not given."""
+
+    name: str = ""
+    prompts: int | None = None
+    group_size: int | None = None
+    lr: float | None = None
+    lr_rule: str = "given"
+    critic_lr: float | None = None
+    samples_to_target: float | None = None
+    samples_ci: list[float] | None = None
+    curve: list[CurveTable] | None = None
+    responses_per_s: float | None = None
+    throughput_ratio: float | None = None
+    gen_s_per_step: float | None = None
+    train_s_per_step: float | None = None
+    other_s_per_step: float | None = None
+    note: str = ""
 
 
 @dataclass(frozen=True)
 class Study:
     """The [study] table; its defaults are the recipe's target defaults (recipe/schema.py)."""
 
-    name: str  # default: the file's stem
+    name: str = ""  # default: the file's stem
     metric: str = "metric"
     target: float = math.nan  # required when a candidate gives curves
     higher_is_better: bool = TargetConfig.higher_is_better
@@ -101,20 +106,6 @@ class Measurements:
     path: str
 
 
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _check(table: dict[str, Any], schema: dict[str, tuple[type, ...]], where: str, errors: list[str]) -> None:
-    for key, value in table.items():
-        if key not in schema:
-            errors.append(f"{where}.{key}: unknown key (known: {', '.join(sorted(schema))})")
-        elif isinstance(value, bool) and bool not in schema[key]:
-            errors.append(f"{where}.{key}: expected a number, got {value!r}")
-        elif not isinstance(value, schema[key]):
-            errors.append(f"{where}.{key}: wrong type {type(value).__name__}")
-
-
 def _read_toml(p: Path) -> tuple[Path, dict[str, Any]]:
     """The file's path (a shipped example may be named as recipes are) and its TOML."""
     if not p.is_file():
@@ -132,62 +123,51 @@ def _read_toml(p: Path) -> tuple[Path, dict[str, Any]]:
         raise InputError(f"{p} is nested too deep to be a measurements file") from None
 
 
-def _check_candidate(c: Any, where: str, errors: list[str]) -> None:
-    """The checks of one [[candidate]] table, each problem appended to ``errors``."""
+def _check_candidate(c: Any, where: str, errors: list[str]) -> CandidateTable | None:
+    """One [[candidate]] table, typed; None (each problem appended to ``errors``) when it has one."""
     if not isinstance(c, dict):
         errors.append(f"{where}: expected a [[candidate]] table")
-        return
+        return None
     n_before = len(errors)
-    _check(c, CANDIDATE_KEYS, where, errors)
+    t: CandidateTable = read_table(CandidateTable, c, where, errors)
     if len(errors) > n_before:
-        return  # wrong types: the checks below would read them
+        return None  # wrong types: the checks below would read them
     for key in ("prompts", "group_size"):
-        if key not in c:
+        if getattr(t, key) is None:
             errors.append(f"{where}.{key}: required")
-    has_r = "samples_to_target" in c or "curve" in c
-    if not has_r:
+    if t.samples_to_target is None and t.curve is None:
         errors.append(f"{where}: give samples_to_target or curve")
-    elif "samples_to_target" in c and "curve" in c:
+    elif t.samples_to_target is not None and t.curve is not None:
         errors.append(f"{where}: give samples_to_target or curve, not both (one would be ignored)")
-    thr = [k for k in ("responses_per_s", "throughput_ratio", "gen_s_per_step") if k in c]
+    thr = [k for k in ("responses_per_s", "throughput_ratio", "gen_s_per_step") if getattr(t, k) is not None]
     if not thr:
         errors.append(f"{where}: give responses_per_s, throughput_ratio or gen_s_per_step")
     elif len(thr) > 1:
         errors.append(f"{where}: give one of {', '.join(thr)}, not several (one would be ignored)")
-    rule = c.get("lr_rule", "given")
-    if rule not in LR_RULES_GIVEN:
-        errors.append(f"{where}.lr_rule: {rule!r} is not one of {', '.join(LR_RULES_GIVEN)}")
-    for key in (*_POSITIVE, *_NONNEGATIVE):
-        v = c.get(key)
-        if isinstance(v, (int, float)) and not (math.isfinite(v) and (v > 0 if key in _POSITIVE else v >= 0)):
-            errors.append(
-                f"{where}.{key}: {v!r} must be a finite number {'> 0' if key in _POSITIVE else '>= 0'}"
-            )
-    listed = c.get("curve")
-    seeds = [  # of the right type: a wrong one is reported by _check
-        cv["seed"]
-        for cv in (listed if isinstance(listed, list) else [])
-        if isinstance(cv, dict) and isinstance(cv.get("seed"), int) and not isinstance(cv["seed"], bool)
-    ]
+    if t.lr_rule not in LR_RULES_GIVEN:
+        errors.append(f"{where}.lr_rule: {t.lr_rule!r} is not one of {', '.join(LR_RULES_GIVEN)}")
+    for key, rng in CANDIDATE_RANGES.items():
+        v = getattr(t, key)
+        if v is not None and v not in rng:
+            errors.append(f"{where}.{key}: {c[key]!r} must be a finite number {rng.describe()}")
+    _check_curves(t.curve or [], f"{where}.curve", errors)
+    if t.samples_ci is not None and len(t.samples_ci) != 2:
+        errors.append(f"{where}.samples_ci: expected [low, high] numbers")
+    return t if len(errors) == n_before else None
+
+
+def _check_curves(curves: list[CurveTable], where: str, errors: list[str]) -> None:
+    seeds = [cv.seed for cv in curves if cv.seed is not None]
     if len(set(seeds)) != len(seeds):
-        errors.append(f"{where}.curve: seeds repeat ({seeds}); each curve is one seed")
-    for j, curve in enumerate(c.get("curve", []) if isinstance(c.get("curve"), list) else []):
-        if not isinstance(curve, dict):
-            errors.append(f"{where}.curve[{j}]: expected a table")
-            continue
-        _check(curve, CURVE_KEYS, f"{where}.curve[{j}]", errors)
-        s, m = curve.get("samples", []), curve.get("metric", [])
-        if not isinstance(s, list) or not isinstance(m, list) or len(s) != len(m) or not s:
-            errors.append(f"{where}.curve[{j}]: samples and metric need the same non-zero length")
-        elif not all(_is_num(v) for v in [*s, *m]):
-            errors.append(f"{where}.curve[{j}]: samples and metric must be numbers")
+        errors.append(f"{where}: seeds repeat ({seeds}); each curve is one seed")
+    for j, curve in enumerate(curves):
+        s, m = curve.samples, curve.metric
+        if len(s) != len(m) or not s:
+            errors.append(f"{where}[{j}]: samples and metric need the same non-zero length")
         elif not all(math.isfinite(v) and v >= 0 for v in s) or any(
             b < a for a, b in zip(s, s[1:], strict=False)
         ):
-            errors.append(f"{where}.curve[{j}].samples: must be finite, >= 0 and never decrease")
-    ci = c.get("samples_ci")
-    if ci is not None and (len(ci) != 2 or not all(_is_num(v) for v in ci)):
-        errors.append(f"{where}.samples_ci: expected [low, high] numbers")
+            errors.append(f"{where}[{j}].samples: must be finite, >= 0 and never decrease")
 
 
 def _check_study_values(study_raw: dict[str, Any], errors: list[str]) -> None:
@@ -221,24 +201,20 @@ def load_measurements(path: str | Path) -> Measurements:
     if not isinstance(study_raw, dict):
         errors.append("study: expected a [study] table")
         study_raw = {}
-    _check(study_raw, STUDY_KEYS, "study", errors)
+    study: Study = read_table(Study, study_raw, "study", errors)
     cands_raw = data.get("candidate", [])
     if not isinstance(cands_raw, list) or len(cands_raw) < 2:
         errors.append("candidate: needs at least two [[candidate]] tables")
         cands_raw = []
-    for i, c in enumerate(cands_raw):
-        _check_candidate(c, f"candidate[{i}]", errors)
+    tables = [_check_candidate(c, f"candidate[{i}]", errors) for i, c in enumerate(cands_raw)]
     _check_study_values(study_raw, errors)
     if any("curve" in c for c in cands_raw if isinstance(c, dict)) and "target" not in study_raw:
         errors.append("study.target: required when a candidate gives curves")
     if errors:
         raise InputError(f"{len(errors)} problem(s) in {p}: " + "; ".join(errors))
 
-    given: dict[str, Any] = {
-        k: (float(v) if STUDY_KEYS[k] is _NUM else v) for k, v in study_raw.items() if k != "name"
-    }
-    study = Study(name=study_raw.get("name") or p.stem, **given)
-    out = [_candidate(c, study, p) for c in cands_raw]
+    study = dataclasses.replace(study, name=study.name or p.stem)
+    out = [_candidate(t, study, p) for t in tables if t is not None]
     labels = [m.efficiency.label for m in out]
     if len(set(labels)) != len(labels):
         raise InputError(f"{p}: candidate names repeat ({', '.join(labels)}); give each a distinct name")
@@ -247,42 +223,41 @@ def load_measurements(path: str | Path) -> Measurements:
     return Measurements(study=study, candidates=tuple(out), path=str(p))
 
 
-def _candidate(c: dict[str, Any], study: Study, path: Path) -> MeasuredCandidate:
-    rule = c.get("lr_rule", "given")
-    fixed = rule == "none"
-    name = c.get("name") or candidate_label(c["prompts"], c["group_size"], fixed_lr=fixed)
-    if "curve" in c:
+def _candidate(t: CandidateTable, study: Study, path: Path) -> MeasuredCandidate:
+    prompts, group_size = t.prompts or 0, t.group_size or 0  # both required: checked before
+    fixed = t.lr_rule == "none"
+    name = t.name or candidate_label(prompts, group_size, fixed_lr=fixed)
+    if t.curve is not None:
         crossings = [
             samples_to_target(
-                np.asarray(cv["samples"], float),
-                np.asarray(cv["metric"], float),
+                np.asarray(cv.samples, float),
+                np.asarray(cv.metric, float),
                 study.target,
                 higher_is_better=study.higher_is_better,
                 ema_alpha=study.ema_alpha,
             )
-            for cv in c["curve"]
+            for cv in t.curve
         ]
         estimate = estimate_over_seeds(crossings, confidence=study.confidence)
     else:
-        ci = c.get("samples_ci")
-        if ci is not None and (len(ci) != 2 or not ci[0] <= c["samples_to_target"] <= ci[1]):
+        stt, ci = t.samples_to_target or 0.0, t.samples_ci
+        if ci is not None and not ci[0] <= stt <= ci[1]:
             raise InputError(f"{path}: {name}.samples_ci must be [low, high] around samples_to_target")
-        estimate = estimate_from_value(float(c["samples_to_target"]), tuple(ci) if ci else None)
-    keys = ("gen_s_per_step", "train_s_per_step", "other_s_per_step")
-    gen, train, other = (float(c.get(k, 0.0)) for k in keys)
-    rps = c.get("responses_per_s")
+        estimate = estimate_from_value(stt, (ci[0], ci[1]) if ci else None)
+    gen, train, other = t.gen_s_per_step or 0.0, t.train_s_per_step or 0.0, t.other_s_per_step or 0.0
+    rps = t.responses_per_s
     if rps is None and gen + train + other > 0:
-        rps = end_to_end_throughput(c["prompts"] * c["group_size"], gen, train, other).responses_per_s
+        rps = end_to_end_throughput(prompts * group_size, gen, train, other).responses_per_s
     eff = CandidateEfficiency(
         label=name,
-        prompts=c["prompts"],
-        group_size=c["group_size"],
-        lr=float(c.get("lr", math.nan)),
-        lr_rule=rule,
+        prompts=prompts,
+        group_size=group_size,
+        lr=math.nan if t.lr is None else t.lr,
+        lr_rule=t.lr_rule,
         family="fixed_lr" if fixed else "main",
         estimate=estimate,
         verdict=None,
-        n_runs=max(1, len(c.get("curve", []))),
+        n_runs=max(1, len(t.curve or [])),
         failures=(),
         gen_s_per_step=gen,
         train_s_per_step=train,
@@ -290,13 +265,7 @@ def _candidate(c: dict[str, Any], study: Study, path: Path) -> MeasuredCandidate
         samples_consumed=0,
         wall_s=0.0,
     )
-    return MeasuredCandidate(
-        efficiency=eff,
-        responses_per_s=float(rps) if rps is not None else None,
-        throughput_ratio=float(c["throughput_ratio"]) if "throughput_ratio" in c else None,
-        critic_lr=float(c["critic_lr"]) if "critic_lr" in c else None,
-        note=c.get("note", ""),
-    )
+    return MeasuredCandidate(eff, rps, t.throughput_ratio, t.critic_lr, t.note)
 
 
 def measurements_reference(m: Measurements) -> str:

@@ -1,12 +1,10 @@
 """Loading recipes: TOML, ``--set key=value`` overrides, shipped recipes; unknown keys and wrong types
-are collected and reported together, then the cross-field checks of `checks.py` run."""
+are collected and reported together (recipe/tables.py), then the ranges and the cross-field checks run."""
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -15,91 +13,12 @@ from batchtune.recipe.checks import check_recipe
 from batchtune.recipe.ranges import check_ranges
 from batchtune.recipe.schema import CHOICES, LOADER_FIELDS, Recipe
 from batchtune.recipe.study import AUTO_MODE
+from batchtune.recipe.tables import read_table
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is list:
-        return f"a list of {_type_name(typing.get_args(tp)[0])}"
-    if origin is dict:
-        return "a table"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
-
-
-def _convert(value: Any, tp: Any, path: str, errors: list[str]) -> Any:
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            errors.append(f"{path}: expected a table, got {value!r}")
-            return None
-        return _build(tp, value, path, errors)
-    if origin is list:
-        if not isinstance(value, list):
-            errors.append(f"{path}: expected {_type_name(tp)}, got {value!r}")
-            return None
-        (item_tp,) = typing.get_args(tp)
-        return [_convert(v, item_tp, f"{path}[{i}]", errors) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            errors.append(f"{path}: expected a table, got {value!r}")
-            return None
-        _, val_tp = typing.get_args(tp)
-        return {str(k): _convert(v, val_tp, f"{path}.{k}", errors) for k, v in value.items()}
-    if origin in (typing.Union, types.UnionType):
-        errors.append(f"{path}: unsupported type")  # the schema has no unions
-        return None
-    if tp is bool:
-        if not isinstance(value, bool):
-            errors.append(f"{path}: expected true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            errors.append(f"{path}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            errors.append(f"{path}: expected a number, got {value!r}")
-            return value
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            errors.append(f"{path}: expected a string, got {value!r}")
-        return value
-    return value
-
-
-def _build(cls: Any, data: dict[str, Any], prefix: str, errors: list[str]) -> Any:
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.name not in LOADER_FIELDS}
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        path = f"{prefix}.{key}" if prefix else key
-        if key not in names:
-            known = ", ".join(sorted(names))
-            section, _, rest = key.partition(".")
-            if not prefix and rest and section in names:  # "optimizer.lr" = 1: one quoted key
-                errors.append(
-                    f'"{key}": a quoted key is one name, not a path; write {key} = ... unquoted, or '
-                    f"{rest} = ... under [{section}]"
-                )
-                continue
-            errors.append(f"{path}: unknown key (known here: {known})")
-            continue
-        converted = _convert(value, hints[key], path, errors)
-        choices = CHOICES.get(path)
-        if choices is not None and converted not in choices:
-            errors.append(f"{path}: {converted!r} is not one of {', '.join(map(repr, choices))}")
-        kwargs[key] = converted
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # only reachable through a schema bug
-        errors.append(f"{prefix or 'recipe'}: {exc}")
-        return None
 
 
 def _parse_override(item: str) -> tuple[list[str], Any]:
@@ -135,7 +54,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def recipe_from_dict(data: dict[str, Any], source: str = "") -> Recipe:
     errors: list[str] = []
-    recipe = _build(Recipe, data, "", errors)
+    recipe = read_table(Recipe, data, "", errors, choices=CHOICES, skip=LOADER_FIELDS)
     if not errors:
         # ranges first: the cross-field checks assume finite, sane values. An "auto" is checked as a
         # grid here; measure/probe_size.resolved checks the recipe again as what it resolves to
