@@ -111,3 +111,24 @@ def test_a_sync_recipe_never_reaches_the_async_machinery(
     data = json.loads(_recommend(results, "--json").stdout)
     assert "async_decision" not in data and "run_as" not in data["recommended"]
     assert "Sync or async" not in _recommend(results).stdout
+
+
+def test_the_split_of_the_cluster_is_ranked_and_said_to_be_modelled(tmp_path: Path) -> None:
+    results = _store(tmp_path / "r", [], ASYNC_RUNS)
+    data = json.loads(_recommend(results, "--json", "--gpus", "8").stdout)
+    split = data["async_decision"]["gpu_split"]
+    assert split["total_gpus"] == 8 and split["modelled"] is True
+    assert any("modelled, not measured" in n for n in split["notes"])
+    rows = split["rows"]
+    assert {r["rollout_gpus"] for r in rows if r["mode"] == "async"} == {2, 4, 6}
+    assert all(r["reason"] for r in rows)
+    times = [r["time_to_target_s"] for r in rows]
+    assert times == sorted(times)
+    run_as = data["recommended"]["run_as"]
+    if run_as["mode"] == "async":  # the pick runs at its best modelled split of the 8 GPUs
+        best = next(r for r in rows if r["name"] == run_as["name"])
+        assert (run_as["rollout_gpus"], run_as["total_gpus"]) == (best["rollout_gpus"], 8)
+    text = _recommend(results, "--gpus", "8").stdout
+    assert "GPU split of 8 GPUs" in text and "modelled, not measured" in text
+    one = json.loads(_recommend(results, "--json", "--gpus", "1").stdout)
+    assert one["async_decision"]["gpu_split"] is None

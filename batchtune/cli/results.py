@@ -55,7 +55,7 @@ def recommend(
         ),
     ] = None,
     gpus: Annotated[
-        int, typer.Option(min=1, help="GPUs the trainer runs on (for --emit divisibility checks).")
+        int, typer.Option(min=1, help="GPUs the trainer runs on (--emit checks; an async split).")
     ] = DEFAULT_GPUS_PER_NODE,
     gpus_per_node: GpusPerNodeOpt = DEFAULT_GPUS_PER_NODE,
     out: OutOpt = None,

@@ -7,7 +7,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from batchtune.analysis.decide.async_rank import AsyncPick, JointDecision, JointRow, queue_cap
+from batchtune.analysis.decide.async_rank import (
+    AsyncChoice,
+    AsyncPick,
+    JointDecision,
+    JointRow,
+    SplitRanking,
+    SplitRow,
+    queue_cap,
+)
 from batchtune.report.json import num
 from batchtune.report.terminal import fmt_n, fmt_time
 
@@ -23,7 +31,7 @@ def _split(row: JointRow, total_gpus: int) -> str:
     return "shared" if total_gpus == 1 else f"{g}:{total_gpus - g}"
 
 
-def _cap(row: JointRow) -> str:
+def _cap(row: JointRow | SplitRow) -> str:
     """Finished batches queued, as algorithm.in_flight_cap counts them; "k": the bound alone."""
     c = row.choice
     if c.mode == "sync":
@@ -61,6 +69,55 @@ def joint_table(decision: JointDecision, winner: str) -> Table:
     return table
 
 
+SHOWN_SPLIT_ROWS = 10
+SPLIT_COLUMNS = ("candidate", "mode", "split", "queue", "resp/s", "rollout idle", "trainer idle", "T", "why")
+
+
+def shown_splits(splits: SplitRanking, winner: str) -> list[SplitRow]:
+    """The winner's rows (every split) first, then the best others, SHOWN_SPLIT_ROWS in all."""
+    mine = [r for r in splits.rows if r.label == winner]
+    rest = [r for r in splits.rows if r.label != winner]
+    return (mine + rest)[: max(SHOWN_SPLIT_ROWS, len(mine))]
+
+
+def _split_cells(row: SplitRow, total: int) -> tuple[str, ...]:
+    c: AsyncChoice = row.choice
+    where = "colocated" if c.rollout_gpus is None else f"{c.rollout_gpus}:{total - c.rollout_gpus}"
+    return (
+        row.label,
+        c.mode,
+        where,
+        _cap(row),
+        fmt_n(c.responses_per_s),
+        f"{c.rollout_idle_frac:.0%}",
+        f"{c.trainer_idle_frac:.0%}",
+        f"{fmt_time(c.t)} [{fmt_time(c.t_lo)}, {fmt_time(c.t_hi)}]",
+        row.reason,
+    )
+
+
+def split_lines(splits: SplitRanking, winner: str) -> list[str]:
+    """What the split ranking says beyond its table: modelled, and who it ranks first."""
+    out = list(splits.notes)
+    if splits.rows and splits.rows[0].label != winner:
+        top = splits.rows[0]
+        out.append(
+            f"on {splits.total_gpus} GPUs the model ranks {top.label} ({top.choice.mode}) first, "
+            f"ahead of the pick measured here, {winner}: modelled, not measured"
+        )
+    return out
+
+
+def split_table(splits: SplitRanking, winner: str) -> Table:
+    n = splits.total_gpus
+    table = Table(title=f"GPU split of {n} GPUs, rollout:train (modelled, not measured)")
+    for col in SPLIT_COLUMNS:
+        table.add_column(col, justify="left" if col in ("candidate", "mode", "split", "why") else "right")
+    for row in shown_splits(splits, winner):
+        table.add_row(*_split_cells(row, n), style="bold green" if row.label == winner else None)
+    return table
+
+
 def pick_words(pick: AsyncPick) -> str:
     """How to run the pick, in one line."""
     epochs = pick.updates_per_batch // max(pick.mini_batches, 1)
@@ -78,7 +135,8 @@ def pick_words(pick: AsyncPick) -> str:
     where = (
         "rollout and trainer sharing the one device"
         if pick.total_gpus == 1
-        else f"{pick.rollout_gpus} rollout GPU(s) : {pick.train_gpus} training GPU(s)"
+        else f"{pick.rollout_gpus} rollout GPU(s) : {pick.train_gpus} training GPU(s) (the split is "
+        "modelled, not measured)"
     )
     return (
         f"Run it async: rollouts at most k = {pick.staleness} trainer step(s) old, {reuse}, a weight sync "
@@ -96,6 +154,10 @@ def render_joint(console: Console, decision: JointDecision, winner: str) -> None
     console.print(f"[dim]{decision.times_source}[/]", highlight=False)
     for n in decision.notes:
         console.print(f"[yellow]note:[/] {n}", highlight=False)
+    if decision.splits is not None:
+        console.print(split_table(decision.splits, winner))
+        for n in split_lines(decision.splits, winner):
+            console.print(f"[yellow]note:[/] {n}", highlight=False)
 
 
 def pick_to_dict(pick: AsyncPick | None) -> dict[str, Any] | None:
@@ -151,7 +213,32 @@ def joint_to_dict(decision: JointDecision) -> dict[str, Any]:
         "total_gpus": decision.total_gpus,
         "notes": list(decision.notes),
         "candidates": rows,
+        "gpu_split": None if decision.splits is None else splits_to_dict(decision.splits),
     }
+
+
+def splits_to_dict(splits: SplitRanking) -> dict[str, Any]:
+    n = splits.total_gpus
+    rows = []
+    for rank, row in enumerate(splits.rows, 1):
+        c = row.choice
+        rows.append(
+            {
+                "rank": rank,
+                "name": row.label,
+                "mode": c.mode,
+                "rollout_gpus": c.rollout_gpus,  # null: colocated on every GPU
+                "train_gpus": None if c.rollout_gpus is None else n - c.rollout_gpus,
+                "in_flight_cap": 0 if c.mode == "sync" else queue_cap(c.in_flight_cap),
+                "responses_per_s": num(c.responses_per_s),
+                "rollout_idle_frac": num(c.rollout_idle_frac),
+                "trainer_idle_frac": num(c.trainer_idle_frac),
+                "time_to_target_s": num(c.t),
+                "time_to_target_ci_s": [num(c.t_lo), num(c.t_hi)],
+                "reason": row.reason,
+            }
+        )
+    return {"total_gpus": n, "modelled": True, "notes": list(splits.notes), "rows": rows}
 
 
 def joint_rows(decision: JointDecision) -> tuple[tuple[str, ...], ...]:
@@ -166,4 +253,11 @@ def joint_paragraphs(decision: JointDecision) -> tuple[str, ...]:
     paras = [f"Verdict: {decision.verdict[-1]}.", *decision.verdict[:-1]]
     if decision.pick is not None:
         paras.append(pick_words(decision.pick))
-    return (*paras, f"{decision.times_source}.", *decision.notes)
+    paras += [f"{decision.times_source}.", *decision.notes]
+    if decision.splits is not None:
+        winner = decision.pick.label if decision.pick is not None else ""
+        best = decision.splits.best_for(winner) if winner else None
+        if best is not None:
+            paras.append(f"GPU split of {decision.splits.total_gpus} GPUs for {winner}: {best.reason}.")
+        paras += split_lines(decision.splits, winner)
+    return tuple(paras)

@@ -22,9 +22,10 @@ __all__ = ["has_async_knobs", "joint_for", "run_knobs", "with_pick"]  # the firs
 
 
 def joint_for(
-    cfg: Recipe, store: ResultsStore, eff: SampleEfficiency, thr: ThroughputModel
+    cfg: Recipe, store: ResultsStore, eff: SampleEfficiency, thr: ThroughputModel, gpus: int = 0
 ) -> tuple[JointDecision, ThroughputModel]:
-    """The joint decision over the store's runs, and the throughput model the main ranking then uses."""
+    """The joint decision over the store's runs, and the throughput model the main ranking then uses;
+    ``gpus`` >= 2: the rollout:train splits of that many GPUs modelled too (`recommend --gpus`)."""
     from batchtune.analysis.decide.async_joint import joint_decision, joint_throughput
 
     a = cfg.algorithm
@@ -36,6 +37,7 @@ def joint_for(
         mini_batches=a.mini_batches,
         two_process=two,
         sync_every=a.sync_every if two else 1,
+        cluster_gpus=gpus,
     )
     top = top_up_lines(store)  # what the probe's seed top-up ran, and why
     if top:

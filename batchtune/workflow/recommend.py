@@ -118,7 +118,10 @@ def recommend_for_recipe(
             "(--map gen_s=KEY --map train_s=KEY), or --throughput probe after a probe that timed its steps",
             eff,
         ) from None
-    rec = _ranked(cfg, store, eff, thr) if branched is None else _ranked_branched(cfg, eff, thr, branched)
+    if branched is None:
+        rec = _ranked(cfg, store, eff, thr, gpus)
+    else:
+        rec = _ranked_branched(cfg, eff, thr, branched)
     if plot:
         try:  # best effort, as the probe's plot
             note = f"time-to-target plot: {plot_time(store.plots_dir, rec)}"
@@ -144,13 +147,16 @@ def _efficiency(cfg: Recipe, store: ResultsStore) -> tuple[SampleEfficiency, Bra
     return analyse_store(store, cfg, plan if use_plan else None), None
 
 
-def _ranked(cfg: Recipe, store: ResultsStore, eff: SampleEfficiency, thr: ThroughputModel) -> Recommendation:
-    """The grid's ranking, joint with the async candidates where the recipe sweeps them."""
+def _ranked(
+    cfg: Recipe, store: ResultsStore, eff: SampleEfficiency, thr: ThroughputModel, gpus: int = 0
+) -> Recommendation:
+    """The grid's ranking, joint with the async candidates where the recipe sweeps them (and their
+    rollout:train split of ``gpus`` GPUs, modelled)."""
     joint = None
     if has_async_knobs(cfg):  # only then: the sync path never reaches the async machinery
         from batchtune.workflow.joint import joint_for, with_pick
 
-        joint, thr = joint_for(cfg, store, eff, thr)
+        joint, thr = joint_for(cfg, store, eff, thr, gpus)
     try:
         rec = recommend(eff, thr)
     except AnalysisError as exc:

@@ -39,6 +39,7 @@ from batchtune.analysis.decide.async_rank import (
     rank_async,
     verdict_status,
 )
+from batchtune.analysis.decide.async_split import rank_splits
 from batchtune.analysis.decide.recommend import ThroughputModel
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.errors import AnalysisError
@@ -144,12 +145,14 @@ def joint_decision(
     two_process: bool,
     sync_every: int = 1,
     in_flight_caps: Sequence[int | None] = IN_FLIGHT_CAPS,
+    cluster_gpus: int = 0,
 ) -> JointDecision:
     """Rank every (mode, P, G, k, u, split, cap) of the main and off-policy candidates (module
     docstring). ``knobs``: label -> what its runs recorded; ``two_process``: the off-policy runs ran
     as rollout worker and trainer (their step times include the overlap's contention);
     ``sync_every``: trainer steps per weight sync of those runs. The probe's device is the one device
-    (rollout and trainer share it): a split over several GPUs needs times measured on them."""
+    (rollout and trainer share it); ``cluster_gpus`` >= 2: the splits of that many GPUs are ranked as
+    well, modelled from the one device's times (analysis/decide/async_split.py)."""
     sync_t, async_t, notes = _stage_times(eff, thr, knobs, mini_batches, two_process)
     ests: list[REstimate] = []
     who: dict[tuple[int, int, int], CandidateEfficiency] = {}
@@ -189,7 +192,16 @@ def joint_decision(
         rows.append(JointRow(c.label, c.prompts, c.group_size, ch))
     verdict = async_verdict([r.choice for r in rows])
     source = f"stage times: {thr.source} (generation, training), weight syncs from the probe's records"
-    return JointDecision(tuple(rows), tuple(verdict), verdict_status(verdict), source, tuple(notes))
+    splits = None
+    if cluster_gpus >= 2:
+        labels = {key: c.label for key, c in who.items()}
+        splits = rank_splits(
+            ests, sync_t, labels, total_gpus=cluster_gpus, in_flight_caps=in_flight_caps,
+            sync_every=sync_every, times_source=thr.source,
+        )  # fmt: skip
+    return JointDecision(
+        tuple(rows), tuple(verdict), verdict_status(verdict), source, tuple(notes), splits=splits
+    )
 
 
 def joint_throughput(thr: ThroughputModel, decision: JointDecision) -> ThroughputModel:
@@ -214,12 +226,17 @@ def joint_throughput(thr: ThroughputModel, decision: JointDecision) -> Throughpu
 def pick_for(
     decision: JointDecision, label: str, *, mini_batches: int, sync_every: int, total_gpus: int = 1
 ) -> AsyncPick | None:
-    """How to run ``label`` (the main ranking's winner): its best row; None when it has no row."""
+    """How to run ``label`` (the main ranking's winner): its best row, and for an async one the best
+    modelled split of the cluster where the decision ranked one; None when it has no row."""
     row = next((r for r in decision.rows if r.label == label), None)
     if row is None:
         return None
     ch = row.choice
     sync = ch.mode == "sync"
+    splits = decision.splits
+    on = splits.best_for(label) if splits is not None and not sync else None
+    if splits is not None and on is not None and on.choice.rollout_gpus is not None:
+        ch, total_gpus = on.choice, splits.total_gpus  # the cluster's modelled split, and its cap
     split = not sync and total_gpus > 1
     return AsyncPick(
         label=label,

@@ -108,6 +108,27 @@ class JointRow:
 
 
 @dataclass(frozen=True)
+class SplitRow:
+    """One candidate at one rollout:train split of the user's cluster (analysis/decide/async_split.py)."""
+
+    label: str
+    choice: AsyncChoice  # rollout_gpus None: colocated sync on every GPU
+    reason: str  # which side is the bottleneck, in words
+
+
+@dataclass(frozen=True)
+class SplitRanking:
+    """The modelled (not measured) GPU splits of ``total_gpus``, best predicted T first."""
+
+    total_gpus: int
+    rows: tuple[SplitRow, ...]
+    notes: tuple[str, ...]
+
+    def best_for(self, label: str) -> SplitRow | None:
+        return next((r for r in self.rows if r.label == label), None)
+
+
+@dataclass(frozen=True)
 class JointDecision:
     """The ranking over modes and off-policy knobs, its verdict and the pick (decide/async_joint.py)."""
 
@@ -118,6 +139,7 @@ class JointDecision:
     notes: tuple[str, ...] = ()
     pick: AsyncPick | None = None  # the recommendation's winner in its best row
     total_gpus: int = 1  # the devices ranked over (1: rollout and trainer share one)
+    splits: SplitRanking | None = None  # the user's cluster, split rollout:train, modelled
 
 
 def _choices(est: REstimate, times: StageTimes, atimes: StageTimes, st: _Setting) -> list[AsyncChoice]:
