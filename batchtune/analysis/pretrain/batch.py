@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from batchtune.analysis.pretrain.bmin_fit import fit_three_stage
 from batchtune.errors import AnalysisError
 
 DEFAULT_MAX_RESID = 0.05  # we choose: 5% rms (log or relative) before a fit is called poor
@@ -132,10 +133,7 @@ def _b_min(
     ok = np.isfinite(s)
     if not ok.any():
         return None, None, None, None, "bracket", ["no batch reached this target: B_min above the grid"]
-    first = int(np.argmax(ok))
-    upper = float(b[first])
-    below = [i for i in range(first) if flat is None or flat[i]]
-    lower = float(b[below[-1]]) if below else None
+    first, lower, upper, below = _b_min_bracket(b, s, flat)
     notes: list[str] = []
     if below and below[-1] < first - 1 or (not below and first > 0):
         notes.append(
@@ -147,24 +145,11 @@ def _b_min(
             "a batch above the smallest reaching one did not reach the target (budget or noise): "
             "it is not B_min evidence"
         )
-    reached = np.flatnonzero(ok)[:B_MIN_POINTS]
-    fit = resid = None
-    if reached.size >= 3:
-        x, y = b[reached], 1.0 / s[reached]
-        slope, icpt = np.polyfit(x, y, 1, w=1.0 / y)
-        if slope > 0:
-            root = -icpt / slope
-            pred = slope * x + icpt
-            resid = float(np.sqrt(np.mean((pred / y - 1.0) ** 2)))
-            if root > 0 and resid <= max_resid:  # the data bracket wins over the line
-                fit = float(min(max(root, lower or 0.0), upper))
-            else:
-                notes.append(
-                    f"B_min line 1/S = (B - A1)/A0 rejected (root {root:.4g}, bracket "
-                    f"{lower or 0:.4g}..{upper:.4g}, rms residual {resid:.3f}): reporting the bracket"
-                )
-        else:
-            notes.append("steps to target do not fall with the batch near B_min: reporting the bracket")
+    fit, resid, rejected = _three_stage_b_min(b, s, max_resid, lower, upper)
+    if fit is None:  # the line on the smallest reached batches
+        fit, resid, why = _line_b_min(b, s, max_resid, lower, upper)
+        if rejected or why:
+            notes.append(rejected + (why or "B_min from the line 1/S = (B - A1)/A0 instead"))
     if fit is not None:
         source = "fit" if lower is not None else "extrapolated"
         if lower is None:
@@ -178,6 +163,62 @@ def _b_min(
         else:  # smaller batches did not reach it but were still improving: no lower bound
             notes.append(f"the smallest batch that reached the target is {upper:.4g}: B_min <= {upper:.4g}")
     return (lower, upper), None, resid, value, "bracket", notes
+
+
+def _b_min_bracket(
+    b: np.ndarray, s: np.ndarray, flat: np.ndarray | None
+) -> tuple[int, float | None, float, list[int]]:
+    """(index of the smallest reaching batch, the bracket's low end or None, its high end, the
+    indices below it that bound B_min from below); some batch must have reached the target."""
+    first = int(np.argmax(np.isfinite(s)))
+    below = [i for i in range(first) if flat is None or flat[i]]
+    return first, (float(b[below[-1]]) if below else None), float(b[first]), below
+
+
+def _line_b_min(
+    b: np.ndarray, s: np.ndarray, max_resid: float, lower: float | None, upper: float
+) -> tuple[float | None, float | None, str]:
+    """(B_min, rms relative residual, "" or why not) from the line 1/S = (B - A1)/A0 through the
+    B_MIN_POINTS smallest reached batches, its root clamped to the bracket."""
+    reached = np.flatnonzero(np.isfinite(s))[:B_MIN_POINTS]
+    if reached.size < 3:
+        return None, None, ""
+    x, y = b[reached], 1.0 / s[reached]
+    slope, icpt = np.polyfit(x, y, 1, w=1.0 / y)
+    if slope <= 0:
+        return None, None, "steps to target do not fall with the batch near B_min: reporting the bracket"
+    root = -icpt / slope
+    resid = float(np.sqrt(np.mean(((slope * x + icpt) / y - 1.0) ** 2)))
+    if root > 0 and resid <= max_resid:  # the data bracket wins over the line
+        return float(min(max(root, lower or 0.0), upper)), resid, ""
+    return (
+        None,
+        resid,
+        (
+            f"B_min line 1/S = (B - A1)/A0 rejected (root {root:.4g}, bracket "
+            f"{lower or 0:.4g}..{upper:.4g}, rms residual {resid:.3f}): reporting the bracket"
+        ),
+    )
+
+
+def _three_stage_b_min(
+    b: np.ndarray, s: np.ndarray, max_resid: float, lower: float | None, upper: float
+) -> tuple[float | None, float | None, str]:
+    """(B_min, rms relative S residual, "" or why it was rejected) from the three-stage E(S) fit
+    across every reached batch (bmin_fit.py), clamped to the bracket like the line."""
+    f = fit_three_stage(b, s)
+    if f is None:
+        return None, None, ""
+    if f.a1 > 0 and f.b >= 0 and f.resid <= max_resid:
+        return float(min(max(f.a1, lower or 0.0), upper)), f.resid, ""
+    return (
+        None,
+        None,
+        (
+            f"B_min three-stage fit B = A1 + A0/S + b/(S (S - S_min)) rejected (A1 {f.a1:.4g}, b {f.b:.3g}, "
+            f"rms S residual {f.resid:.3f}); "
+        ),
+    )
 
 
 def plateaued(tokens: object, loss: object, target: float, *, horizon: float = 4.0) -> bool:
@@ -229,9 +270,9 @@ def _seed_and_bracket_intervals(
         meas, br, _, _, _ = _b_opt(b, b * sm, max_resid)
         if meas is not None and br is not None:
             opts.append((float(br[0]), float(br[1])))
-        m_br, _, _, val, _, _ = _b_min(b, sm, max_resid, flat)
-        if val is not None and m_br is not None:
-            mins.append((float(m_br[0] or 0.0), float(m_br[1])))
+        if np.isfinite(sm).any():  # only the bracket: the fits are not resampled (docstring)
+            _, m_lo, m_hi, _ = _b_min_bracket(b, sm, flat)
+            mins.append((float(m_lo or 0.0), m_hi))
     lo_q, hi_q = 0.5 - confidence / 2, 0.5 + confidence / 2
 
     def interval(pairs: list[tuple[float, float]]) -> tuple[float, float] | None:

@@ -85,3 +85,43 @@ def synth_curves(
             loss = law.loss(steps, b) * np.exp(rng.normal(0.0, noise_rel, steps.size))
             out.append((float(b), int(seed), steps * b, loss))
     return out
+
+
+@dataclass(frozen=True)
+class ThreePhaseES:
+    """Exact data of Zhou et al.'s stable-phase E(S) (docs/method.md §6) at one target loss:
+
+        E(S) = b / (S - s_min) + a1 S + a0            S > s_min optimiser steps, E in tokens
+
+    early it falls as the hyperbola, around S_opt = s_min + sqrt(b / a1) it is near its minimum
+    E_min = 2 sqrt(b a1) + a1 s_min + a0, late it is the line a1 S + a0. A batch B trains E = B S
+    tokens in S steps, so the steps to the target at B solve B S = E(S): a quadratic in S with one
+    root past s_min for every B > a1 (with a0 >= 0), none below. So B_min = a1 exactly and
+    B_opt = E_min / S_opt (the ray from the origin to the minimum of E(S))."""
+
+    b: float
+    s_min: float
+    a1: float
+    a0: float
+
+    def steps_to(self, batch_tokens: object) -> np.ndarray:
+        """Steps to the target at each batch; inf at or below B_min = a1."""
+        bb = np.asarray(batch_tokens, dtype=float)
+        d = bb - self.a1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k = d * self.s_min + self.a0
+            disc = k * k - 4.0 * d * (self.a0 * self.s_min - self.b)
+            s = (k + np.sqrt(np.maximum(disc, 0.0))) / (2.0 * d)
+        return np.where(d > 0, s, np.inf)
+
+    def b_min(self) -> float:
+        return self.a1
+
+    def s_opt(self) -> float:
+        return self.s_min + math.sqrt(self.b / self.a1)
+
+    def e_min(self) -> float:
+        return 2.0 * math.sqrt(self.b * self.a1) + self.a1 * self.s_min + self.a0
+
+    def b_opt(self) -> float:
+        return self.e_min() / self.s_opt()

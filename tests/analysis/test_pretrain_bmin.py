@@ -1,0 +1,50 @@
+"""B_min from the three-stage E(S) fit (analysis/pretrain/bmin_fit.py), on exact three-stage data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from batchtune.analysis.pretrain.batch import estimate_batches
+from batchtune.analysis.pretrain.bmin_fit import fit_three_stage
+from batchtune.analysis.pretrain.synth import SynthLaw, ThreePhaseES
+
+GRID = 256.0 * 2.0 ** np.arange(10)  # doubling, 256 .. 131,072 tokens
+CASES = (
+    ThreePhaseES(b=4e8, s_min=40.0, a1=1500.0, a0=3e5),
+    ThreePhaseES(b=2e9, s_min=300.0, a1=5000.0, a0=0.0),
+    ThreePhaseES(b=1e7, s_min=15.0, a1=700.0, a0=4e4),
+)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_generator_is_the_law(case: ThreePhaseES) -> None:
+    b = np.geomspace(case.a1 * 1.0001, case.a1 * 1e3, 200_001)
+    e = b * case.steps_to(b)
+    assert b[np.argmin(e)] == pytest.approx(case.b_opt(), rel=1e-3)
+    s = case.steps_to(b[::5000])
+    assert b[::5000] * s == pytest.approx(case.b / (s - case.s_min) + case.a1 * s + case.a0, rel=1e-9)
+    assert np.isinf(case.steps_to([case.a1 * 0.999])[0])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_b_min_is_exact_on_exact_three_stage_data_on_a_doubling_grid(case: ThreePhaseES) -> None:
+    """The line 1/S = (B - A1)/A0 was rejected on exactly this data (issue 32) and the bracket's
+    geometric middle reported instead, up to 2^(1/2) off."""
+    est = estimate_batches(GRID, case.steps_to(GRID)[None, :], 1.0)
+    assert est.b_min_source == "fit"
+    assert est.b_min_tokens == pytest.approx(case.b_min(), rel=1e-4)
+    lo, hi = est.b_min_bracket
+    assert lo is not None and lo < case.b_min() <= hi
+    fit = fit_three_stage(GRID, case.steps_to(GRID))
+    assert fit is not None and fit.resid < 1e-6 and fit.s_min == pytest.approx(case.s_min, rel=1e-3)
+
+
+def test_on_the_synth_law_it_is_close_and_five_points_are_needed() -> None:
+    law = SynthLaw()
+    for target in (2.9, 2.65, 2.45):
+        est = estimate_batches(GRID, law.steps_to(target, GRID)[None, :], target)
+        assert est.b_min_source == "fit"
+        assert est.b_min_tokens == pytest.approx(law.b_min(target), rel=0.12)
+    few = GRID[:4]
+    assert fit_three_stage(few, CASES[0].steps_to(few)) is None
