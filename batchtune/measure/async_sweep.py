@@ -2,10 +2,13 @@
 candidate here, prune the (k, u) grid with the pipeline model (analysis/decide/async_sweep.py), and
 keep the decision in the results directory so a resumed probe and `recommend` see the same plan.
 
-    <results>/async_sweep.json   {"cells": {label: {kept, reason, step_time_s}}, "times": {...}}
+    <results>/async_sweep.json   {"cells": {label: {kept, reason, step_time_s}}, "times": {...},
+                                  "traces": {label: {"gen": [...], "train": [...]}}}
 
 The main candidates are timed in one process (algorithm.mode = "sync"): generation and training
-each alone, the best case the pruning rule asks for.
+each alone, the best case the pruning rule asks for. Each timed step's own times are kept (the
+traces) and played through the pipeline simulation, so a deeper queue (k >= 2) is kept where the
+measured variation of the step times makes it pay.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore, atomic_write_text
 
 SWEEP_FILE = "async_sweep.json"
-TIMED_STEPS = 4  # per main candidate; the first (warm-up) is left out
+TIMED_STEPS = 8  # per main candidate; the first (warm-up) is left out
 SCRATCH = "async-sweep-timing"
 
 
@@ -35,6 +38,8 @@ class SweepDecision:
     cells: dict[str, SweepCell]  # off-policy label -> kept or pruned, and why
     times: dict[str, tuple[float, float]]  # main label -> (gen s per batch, train s per update)
     source: str  # where the times come from, in words
+    # main label -> (gen s of each timed batch, train s per update of each), in order; {}: none kept
+    traces: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = dataclasses.field(default_factory=dict)
 
     @property
     def pruned(self) -> list[str]:
@@ -51,8 +56,12 @@ class SweepDecision:
         return out
 
 
-def _time_stages(recipe: Recipe, cand: Candidate, scratch: Path, ref_batch: int) -> tuple[float, float]:
-    """(median gen_s per batch, median train_s per update) over a few steps of ``cand`` alone."""
+Trace = tuple[tuple[float, ...], tuple[float, ...]]
+
+
+def _time_stages(recipe: Recipe, cand: Candidate, scratch: Path, ref_batch: int) -> Trace:
+    """(gen_s of each batch, train_s per update of each) over a few steps of ``cand`` alone, the
+    first (warm-up) left out."""
     sync = dataclasses.replace(recipe, algorithm=dataclasses.replace(recipe.algorithm, mode="sync"))
     spec = RunSpec(
         run_id=run_id(cand, 0),
@@ -79,14 +88,21 @@ def _time_stages(recipe: Recipe, cand: Candidate, scratch: Path, ref_batch: int)
     finally:
         stream.close()
     gens, trains = (gens[1:], trains[1:]) if len(gens) >= 2 else (gens, trains)
-    if not gens:
-        return math.nan, math.nan
     u = cand.updates_per_batch or recipe.algorithm.mini_batches
-    return statistics.median(gens) + recipe.generation.other_s_per_step, statistics.median(trains) / u
+    other = recipe.generation.other_s_per_step
+    return tuple(g + other for g in gens), tuple(t / u for t in trains)
 
 
-def decide(recipe: Recipe, plan: Plan, times: dict[str, tuple[float, float]], source: str) -> SweepDecision:
-    """Keep or prune each off-policy candidate of ``plan`` from its main candidate's times."""
+def decide(
+    recipe: Recipe,
+    plan: Plan,
+    times: dict[str, tuple[float, float]],
+    source: str,
+    traces: dict[str, Trace] | None = None,
+) -> SweepDecision:
+    """Keep or prune each off-policy candidate of ``plan`` from its main candidate's times (and the
+    timed steps' own times, ``traces``, where kept)."""
+    traces = traces or {}
     by = plan.by_label()
     m = recipe.algorithm.mini_batches
     s = recipe.algorithm.sync_every if recipe.algorithm.mode == "async" else 1
@@ -100,12 +116,15 @@ def decide(recipe: Recipe, plan: Plan, times: dict[str, tuple[float, float]], so
             )
             continue
         grid = [(c.staleness, c.updates_per_batch) for c in mine]
+        gt, tt = traces.get(main, ((), ()))
         verdict = {
             (c.staleness, c.updates_per_batch): c
-            for c in prune_sweep(gen, upd, mini_batches=m, cells=grid, sync_every=s)
+            for c in prune_sweep(
+                gen, upd, mini_batches=m, cells=grid, sync_every=s, gen_trace=gt, train_trace=tt
+            )
         }
         cells.update({c.label: verdict[(c.staleness, c.updates_per_batch)] for c in mine})
-    return SweepDecision(cells, times, source)
+    return SweepDecision(cells, times, source, traces)
 
 
 def _load(store: ResultsStore) -> SweepDecision | None:
@@ -118,7 +137,14 @@ def _load(store: ResultsStore) -> SweepDecision | None:
         lab: (codec.as_float(t[0], str(path)), codec.as_float(t[1], str(path)))
         for lab, t in data["times"].items()
     }
-    return SweepDecision(cells, times, str(data["source"]))
+    traces = {
+        lab: (
+            tuple(codec.as_float(x, str(path)) for x in t["gen"]),
+            tuple(codec.as_float(x, str(path)) for x in t["train"]),
+        )
+        for lab, t in data.get("traces", {}).items()
+    }
+    return SweepDecision(cells, times, str(data["source"]), traces)
 
 
 def _save(store: ResultsStore, d: SweepDecision) -> None:
@@ -126,6 +152,7 @@ def _save(store: ResultsStore, d: SweepDecision) -> None:
         "cells": {lab: dataclasses.asdict(c) for lab, c in d.cells.items()},
         "times": {lab: list(t) for lab, t in d.times.items()},
         "source": d.source,
+        "traces": {lab: {"gen": list(g), "train": list(t)} for lab, (g, t) in d.traces.items()},
     }
     store.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(store.root / SWEEP_FILE, codec.dumps(data, indent=2))
@@ -145,13 +172,22 @@ def sweep_decision(recipe: Recipe, plan: Plan, *, save: bool, time: bool = True)
         return decide(recipe, plan, {}, "not timed: every candidate is kept")
     scratch = store.root / SCRATCH
     times: dict[str, tuple[float, float]] = {}
+    traces: dict[str, Trace] = {}
     try:
         for c in (plan.by_label()[lab] for lab in plan.main):
-            times[c.label] = _time_stages(recipe, c, scratch, plan.reference_batch)
+            gens, trains = _time_stages(recipe, c, scratch, plan.reference_batch)
+            times[c.label] = (
+                statistics.fmean(gens) if gens else math.nan,
+                statistics.fmean(trains) if trains else math.nan,
+            )
+            traces[c.label] = (gens, trains)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    source = f"{TIMED_STEPS} steps of each main candidate timed here in one process"
-    d = decide(recipe, plan, times, source)
+    source = (
+        f"{TIMED_STEPS} steps of each main candidate timed here in one process, "
+        "each step's own times played through the pipeline simulation"
+    )
+    d = decide(recipe, plan, times, source, traces)
     if save:
         _save(store, d)
     return d

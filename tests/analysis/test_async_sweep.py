@@ -43,3 +43,24 @@ def test_margin_and_units() -> None:
     assert not k1.kept and math.isnan(k1.step_time_s) and "sync every 3" in k1.reason
     with pytest.raises(AnalysisError):
         prune_sweep(0.0, 0.0, mini_batches=1)
+
+
+def test_variable_generation_keeps_a_deeper_queue() -> None:
+    # one slow batch in four (a long-tail batch): with k = 1 it stalls the trainer (1.30 s per
+    # update), k = 2 absorbs most of it (1.08 s), k = 4 all of it (1.00 s); constant times tie them all
+    trace = [0.5, 0.5, 0.5, 2.5]
+    cells = prune_sweep(1.0, 0.9, mini_batches=1, cells=[(0, 1), (1, 1), (2, 1), (4, 1)], gen_trace=trace)
+    by = {c.staleness: c for c in cells}
+    assert by[1].step_time_s == pytest.approx(1.3017, abs=1e-3)
+    assert by[2].kept and by[2].step_time_s == pytest.approx(1.0757, abs=1e-3)
+    assert by[4].kept and by[4].step_time_s == pytest.approx(1.0, abs=1e-3)
+    flat = prune_sweep(1.0, 0.9, mini_batches=1, cells=[(0, 1), (1, 1), (2, 1)], gen_trace=[1.0] * 4)
+    assert {c.staleness for c in flat if c.kept} == {0, 1}
+
+
+def test_a_steady_trace_prunes_what_its_variation_cannot_pay_for() -> None:
+    # a mild spread: k = 2 already absorbs it, so k = 4 ties k = 2 and is pruned
+    cells = prune_sweep(1.0, 0.9, mini_batches=1, cells=[(0, 1), (1, 1), (2, 1), (4, 1)],
+                        gen_trace=[0.6, 0.8, 1.0, 1.6])  # fmt: skip
+    by = {c.staleness: c for c in cells}
+    assert by[2].kept and not by[4].kept and "k2u1" in by[4].reason

@@ -42,6 +42,14 @@ def test_decision_is_stored_and_the_probe_runs_the_kept_ones(tmp_path: Path) -> 
     assert back is not None and {k: (c.kept, c.reason) for k, c in back.cells.items()} == {
         k: (c.kept, c.reason) for k, c in d.cells.items()
     }
+    # the timed steps' own times travel with the decision, and a long-tail trace keeps k = 2
+    tail = {"P2xG8": ((0.5, 0.5, 0.5, 2.5), (0.9,) * 4)}
+    dt = decide(cfg, plan, {"P2xG8": (1.0, 0.9), "P4xG8": (math.nan, math.nan)}, "by hand", tail)
+    assert dt.cells["P2xG8-k2u1"].kept and not d.cells["P2xG8-k2u1"].kept
+    _save(store, dt)
+    back_t = _load(store)
+    assert back_t is not None and back_t.traces == tail
+    _save(store, d)
     run = pruned_plan(cfg, plan)  # reads the stored decision: times nothing
     assert set(run.offpolicy) == set(plan.offpolicy) - set(d.pruned)
     assert {c.label for c in run.candidates} == set(run.main) | set(run.offpolicy)

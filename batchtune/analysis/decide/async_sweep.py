@@ -10,17 +10,23 @@ other). Neither staleness nor reuse can make U smaller than that, so U only grow
 cell (k, u) therefore cannot beat a simpler cell (k' <= k, u' <= u) whose tau is no larger. A cell is
 kept when its best-case tau is at least ``MARGIN`` below every simpler cell's, else pruned, naming the
 simpler cell. R(B) itself is unknown before the probe, so batches are not compared with each other.
-The model has constant stage times, so one batch ahead (k = 1) already reaches full overlap and
-larger k are pruned: variable generation lengths, which make a deeper queue pay in practice, are
-not in it. Pure, no I/O.
+
+Where the throughput side depends on k: with constant stage times one batch ahead (k = 1) already
+reaches full overlap, so every larger k ties it and is pruned. Measured step times vary (a batch of
+long responses generates slower), and a deeper queue absorbs that: with k = 1 a slow batch stalls the
+trainer, with k = 2 the batch queued before it keeps the trainer busy. So ``gen_trace`` /
+``train_trace`` (the timed steps' own times, in order) are played through the pipeline simulation
+(``simulate_pipeline``), and a k >= 2 cell is kept when its time per update is ``MARGIN`` below
+k = 1's there. Pure, no I/O.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from batchtune.analysis.system.pipeline import predict_pipeline
+from batchtune.analysis.system.pipeline import predict_pipeline, simulate_pipeline
 from batchtune.errors import AnalysisError
 
 SWEEP_STALENESS = (0, 1, 2, 4)
@@ -42,7 +48,29 @@ def sweep_grid(mini_batches: int) -> list[tuple[int, int]]:
     return [(k, mini_batches * e) for k in SWEEP_STALENESS for e in SWEEP_EPOCHS]
 
 
-def _tau(k: int, u: int, gen: float, upd: float, sync: float, sync_every: int) -> float:
+def _tau(
+    k: int,
+    u: int,
+    gen: float,
+    upd: float,
+    sync: float,
+    sync_every: int,
+    traces: tuple[Sequence[float], Sequence[float]] = ((), ()),
+) -> float:
+    gen_trace, upd_trace = traces
+    if k >= 1 and (gen_trace or upd_trace):  # the measured variation against the bounds
+        return simulate_pipeline(
+            batch_responses=1,
+            gen_time_s=gen,
+            train_time_s=upd * u,
+            sync_time_s=sync,
+            staleness_bound=k * u,
+            in_flight_cap=None,
+            sync_every=u * sync_every,
+            updates_per_batch=u,
+            gen_trace=gen_trace,
+            train_trace=[x * u for x in upd_trace],
+        ).step_time_s
     if k == 0:
         est = predict_pipeline(
             "sync",
@@ -75,10 +103,18 @@ def prune_sweep(
     cells: Sequence[tuple[int, int]] | None = None,
     sync_time_s: float = 0.0,
     sync_every: int = 1,
+    gen_trace: Sequence[float] = (),
+    train_trace: Sequence[float] = (),
 ) -> list[SweepCell]:
     """Each (k, u) of ``cells`` (default ``sweep_grid``) at one batch, kept or pruned (module
     docstring). ``gen_time_s``: one rollout batch; ``train_update_s``: one update on it;
-    ``sync_every``: trainer steps per weight sync (k >= 1 needs sync_every <= k + 1)."""
+    ``sync_every``: trainer steps per weight sync (k >= 1 needs sync_every <= k + 1);
+    ``gen_trace`` / ``train_trace``: the measured per-batch generation and per-update training
+    seconds, in order (the constants are then their means)."""
+    if gen_trace:
+        gen_time_s = statistics.fmean(gen_trace)
+    if train_trace:
+        train_update_s = statistics.fmean(train_trace)
     if gen_time_s < 0 or train_update_s < 0 or gen_time_s + train_update_s <= 0:
         raise AnalysisError(f"stage times must be >= 0 and not both 0: {gen_time_s}, {train_update_s}")
     grid = list(cells) if cells is not None else sweep_grid(mini_batches)
@@ -86,7 +122,8 @@ def prune_sweep(
     if base not in grid:
         grid = [base, *grid]
     ok = [(k, u) for k, u in grid if k == 0 or k + 1 >= sync_every]
-    tau = {(k, u): _tau(k, u, gen_time_s, train_update_s, sync_time_s, sync_every) for k, u in ok}
+    traces = (tuple(gen_trace), tuple(train_trace))
+    tau = {(k, u): _tau(k, u, gen_time_s, train_update_s, sync_time_s, sync_every, traces) for k, u in ok}
     out = []
     for k, u in grid:
         if (k, u) not in tau:
