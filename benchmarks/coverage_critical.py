@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchtune.analysis.sample.critical import critical_batch
-from batchtune.analysis.sample.curves import TargetCrossing, estimate_over_seeds
+from batchtune.analysis.sample.curves import TargetCrossing
+from batchtune.analysis.sample.seeds import estimate_over_seeds
 
 B_CRITS = (64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0)
 GROUP_SIZES = (8, 16)

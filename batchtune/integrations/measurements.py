@@ -19,8 +19,9 @@ import numpy as np
 
 from batchtune.analysis.decide.recommend import Throughput, ThroughputModel
 from batchtune.analysis.sample.assess import assess
-from batchtune.analysis.sample.curves import estimate_from_value, estimate_over_seeds, samples_to_target
+from batchtune.analysis.sample.curves import samples_to_target
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
+from batchtune.analysis.sample.seeds import estimate_from_value, estimate_over_seeds
 from batchtune.analysis.system.throughput import end_to_end_throughput
 from batchtune.errors import AnalysisError, InputError
 from batchtune.recipe.ranges import NONNEG, POS, Range

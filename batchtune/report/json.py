@@ -8,9 +8,9 @@ from typing import Any
 from batchtune import codec
 from batchtune.analysis.decide.recommend import Recommendation
 from batchtune.analysis.sample.critical import CriticalBatch
-from batchtune.analysis.sample.curves import TargetEstimate
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.analysis.sample.intervals import interval_kind
+from batchtune.analysis.sample.seeds import TargetEstimate
 
 
 def _interval(low: float, high: float) -> list[float | str | None] | None:

@@ -12,9 +12,9 @@ from rich.table import Table
 
 from batchtune.analysis.decide.ranking import RankedCandidate
 from batchtune.analysis.decide.recommend import TIE_MARGIN, Recommendation, how_sure, weak_advice
-from batchtune.analysis.sample.curves import MEDIAN
 from batchtune.analysis.sample.efficiency import SampleEfficiency
 from batchtune.analysis.sample.intervals import ci_header, crossing_words
+from batchtune.analysis.sample.seeds import MEDIAN
 from batchtune.report.json import cost_ratio_range
 
 STATUS_STYLE = {

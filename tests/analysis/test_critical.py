@@ -8,12 +8,7 @@ import numpy as np
 import pytest
 
 from batchtune.analysis.sample.critical import critical_batch
-from batchtune.analysis.sample.curves import (
-    TargetCrossing,
-    TargetEstimate,
-    estimate_from_value,
-    estimate_over_seeds,
-)
+from batchtune.analysis.sample.curves import TargetCrossing
 from batchtune.analysis.sample.ratio import (
     DEVIATES,
     INCONCLUSIVE,
@@ -24,6 +19,7 @@ from batchtune.analysis.sample.ratio import (
     ratio_to_reference,
 )
 from batchtune.analysis.sample.scaling import mccandlish_samples
+from batchtune.analysis.sample.seeds import TargetEstimate, estimate_from_value, estimate_over_seeds
 from batchtune.errors import AnalysisError
 
 BATCHES = 64.0 * 2.0 ** np.arange(7)  # 64 .. 4096

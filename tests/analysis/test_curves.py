@@ -8,17 +8,19 @@ import numpy as np
 import pytest
 
 from batchtune.analysis.sample.curves import (
-    GEOMETRIC_MEAN,
     TargetCrossing,
-    TargetEstimate,
     clean_curve,
     curve_at,
     ema,
-    estimate_from_value,
-    estimate_over_seeds,
     monotone_envelope,
     samples_to_target,
     target_confirmed,
+)
+from batchtune.analysis.sample.seeds import (
+    GEOMETRIC_MEAN,
+    TargetEstimate,
+    estimate_from_value,
+    estimate_over_seeds,
 )
 from batchtune.errors import AnalysisError
 

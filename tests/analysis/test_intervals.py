@@ -8,9 +8,10 @@ import math
 import numpy as np
 
 from batchtune.analysis.sample.critical import critical_batch
-from batchtune.analysis.sample.curves import GEOMETRIC_MEAN, TargetCrossing, estimate_over_seeds
+from batchtune.analysis.sample.curves import TargetCrossing
 from batchtune.analysis.sample.intervals import ci_header, crossing_words, interval_kind, shape_free_crossing
 from batchtune.analysis.sample.joint import fit_joint
+from batchtune.analysis.sample.seeds import GEOMETRIC_MEAN, estimate_over_seeds
 from tests.analysis.test_recommend_evidence import _cand, _recommend
 
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from batchtune.analysis.sample.critical import critical_batch
-from batchtune.analysis.sample.curves import TargetCrossing, estimate_over_seeds
+from batchtune.analysis.sample.curves import TargetCrossing
 from batchtune.analysis.sample.joint import fit_joint
 from batchtune.analysis.sample.monotone import isotonic_increasing, noise_sd
 from batchtune.analysis.sample.ratio import ratio_to_reference
+from batchtune.analysis.sample.seeds import estimate_over_seeds
 from batchtune.errors import AnalysisError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,10 @@ from batchtune.analysis.decide.recommend import (
     how_sure,
     recommend,
 )
-from batchtune.analysis.sample.curves import TargetCrossing, estimate_over_seeds
+from batchtune.analysis.sample.curves import TargetCrossing
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.analysis.sample.ratio import RatioEstimate, Verdict
+from batchtune.analysis.sample.seeds import estimate_over_seeds
 
 
 def _cand(prompts: int, per_seed: list[float], status: str = "invariant") -> CandidateEfficiency:

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from batchtune.analysis.sample.curves import TargetCrossing, estimate_over_seeds
+from batchtune.analysis.sample.curves import TargetCrossing
+from batchtune.analysis.sample.seeds import estimate_over_seeds
 from batchtune.measure.probe import run_probe
 from batchtune.measure.sequential import reference_can_settle
 from batchtune.recipe.load import load_recipe

@@ -34,13 +34,9 @@ import numpy as np
 from scipy import stats
 
 from batchtune.analysis.sample.critical import CriticalBatch, critical_batch
-from batchtune.analysis.sample.curves import (
-    TargetCrossing,
-    TargetEstimate,
-    estimate_over_seeds,
-    samples_to_target,
-)
+from batchtune.analysis.sample.curves import TargetCrossing, samples_to_target
 from batchtune.analysis.sample.monotone import isotonic_increasing
+from batchtune.analysis.sample.seeds import TargetEstimate, estimate_over_seeds
 from batchtune.errors import AnalysisError, NoProgress
 
 

@@ -36,8 +36,9 @@ from batchtune.analysis.branched.ratios import LocalCritical
 from batchtune.analysis.branched.schedule import ScheduleCandidate, Segment, compare_schedule
 from batchtune.analysis.decide.recommend import Recommendation
 from batchtune.analysis.sample.assess import assess
-from batchtune.analysis.sample.curves import GEOMETRIC_MEAN, TargetCrossing, estimate_over_seeds
+from batchtune.analysis.sample.curves import TargetCrossing
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
+from batchtune.analysis.sample.seeds import GEOMETRIC_MEAN, estimate_over_seeds
 from batchtune.errors import AnalysisError
 
 

@@ -14,11 +14,11 @@ from typing import Any
 from batchtune.analysis.branched.schedule import ScheduleComparison
 from batchtune.analysis.decide.async_rank import AsyncPick, JointDecision
 from batchtune.analysis.decide.ranking import Ranking, rank_time_to_target
-from batchtune.analysis.sample.curves import TargetEstimate
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.analysis.sample.evals import evals_to
 from batchtune.analysis.sample.intervals import interval_kind
 from batchtune.analysis.sample.ratio import INVARIANT, REFERENCE
+from batchtune.analysis.sample.seeds import TargetEstimate
 from batchtune.analysis.system.profile import ProfileResult
 from batchtune.analysis.system.throughput import Knee, end_to_end_throughput, predict_end_to_end
 from batchtune.errors import AnalysisError

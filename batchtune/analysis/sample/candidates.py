@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from batchtune.analysis.sample.curves import TargetCrossing, estimate_over_seeds, samples_to_target
+from batchtune.analysis.sample.curves import TargetCrossing, samples_to_target
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, RunData
 from batchtune.analysis.sample.evals import eval_cost
+from batchtune.analysis.sample.seeds import estimate_over_seeds
 from batchtune.errors import AnalysisError, MetricMissingError, RunsFailed
 from batchtune.records import FAILED_STATUSES, RunRecord
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchtune.analysis.sample.curves import TargetEstimate
 from batchtune.analysis.sample.intervals import ShapeFreeCrossing, shape_free_crossing
 from batchtune.analysis.sample.joint import JointFit, fit_joint
 from batchtune.analysis.sample.ratio import (
@@ -27,6 +26,7 @@ from batchtune.analysis.sample.ratio import (
     ratio_to_reference,
 )
 from batchtune.analysis.sample.scaling import McCandlishFit, fit_mccandlish
+from batchtune.analysis.sample.seeds import TargetEstimate
 from batchtune.errors import AnalysisError
 
 

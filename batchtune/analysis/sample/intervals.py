@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from batchtune.analysis.sample.curves import MEDIAN, TargetEstimate
+from batchtune.analysis.sample.seeds import MEDIAN, TargetEstimate
 from batchtune.errors import AnalysisError
 
 

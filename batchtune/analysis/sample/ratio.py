@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from batchtune.analysis.sample.curves import TargetEstimate, bootstrap_medians, percentile_interval
+from batchtune.analysis.sample.seeds import TargetEstimate, bootstrap_medians, percentile_interval
 from batchtune.errors import AnalysisError
 
 REFERENCE = "reference"

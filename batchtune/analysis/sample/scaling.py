@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from batchtune.analysis.sample.curves import percentile_interval
+from batchtune.analysis.sample.seeds import percentile_interval
 from batchtune.errors import AnalysisError
 
 _N_DRAWS = 4000  # Monte Carlo draws of the fitted parameters for the B_crit interval
