@@ -24,7 +24,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/backends/torch_rl/trainer.py:_train",
     "batchtune/analysis/branched/schedule.py:compare_schedule",
     "batchtune/analysis/branched/ratios.py:local_critical_batch",
-    "batchtune/analysis/sample/joint.py:fit_joint",
 }
 
 

@@ -145,28 +145,13 @@ def fit_joint(
     Raises AnalysisError when fewer than two batches, or no degree of freedom is left for the
     noise, or the values are not finite and positive.
     """
-    b = np.asarray(batches, dtype=float)
-    r = np.asarray(samples_to_target, dtype=float)
-    if b.ndim != 1 or b.shape != r.shape or b.size == 0:
-        raise AnalysisError("fit_joint needs 1-D batches and samples_to_target of equal length, one per run")
-    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(r)) and np.all(b > 0) and np.all(r > 0)):
-        raise AnalysisError("fit_joint needs finite, positive batches and R; drop censored runs first")
-    if not 0.0 < confidence < 1.0 or math.isnan(tol) or tol < 0:
-        raise AnalysisError(f"need 0 < confidence < 1 and tol >= 0, got {confidence}, {tol}")
+    b, r = _checked(batches, samples_to_target, tol, confidence)
     ub, bidx = np.unique(b, return_inverse=True)
     if ub.size < 2:
         raise AnalysisError(
             f"a joint fit needs at least two batches that reached the target, got {ub.tolist()}"
         )
-    sid = (
-        np.zeros(b.size, dtype=int) if seeds is None else np.unique(np.asarray(seeds), return_inverse=True)[1]
-    )
-    counts = np.bincount(sid)
-    paired = bool(np.sum(counts >= 2) >= 2)
-    if not paired:
-        sid = np.zeros(b.size, dtype=int)
-    onehot = np.eye(sid.max() + 1)[sid]
-    onehot = onehot[:, onehot.sum(axis=0) > 0]
+    onehot, paired = _seed_effects(b.size, seeds)
     n, n_u = b.size, onehot.shape[1]
     dof = n - n_u - 1
     if dof < 1:
@@ -192,15 +177,7 @@ def fit_joint(
         gb, ga = (g.ravel() for g in np.meshgrid(coarse, _EXPONENTS, indexing="ij"))
         bc2, a2 = _zoom(gb, ga, rss_of, dof2, f2, n, flexible=True)
         power = _shape_fit("power", bc2, a2, rss_of(bc2, a2), n, n_u + 2, dof2, f2, b0, tol)
-    delta = mcc.aic - power.aic if power is not None else math.nan
-    chosen = "power" if power is not None and delta > _AIC_MARGIN else "mccandlish"
-    if power is not None and delta > _AIC_AMBIGUOUS:  # honest about the model choice: both intervals
-        lo = min(power.crossing_ci[0], mcc.crossing_ci[0])
-        hi = max(power.crossing_ci[1], mcc.crossing_ci[1])
-        if chosen == "power":
-            power = dataclasses.replace(power, crossing_ci=(lo, hi))
-        else:  # the data lean to the flexible shape without deciding: the answer is either's
-            mcc = dataclasses.replace(mcc, crossing_ci=(lo, hi))
+    mcc, power, chosen, delta = _choose(mcc, power)
     return JointFit(
         mccandlish=mcc,
         power=power,
@@ -214,6 +191,48 @@ def fit_joint(
         tol=tol,
         confidence=confidence,
     )
+
+
+def _checked(
+    batches: ArrayLike, samples_to_target: ArrayLike, tol: float, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """fit_joint's inputs as arrays, refused unless one finite positive (B, R) per run."""
+    b = np.asarray(batches, dtype=float)
+    r = np.asarray(samples_to_target, dtype=float)
+    if b.ndim != 1 or b.shape != r.shape or b.size == 0:
+        raise AnalysisError("fit_joint needs 1-D batches and samples_to_target of equal length, one per run")
+    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(r)) and np.all(b > 0) and np.all(r > 0)):
+        raise AnalysisError("fit_joint needs finite, positive batches and R; drop censored runs first")
+    if not 0.0 < confidence < 1.0 or math.isnan(tol) or tol < 0:
+        raise AnalysisError(f"need 0 < confidence < 1 and tol >= 0, got {confidence}, {tol}")
+    return b, r
+
+
+def _seed_effects(n: int, seeds: ArrayLike | None) -> tuple[np.ndarray, bool]:
+    """The one-hot design of the seed effects (n runs x seeds used) and whether runs are paired:
+    at least two seed ids used by two runs or more; else one shared column (one E_min)."""
+    sid = np.zeros(n, dtype=int) if seeds is None else np.unique(np.asarray(seeds), return_inverse=True)[1]
+    counts = np.bincount(sid)
+    paired = bool(np.sum(counts >= 2) >= 2)
+    if not paired:
+        sid = np.zeros(n, dtype=int)
+    onehot = np.eye(sid.max() + 1)[sid]
+    return onehot[:, onehot.sum(axis=0) > 0], paired
+
+
+def _choose(mcc: ShapeFit, power: ShapeFit | None) -> tuple[ShapeFit, ShapeFit | None, str, float]:
+    """(mcc, power, the chosen shape, AIC(mcc) - AIC(power)): the power law only when its AIC is
+    clearly lower; where the data lean to it without deciding, the chosen one's interval covers both."""
+    delta = mcc.aic - power.aic if power is not None else math.nan
+    chosen = "power" if power is not None and delta > _AIC_MARGIN else "mccandlish"
+    if power is not None and delta > _AIC_AMBIGUOUS:  # honest about the model choice: both intervals
+        lo = min(power.crossing_ci[0], mcc.crossing_ci[0])
+        hi = max(power.crossing_ci[1], mcc.crossing_ci[1])
+        if chosen == "power":
+            power = dataclasses.replace(power, crossing_ci=(lo, hi))
+        else:  # the data lean to the flexible shape without deciding: the answer is either's
+            mcc = dataclasses.replace(mcc, crossing_ci=(lo, hi))
+    return mcc, power, chosen, delta
 
 
 def _zoom(
