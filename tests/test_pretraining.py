@@ -119,3 +119,18 @@ def test_a_diverged_run_is_data_and_repeated_steps_or_seeds_are_refused(tmp_path
     )
     out = CliRunner().invoke(app, ["pretrain", str(seeds)])
     assert out.exit_code == 2 and "has seeds 0 and 7" in out.output, out.output
+
+
+def test_pretrain_is_one_workflow_call(tmp_path):
+    """workflow.pretrain.pretrain analyses the logs and emits the schedule in one call; a target no
+    batch reaches gives its reason and no schedule, whatever --emit asked."""
+    from batchtune.workflow.pretrain import PretrainOutcome, ScheduleEmit, pretrain
+
+    log = tmp_path / "runs.csv"
+    _write(log, seeds=(0, 1))
+    emit = ScheduleEmit("megatron", total_tokens=10**9)
+    out = pretrain([log], "2.9", None, None, [], emit=emit)
+    assert isinstance(out, PretrainOutcome) and out.unreached is None
+    assert out.emitted is not None and "--global-batch-size" in out.emitted
+    none = pretrain([log], "0.5", None, None, [], emit=emit)
+    assert none.unreached is not None and none.emitted is None

@@ -339,22 +339,21 @@ def pretrain(
     from batchtune.report.pretrain_grid import render_grid
     from batchtune.workflow import pretrain as workflow_pretrain
 
-    result = workflow_pretrain.pretrain(paths, targets, base_lr, rule, list(map_ or []), list(set_ or []))
-    unreached = result.grid.unreached()  # exit 3 after the table: no schedule to emit
-    emitted = None
-    if emit is not None and unreached is None:
-        emitted = workflow_pretrain.emit_schedule(
-            result, emit, seq_len=seq_len, total_tokens=total_tokens, gpus=gpus, micro_batch=micro_batch
-        )
+    spec = None
+    if emit is not None:
+        spec = workflow_pretrain.ScheduleEmit(emit, seq_len, total_tokens, gpus, micro_batch)
+    outcome = workflow_pretrain.pretrain(
+        paths, targets, base_lr, rule, list(map_ or []), list(set_ or []), spec
+    )
     if json_out:
-        _print_json({"analysis": result, "emitted": emitted})
+        _print_json({"analysis": outcome.analysis, "emitted": outcome.emitted})
     else:
-        render_grid(console, result.grid)
-        for note in result.notes:
+        render_grid(console, outcome.analysis.grid)
+        for note in outcome.analysis.notes:
             console.print(f"[yellow]note:[/] {note}")
-    if unreached is not None:
+    if outcome.unreached is not None:
         from batchtune.errors import AnalysisError
 
-        raise AnalysisError(unreached)
-    if emitted is not None and not json_out:
-        sys.stdout.write(emitted)
+        raise AnalysisError(outcome.unreached)
+    if outcome.emitted is not None and not json_out:
+        sys.stdout.write(outcome.emitted)

@@ -9,10 +9,11 @@ frameworks (integrations/emit_pretrain.py), not for RL trainers.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from batchtune.analysis.decide.recommend import Recommendation
+from batchtune.analysis.pretrain.logs import PretrainAnalysis
 from batchtune.errors import InputError
 from batchtune.recipe.load import apply_overrides, recipe_from_dict
 from batchtune.recipe.schema import Recipe
@@ -27,6 +28,27 @@ PRETRAIN_SET_KEYS = {
 }
 
 
+@dataclass(frozen=True)
+class ScheduleEmit:
+    """`pretrain --emit`: the trainer and the sizes its config needs."""
+
+    trainer: str
+    seq_len: int = 2048  # tokens per sequence
+    total_tokens: int = 0  # where the last stage ends; required
+    gpus: int = 1  # data-parallel size
+    micro_batch: int = 1  # sequences per GPU per micro-batch
+
+
+@dataclass(frozen=True)
+class PretrainOutcome:
+    """`pretrain`: the analysis of the logs, the schedule emitted (None: not asked for, or nothing
+    reached a target) and why nothing was estimated (None when something was; exit 3)."""
+
+    analysis: PretrainAnalysis
+    emitted: str | None
+    unreached: str | None
+
+
 def pretrain(
     paths: list[Path],
     targets: str | None,
@@ -34,14 +56,27 @@ def pretrain(
     rule: str | None,
     mapping: list[str],
     overrides: list[str] | None = None,
-) -> Any:
-    """Fit the pre-training curves of loss logs; returns analysis.pretrain.logs's result. ``overrides``
-    (``--set``) may give PRETRAIN_SET_KEYS, checked by the recipe's own types and ranges; anything
-    else, or a key also given by its option, is refused."""
+    emit: ScheduleEmit | None = None,
+) -> PretrainOutcome:
+    """Fit the pre-training curves of loss logs and, with ``emit``, write the schedule for a trainer.
+    ``overrides`` (``--set``) may give PRETRAIN_SET_KEYS, checked by the recipe's own types and
+    ranges; anything else, or a key also given by its option, is refused."""
     from batchtune.analysis.pretrain.logs import analyse
-    from batchtune.errors import RecipeError
     from batchtune.integrations.importing import parse_mapping
     from batchtune.integrations.pretrain_logs import read_runs
+
+    levels, lr, rule = _settings(targets, base_lr, rule, overrides or [])
+    analysis = analyse(read_runs(paths, parse_mapping(mapping)), levels, base_lr=lr, rule=rule)
+    unreached = analysis.grid.unreached()
+    emitted = emit_schedule(analysis, emit) if emit is not None and unreached is None else None
+    return PretrainOutcome(analysis, emitted, unreached)
+
+
+def _settings(
+    targets: str | None, base_lr: float | None, rule: str | None, overrides: list[str]
+) -> tuple[list[float], float, str]:
+    """The target losses, base LR and LR rule, from the options or --set (never both)."""
+    from batchtune.errors import RecipeError
 
     data = apply_overrides({}, list(overrides or []))
     given = {
@@ -66,24 +101,22 @@ def pretrain(
         levels = list(cfg.pretrain.targets)
     lr = cfg.optimizer.lr if "optimizer.lr" in given else (PRETRAIN_BASE_LR if base_lr is None else base_lr)
     rule = cfg.lr_scaling.rule if "lr_scaling.rule" in given else (rule or "sqrt")
-    return analyse(read_runs(paths, parse_mapping(mapping)), levels, base_lr=lr, rule=rule)
+    return levels, lr, rule
 
 
-def emit_schedule(
-    result: Any, trainer: str, *, seq_len: int, total_tokens: int, gpus: int, micro_batch: int
-) -> str:
-    """`pretrain --emit`: the schedule of ``result`` (``pretrain``'s analysis) as ``trainer``'s config."""
+def emit_schedule(analysis: PretrainAnalysis, emit: ScheduleEmit) -> str:
+    """`pretrain --emit`: the schedule of ``analysis`` as the trainer's config."""
     from batchtune.integrations.emit_pretrain import emit_pretrain
 
-    if total_tokens <= 0:
+    if emit.total_tokens <= 0:
         raise InputError("--emit needs --total-tokens: the tokens at which the last stage ends")
     return emit_pretrain(
-        trainer,
-        result.grid.schedule,
-        seq_len=seq_len,
-        total_tokens=total_tokens,
-        gpus=gpus,
-        micro_batch_seqs=micro_batch,
+        emit.trainer,
+        analysis.grid.schedule,
+        seq_len=emit.seq_len,
+        total_tokens=emit.total_tokens,
+        gpus=emit.gpus,
+        micro_batch_seqs=emit.micro_batch,
     )
 
 
