@@ -18,7 +18,6 @@ NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/analysis/decide/ranking.py:rank_time_to_target",
     "batchtune/analysis/branched/summary.py:summarise_branched",
     "batchtune/measure/preview_branched.py:branched_plan_preview",
-    "batchtune/analysis/system/throughput.py:find_knee",
     "batchtune/integrations/common.py:build_run",
     "batchtune/analysis/system/pipeline.py:simulate_pipeline",
     "batchtune/backends/torch_rl/trainer.py:_train",

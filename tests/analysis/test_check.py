@@ -23,7 +23,7 @@ from batchtune.analysis.decide.check import (
 )
 from batchtune.analysis.sample.critical import CriticalBatch
 from batchtune.analysis.sample.ratio import DEVIATES, INVARIANT, REFERENCE, Verdict
-from batchtune.analysis.system.throughput import Knee
+from batchtune.analysis.system.knee import Knee
 
 
 def critical(batch=256.0, ci=(200.0, 400.0), statuses=None):

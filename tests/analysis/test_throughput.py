@@ -8,16 +8,15 @@ import re
 import numpy as np
 import pytest
 
+from batchtune.analysis.system.knee import find_knee, knee_of_fit
 from batchtune.analysis.system.throughput import (
     EndToEnd,
     GenThroughputFit,
     end_to_end_responses_per_s,
     end_to_end_throughput,
-    find_knee,
     fit_gen_throughput,
     fit_train_time,
     generation_time_s,
-    knee_of_fit,
     predict_end_to_end,
 )
 from batchtune.errors import AnalysisError

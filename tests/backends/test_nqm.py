@@ -12,7 +12,7 @@ import pytest
 from batchtune import backends
 from batchtune.analysis.sample.curves import samples_to_target
 from batchtune.analysis.sample.lr import scaled_lr
-from batchtune.analysis.system.throughput import find_knee
+from batchtune.analysis.system.knee import find_knee
 from batchtune.backends.nqm import (
     NQMBackend,
     SampleStream,

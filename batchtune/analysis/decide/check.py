@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from batchtune.analysis.sample.lr import scaled_lr
-from batchtune.analysis.system.throughput import Knee
+from batchtune.analysis.system.knee import Knee
 
 PASS, WARN, FAIL, SKIPPED, INSUFFICIENT = "pass", "warn", "fail", "skipped", "insufficient"
 EXIT_CODES = {FAIL: 1, INSUFFICIENT: 3}

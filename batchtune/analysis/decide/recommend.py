@@ -19,8 +19,9 @@ from batchtune.analysis.sample.evals import evals_to
 from batchtune.analysis.sample.intervals import interval_kind
 from batchtune.analysis.sample.ratio import INVARIANT, REFERENCE
 from batchtune.analysis.sample.seeds import TargetEstimate
+from batchtune.analysis.system.knee import Knee
 from batchtune.analysis.system.profile import ProfileResult
-from batchtune.analysis.system.throughput import Knee, end_to_end_throughput, predict_end_to_end
+from batchtune.analysis.system.throughput import end_to_end_throughput, predict_end_to_end
 from batchtune.errors import AnalysisError
 
 

@@ -17,12 +17,11 @@ from typing import Any
 
 from batchtune.analysis.system.contention import contention_note, median_other_cores
 from batchtune.analysis.system.hardware import SIMULATED_DEVICE, model_shape, resolve_hardware
+from batchtune.analysis.system.knee import Knee, find_knee
 from batchtune.analysis.system.roofline import Hardware, RooflinePoint, fraction_of_bound
 from batchtune.analysis.system.throughput import (
     GenThroughputFit,
-    Knee,
     TrainTimeFit,
-    find_knee,
     fit_gen_throughput,
     fit_train_time,
 )
