@@ -2,6 +2,8 @@
 
     python benchmarks/probe_sized.py > benchmarks/out/probe_sized.txt  # recipes/nqm-long.toml
     python benchmarks/probe_sized.py --tiny N > benchmarks/out/probe_sized_tiny.txt  # tiny-grpo-long
+    python benchmarks/probe_sized.py --sets 4 --set nqm.dim=2000 --set budget.full_run_steps=1887 \
+        [--set branch.size_to_run=false] > benchmarks/out/probe_sized_dim2000.txt  # a 2.2x longer run
 
 Each row is `batchtune tune RECIPE --json` as a user runs it (the recipe as shipped, nothing set but
 `budget.seeds`), in a fresh results directory; the recipe states its full run, so "auto" chooses the
@@ -46,12 +48,17 @@ def cli_json(command: str, recipe: Path, sets: list[str], *extra: str) -> dict[s
     return json.loads(out.stdout) if out.returncode == 0 else None
 
 
+def _sets() -> list[str]:
+    """The `--set KEY=VALUE` arguments given to this script, passed to every command (and the truth)."""
+    return [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--set"]
+
+
 def nqm_truth(recipe: Path) -> dict[int, float]:
     from regret_cases import _nqm_true_r
 
     from batchtune.recipe.load import load_recipe
 
-    cfg = load_recipe(recipe)
+    cfg = load_recipe(recipe, _sets())
     g = cfg.candidates.group_size
     return {p * g: _nqm_true_r(cfg, p * g) for p in cfg.candidates.prompts}
 
@@ -62,7 +69,7 @@ def nqm_throughput(recipe: Path) -> dict[int, float]:
 
     from batchtune.recipe.load import load_recipe
 
-    cfg = load_recipe(recipe)
+    cfg = load_recipe(recipe, _sets())
     g = cfg.candidates.group_size
     return {p * g: p * g / nqm_true_step_s(cfg, p * g) for p in cfg.candidates.prompts}
 
@@ -81,20 +88,24 @@ def tiny_truth(name: str) -> dict[int, float]:
 def main() -> None:
     tiny = "--tiny" in sys.argv
     n_sets = int(sys.argv[sys.argv.index("--tiny") + 1]) if tiny else 8
+    if "--sets" in sys.argv:
+        n_sets = int(sys.argv[sys.argv.index("--sets") + 1])
     name = "tiny-grpo-long" if tiny else "nqm-long"
     recipe = ROOT / "recipes" / f"{name}.toml"
     t0 = time.perf_counter()
     load = os.getloadavg()[0]
-    plan = cli_json("plan", recipe, [], "--time-steps", "0")
+    plan = cli_json("plan", recipe, _sets(), "--time-steps", "0")
     truth = tiny_truth(name) if tiny else nqm_truth(recipe)
     cores = os.cpu_count()
-    print(f"# batchtune tune recipes/{name}.toml --set budget.seeds=[...]; {cores} cores, load {load:.1f}")
+    given = "".join(f" --set {x}" for x in _sets())
+    print(f"# batchtune tune recipes/{name}.toml{given} --set budget.seeds=[...]; {cores} cores, ", end="")
+    print(f"load {load:.1f}")
     print(f"# plan: {plan['probe_choice'] if plan else 'failed'}")
     print("# true R(B): " + ", ".join(f"{b}: {r:,.0f}" for b, r in sorted(truth.items())))
     rows: list[tuple[str, dict[str, Any] | None]] = []
     for k in range(n_sets):
         seeds = [3 * k, 3 * k + 1, 3 * k + 2]
-        rows.append((f"auto, seeds {seeds}", cli_json("tune", recipe, [f"budget.seeds={seeds}"])))
+        rows.append((f"auto, seeds {seeds}", cli_json("tune", recipe, [*_sets(), f"budget.seeds={seeds}"])))
     thr_src = next(d for _, d in rows if d is not None)
     batch_of = {c["name"]: c["batch_responses"] for c in thr_src["candidates"]}
     thr = (

@@ -15,6 +15,7 @@ goes to an optional ``progress(done, total, description)`` callback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -126,11 +127,14 @@ class _Progress:
 
 def run_profile(recipe: Recipe, store: ResultsStore, progress: ProgressFn | None = None) -> ProfileResult:
     """Sweep generation concurrency per mode and training batch; store the points; analyse them.
+    A contended profile is timed again (measure/profile_retime.py) and the least contended kept.
 
     Never raises for an OOM or a failed point (they are stored with their status); raises
     BatchtuneError for a backend that cannot start. Points measured before an unexpected error
     are still stored.
     """
+    from batchtune.measure.profile_retime import Attempt, least_contended, retime_note, retries
+
     g = recipe.generation
     if recipe.hardware.name != "auto":  # a bad hardware name fails before the sweep, not after it
         resolve_hardware(recipe, "")
@@ -139,38 +143,52 @@ def run_profile(recipe: Recipe, store: ResultsStore, progress: ProgressFn | None
     backend_cls = load("generation", g.backend)
     concurrencies = sorted(set(g.concurrency))
     train_batches = sorted(set(g.train_batches))
-    calls = g.warmup + g.repeats
-    prog = _Progress(
-        total=calls * (len(g.modes) * len(concurrencies) + len(train_batches)), callback=progress
-    )
-    profile_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    per_sweep = (g.warmup + g.repeats) * (len(g.modes) * len(concurrencies) + len(train_batches))
+    prog = _Progress(total=per_sweep, callback=progress)
+    base_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     start = time.perf_counter()
     prog.step(f"starting the {g.backend} backend", 0)
     backend = backend_cls(recipe)
-    points: list[ThroughputPoint] = []
-    info: ModelInfo | None = None
+    done: list[Attempt] = []
+    current: list[ThroughputPoint] = []
+    kept: Attempt | None = None
     try:
         info = backend.model_info()
-        store.write_model_info(profile_id, info)  # the analysis reads the shape from here, never a model
         device = str(getattr(backend, "device_name", "") or recipe.hardware.device)
-        common = {
-            "backend": g.backend,
-            "model": recipe.model.name,
-            "hardware": device,
-            "profile_id": profile_id,
-            "cpu_cores": contention.cpu_count(),
-        }
-        for mode in g.modes:
-            points += _sweep_generation(backend, recipe, mode, concurrencies, common, prog)
-        points += _sweep_training(backend, recipe, train_batches, common, prog)
+
+        def time_once(i: int) -> Attempt:
+            nonlocal current, start
+            profile_id = base_id if i == 0 else f"{base_id}-r{i}"
+            if i:
+                prog.total += per_sweep
+                prog.step(f"re-timing a contended profile ({i + 1} of {retries(recipe) + 1} at most)", 0)
+                start = time.perf_counter()
+            store.write_model_info(profile_id, info)  # the analysis reads the shape from here, never a model
+            common = {
+                "backend": g.backend,
+                "model": recipe.model.name,
+                "hardware": device,
+                "profile_id": profile_id,
+                "cpu_cores": contention.cpu_count(),
+            }
+            current = []
+            for mode in g.modes:
+                current += _sweep_generation(backend, recipe, mode, concurrencies, common, prog)
+            current += _sweep_training(backend, recipe, train_batches, common, prog)
+            wall = time.perf_counter() - start
+            result = analyse_throughput(current, recipe, profile_id=profile_id, model_info=info, wall_s=wall)
+            done.append(Attempt(current, result))
+            current = []
+            return done[-1]
+
+        kept, _ = least_contended(recipe, time_once)
     finally:
         try:
             backend.close()
         finally:
-            store.append_throughput(points)
-    return analyse_throughput(
-        points, recipe, profile_id=profile_id, model_info=info, wall_s=time.perf_counter() - start
-    )
+            order = [a for a in done if a is not kept] + ([kept] if kept is not None else [])
+            store.append_throughput([p for a in order for p in a.points] + current)  # the kept one last
+    return dataclasses.replace(kept.result, retimed=retime_note(recipe, kept, done))
 
 
 def _failed_point(exc: RunFailed, **fields: Any) -> ThroughputPoint:

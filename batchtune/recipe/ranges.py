@@ -125,6 +125,8 @@ RANGES: dict[str, Range] = {
     "generation.kv_cache_bytes": Range(0, 1 << 50),
     "generation.train_batches": _size(1 << 24),
     "generation.other_s_per_step": NONNEG,
+    "generation.retime_contended": Range(0, 10),
+    "generation.retime_wait_s": Range(0, 3600),
     "generation.eos_stop_prob": Range(0, 1, open_hi=True),
     "generation.seed": Range(0, 2**32 - 1),
     "hardware.peak_flops": NONNEG,

@@ -172,6 +172,10 @@ class GenerationConfig:
     max_num_seqs: int = 0  # vLLM cap; 0 = the largest concurrency in the sweep
     train_batches: list[int] = field(default_factory=lambda: [8, 16, 32, 64])  # responses
     other_s_per_step: float = 0.0  # reward, reference log-probs, weight sync not measured
+    # a contended profile is timed again up to this many times (0 = once, only warn), the least
+    # contended kept, after waits from retime_wait_s doubling (measure/profile_retime.py)
+    retime_contended: int = 2
+    retime_wait_s: float = 10.0
     # eos mode: each response's length is drawn as min(Geometric(eos_stop_prob), max_new_tokens) and
     # the engine stops it there (a long tail, as RL responses have); 0 = the model's own EOS, which a
     # random-weights model almost never emits. fixed mode ignores EOS whatever this says.
@@ -279,9 +283,7 @@ class BranchConfig:
     # the last one within 1+tol (started from the previous checkpoint's answer, then one step up if
     # it holds there or one down if not); all = every one
     search: str = "bisect"
-    # probe.mode = "auto" sizes the trunk and windows to the run the recipe states (budget.full_run_*):
-    # the same shares of it as the setting measured on nqm-long, these values the least they can be
-    # (measure/probe_size.sized_to_run); false keeps them exactly as given
+    # auto sizes trunk/windows to the stated run, these the least (probe_size.sized_to_run); false: kept
     size_to_run: bool = True
 
 

@@ -115,6 +115,7 @@ def _smoke_generation(
         repeats=1,
         warmup=0,
         max_new_tokens=min(g.max_new_tokens, 8),
+        retime_contended=0,  # a smoke checks that profiling works, not how fast: no re-timing
     )
     if "profile-gen" not in skip:
         reduced.append(f"profile: concurrency {gen.concurrency}, mode {gen.modes[0]}, one repeat, no warmup")

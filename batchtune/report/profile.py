@@ -18,6 +18,9 @@ def render_profile(console: Console, result: Any) -> None:
         f"roofline hardware: {hw}, {result.wall_s:.1f} s"
     )
     note = getattr(result, "contention_note", None)
+    retimed = getattr(result, "retimed", "")
+    if retimed:
+        console.print(f"[yellow]Re-timed:[/] {retimed}", highlight=False)
     if note:
         console.print(f"[yellow]Contended:[/] {note}", highlight=False)
     for name, mode in result.modes.items():

@@ -93,6 +93,7 @@ class ProfileResult:
     is_prediction: bool = False  # measured, unlike RooflinePrediction
     other_cores: float = math.nan  # median CPU cores other processes kept busy over its points
     cpu_cores: int = 0  # the machine's CPU cores (0: not recorded)
+    retimed: str = ""  # how a contended profile was timed again (measure/profile_retime.retime_note)
 
     @property
     def contention_note(self) -> str | None:
@@ -131,6 +132,7 @@ class ProfileResult:
                 "other_cores": self.other_cores,
                 "cpu_cores": self.cpu_cores,
                 "contended": self.contention_note is not None,
+                "retimed": self.retimed,
             }
         )
 
