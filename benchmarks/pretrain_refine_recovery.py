@@ -13,7 +13,7 @@ is: a doubling grid of 10 batches (256..131,072 tokens), then the probe's own re
 Part 2, noisy loss curves of the SynthLaw family (`synth.SynthLaw`): 11 laws drawn with seed 2032,
 5 target losses each (true B_opt log-uniform 1.5k..30k tokens), 3 paired seeds, 1% loss noise, 200
 logs a run, steps read off each curve by the isotonic crossing (`analysis/pretrain/grid.analyse_grid`):
-the grid alone against the refined grid.
+the grid alone against the refined grid (default budget, and a budget of 64 batches).
 
 Per case: the reported B_opt within 15% of the truth, its 90% interval and bracket holding the
 truth; B_min's ratio to the truth, its source, interval and bracket; the runs spent. Prints a table
@@ -281,7 +281,11 @@ def main() -> None:
         summary[name] = summarise(name, rows, runs, show)
     print("\nPart 2: noisy loss curves (1% loss noise, 3 seeds), 11 SynthLaw laws x 5 targets (seed 2032)")
     laws = draw_laws()
-    for name, budget in (("curves, doubling grid", None), ("curves, refined (budget 8)", DEFAULT_BUDGET)):
+    for name, budget in (
+        ("curves, doubling grid", None),
+        ("curves, refined (budget 8)", DEFAULT_BUDGET),
+        ("curves, refined (budget 64)", 64),
+    ):
         rows, runs = part2(laws, budget)
         summary[name] = summarise(name, rows, runs)
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
