@@ -11,7 +11,8 @@ log-normal seed effect shared by every batch of a seed, 15%, and an independent 
              R(B) is flat and then steep there: the shape McCandlish's does not have.
 For each: the coverage of the truth by the joint fit's interval (analysis/sample/joint.py, the
 chosen shape with the union rule) and by the shape-free interval
-(analysis/sample/intervals.shape_free_crossing), and the shape-free interval's median width
+(analysis/sample/intervals.shape_free_crossing: shape-averaged, the crossing placed uniformly in
+log B between the bounds the bendings allow), and the shape-free interval's median width
 (upper / lower end). Prints a table and one JSON line. Usage:
     python benchmarks/coverage_shape_free.py [--reps 80] [--seed 0]
 """
