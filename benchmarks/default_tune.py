@@ -64,7 +64,8 @@ def main() -> int:
     print(
         f"critical training batch: {_num(crit['batch_responses'], 'g')} responses "
         f"(measured bracket {_num(crit['lower'], 'g')}-{upper}); "
-        f"1+tol crossing {_num(crit['crossing'], '.0f')} [{_num(lo, '.0f')}, {_num(hi, '.0f')}]"
+        f"1+tol crossing {_num(crit['crossing'], '.0f')} ({crit.get('crossing_kind') or 'interval'} "
+        f"[{_num(lo, '.0f')}, {_num(hi, '.0f')}])"
     )
     if crit["fit"]:
         print(f"fit: {crit['fit']['summary']}")

@@ -111,13 +111,16 @@ def _candidate_to_dict(c: CandidateEfficiency, eff: SampleEfficiency) -> dict[st
 
 
 def _critical_to_dict(crit: CriticalBatch) -> dict[str, Any]:
+    quoted = crit.quoted_crossing
     return {
         "batch_responses": num(crit.batch),
         "lower": num(crit.lower),
         "upper": num(crit.upper),
-        "interpolated": num(crit.interpolated),
-        "crossing": num(crit.crossing),
-        "crossing_ci": [num(v) for v in crit.crossing_ci] if crit.crossing_ci else None,
+        # the one 1+tol crossing quoted (CriticalBatch.quoted_crossing): the shape-free one where
+        # there is one; the joint fit's own is fit.crossing, a diagnostic
+        "crossing": num(quoted[0]) if quoted else None,
+        "crossing_ci": [num(v) for v in quoted[1]] if quoted else None,
+        "crossing_kind": quoted[2] if quoted else None,
         "failed_from": num(crit.failed_from),
         "shape_free": None
         if crit.shape_free is None
@@ -134,6 +137,9 @@ def _critical_to_dict(crit: CriticalBatch) -> dict[str, Any]:
         if crit.joint is None
         else {
             "model": crit.joint.chosen,
+            # diagnostic: the model's crossing holds only if its shape does (36% coverage on the NQM)
+            "crossing": num(crit.joint.best.crossing),
+            "crossing_ci": [num(v) for v in crit.joint.best.crossing_ci],
             "b_crit": num(crit.joint.best.b_crit),
             "b_crit_ci": [num(v) for v in crit.joint.best.b_crit_ci],
             "exponent": num(crit.joint.best.exponent),
@@ -142,7 +148,7 @@ def _critical_to_dict(crit: CriticalBatch) -> dict[str, Any]:
             "paired_seeds": crit.joint.paired,
             "runs": crit.joint.n_cells,
             "confidence": crit.joint.confidence,
-            "summary": crit.joint.describe(),
+            "summary": crit.fit_line(),
         },
         "reason": crit.reason,
     }

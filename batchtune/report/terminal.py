@@ -122,19 +122,18 @@ def efficiency_summary(eff: SampleEfficiency) -> list[str]:
         words = crossing_words(crit.shape_free, crit.crossing_ci, eff.batch_noun)
         if words:
             head += f"; {words}"
-        elif crit.crossing is not None and crit.crossing_ci is not None and crit.joint is not None:
-            lo, hi = crit.crossing_ci
-            conf = f"{100 * crit.joint.confidence:.0f}%"
-            head += f"; R(B)/R(B0) reaches 1+tol at {fmt_n(crit.crossing)} ({conf} CI {fmt_ci(lo, hi)})"
+        elif (quoted := crit.quoted_crossing) is not None:
+            cross, (lo, hi), kind = quoted
+            head += f"; R(B)/R(B0) reaches 1+tol at {fmt_n(cross)} ({kind} {fmt_ci(lo, hi)})"
         lines.append(head)
         reason = crit.reason
         if crit.batch is not None:
             act = ACT_ON.format(batch=fmt_n(crit.batch), noun=eff.batch_noun)
             lines.append(f"  {act}" + (ACT_NOT_BCRIT if crit.joint is not None else ""))
         if crit.joint is not None:  # said once: the reason refers back to it
-            lines.append(f"  {crit.joint.describe()}")
+            lines.append(f"  {crit.fit_line()}")
             lines.append(f"  [dim]{JOINT_LEGEND}[/]")
-            reason = reason.replace(crit.joint.describe(), "the joint fit above")
+            reason = reason.replace(crit.fit_line(), "the joint fit above")
         lines.append(f"  {reason}")
     if eff.grad_slope is not None:
         g = eff.grad_slope
@@ -170,7 +169,7 @@ ACT_ON = (
     "The number to act on: {batch} {noun}, the largest measured batch within 1+tol of the reference's "
     "samples (a ceiling for the batch to train at; a recommendation picks by time)"
 )
-ACT_NOT_BCRIT = "; the crossing and B_crit of the fit below describe the curve, they are not batches to run"
+ACT_NOT_BCRIT = "; the 1+tol crossing and the fit's B_crit describe the curve, they are not batches to run"
 
 
 def render_efficiency(console: Console, eff: SampleEfficiency) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -220,3 +221,29 @@ def test_a_measured_batch_between_two_tied_ones_is_judged_by_its_own_time():
     gap = TimeRanking(ranking.batches, (11.7, 7.32, 5.0, 8.0, 5.2), "s", "P8xG8", 64.0, 5.0, (256.0,))
     assert check_batch(128, crit, W_BATCHES, W_RPS, 0.2, gap).status != PASS
     assert not gap.is_tied(128.0)
+
+
+def test_the_gate_reads_the_shape_free_interval_where_the_model_one_disagrees():
+    """Issue 32: on the NQM (flat, then steep) the joint fit's crossing interval is narrow and misses
+    the truth (431 here; 36% coverage on the NQM), the shape-free one covers 85-95%: check's gate
+    reads the latter, so a batch inside it is not failed for being above the model's interval."""
+    from batchtune.analysis.sample.intervals import ShapeFreeCrossing
+
+    statuses = {8: REFERENCE, 64: INVARIANT, 256: INVARIANT, 512: DEVIATES}
+    model_only = dataclasses.replace(
+        critical(batch=256.0, ci=(250.0, 300.0), statuses=statuses),
+        crossing=270.0,
+        lower=256.0,
+        reference_batch=8.0,
+    )
+    sf = ShapeFreeCrossing(381.0, (300.0, 490.0), (256.0, 512.0), 0.05, 12, 0.9, 8.0, 0.1, 284.0)
+    both = dataclasses.replace(model_only, shape_free=sf)
+    batches, rps = [8.0, 64.0, 256.0, 512.0], [5.0, 30.0, 80.0, 120.0]
+    assert check_batch(384, model_only, batches, rps, 0.2).status == FAIL  # above the model's [250, 300]
+    it = check_batch(384, both, batches, rps, 0.2)
+    assert it.status == PASS, it.message
+    assert "inside the 1+tol crossing's 90% shape-free interval [300, 490]" in it.message
+    assert "270" not in it.message and "the 1+tol crossing 381" in it.expected  # one crossing, labelled
+    assert check_batch(512, both, batches, rps, 0.2).status == FAIL  # the measured 512 deviates
+    beyond = dataclasses.replace(both, verdicts=both.verdicts[:3])  # 512 not measured: the interval bounds
+    assert check_batch(500, beyond, batches[:3], rps[:3], 0.2).status == FAIL

@@ -133,3 +133,28 @@ def test_extra_seeds_at_a_few_batches_do_not_bend_the_small_batches():
     s = [k for v in SHIPPED_PROBE.values() for k in range(len(v))]
     sf = shape_free_crossing(b, r, s, reference_batch=8.0, failed_from=1024.0)
     assert sf.ci[0] >= 64.0 and sf.ci[0] <= NQM_CROSSING <= sf.ci[1]
+
+
+def test_one_crossing_is_quoted_the_model_one_only_as_a_labelled_diagnostic():
+    """Issue 32: the headline quoted the shape-free crossing, the fit line and the JSON the model's:
+    a reader saw two numbers. Now the reason, the fit line and the JSON's crossing are the shape-free
+    one; the model's crossing is only the JSON's fit.crossing."""
+    from batchtune.report.json import _critical_to_dict
+
+    b, r, s = _runs(NQM_GRID, NQM_RATIO, noise=0.01)
+    ests = [
+        estimate_over_seeds(
+            [TargetCrossing(v, False, 1e9) for v, bb in zip(r, b, strict=True) if bb == x],
+            seed_ids=[k for k, bb in zip(s, b, strict=True) if bb == x],
+        )
+        for x in NQM_GRID
+    ]
+    cb = critical_batch(NQM_GRID, ests, tol=0.1)
+    assert cb.shape_free is not None and cb.joint is not None
+    cross, ci, kind = cb.quoted_crossing
+    assert (cross, ci) == (cb.shape_free.crossing, cb.shape_free.ci) and kind == "90% shape-free interval"
+    assert "1+tol crossing" not in cb.fit_line() and "1+tol crossing" not in cb.reason
+    d = _critical_to_dict(cb)
+    assert d["crossing"] == cross and d["crossing_ci"] == list(ci) and d["crossing_kind"] == kind
+    assert d["fit"]["crossing"] == cb.crossing != cross  # the model's, under the fit it belongs to
+    assert "1+tol crossing" not in d["fit"]["summary"]

@@ -35,15 +35,28 @@ def _num(x: float | None) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
+def _interval_label(critical: CriticalBatch) -> str:
+    """What the gate's interval is: the 1+tol crossing's quoted one (CriticalBatch.quoted_crossing:
+    the shape-free one, calibrated on McCandlish and NQM curves alike, else the joint fit's), or
+    the measured bracket."""
+    quoted = critical.quoted_crossing
+    if quoted is None:
+        return "the measured bracket"
+    if critical.shape_free is not None:
+        return f"the 1+tol crossing's {quoted[2]}"
+    conf = f"{100 * critical.joint.confidence:.0f}% " if critical.joint is not None else ""
+    return f"the joint fit's {conf}interval of the 1+tol crossing"
+
+
 def _critical_text(critical: CriticalBatch) -> str:
     """The critical batch with the interval it comes with, each labelled as what it is: the batch is
-    a measured one, the interval belongs to the fitted 1+tol crossing (or is the measured bracket)."""
+    a measured one, the interval belongs to the 1+tol crossing (or is the measured bracket)."""
     text = f"critical batch {g_text(critical.batch)}"
-    if critical.crossing_ci:
-        c_lo, c_hi = critical.crossing_ci
-        conf = f"{critical.joint.confidence:.0%} CI " if critical.joint is not None else ""
-        where = f" {_num(critical.crossing)}" if critical.crossing is not None else ""
-        return f"{text} (the 1+tol crossing{where}, {conf}[{_num(c_lo)}, {_num(c_hi)}])"
+    quoted = critical.quoted_crossing
+    if quoted is not None:
+        cross, (c_lo, c_hi), kind = quoted
+        where = f" {_num(cross)}" if math.isfinite(cross) else ""
+        return f"{text} (the 1+tol crossing{where}, {kind} [{_num(c_lo)}, {_num(c_hi)}])"
     lo, hi = critical.lower, critical.upper
     if lo is None and hi is None:
         return text
@@ -105,10 +118,10 @@ class _Gate:
 
 def _gate(n: float, critical: CriticalBatch, crit: float) -> _Gate:
     """The interval the gate reads, and whether N is above it, at a deviating or a failed batch."""
-    lo = critical.crossing_ci[0] if critical.crossing_ci else critical.lower
-    hi = critical.crossing_ci[1] if critical.crossing_ci else critical.upper
+    quoted = critical.quoted_crossing
+    lo, hi = quoted[1] if quoted is not None else (critical.lower, critical.upper)
     hi = hi if hi is not None and math.isfinite(hi) else None
-    label = "the 1+tol crossing's interval" if critical.crossing_ci else "the measured bracket"
+    label = _interval_label(critical)
     interval = f"[{_num(lo)}, {_num(hi) if hi is not None else 'unbounded'}]"
     # measured evidence bounds it too: the smallest batch that deviates, diverged or ran out of memory
     deviating = min((v.batch for v in critical.verdicts if v.status == DEVIATES), default=None)

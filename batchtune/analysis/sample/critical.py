@@ -68,6 +68,30 @@ class CriticalBatch:
     walk_batch: float | None = None
     shape_free: ShapeFreeCrossing | None = None  # the crossing's interval without a model of R(B)
 
+    @property
+    def quoted_crossing(self) -> tuple[float, tuple[float, float], str] | None:
+        """The one 1+tol crossing a report quotes, its interval and what that interval is: the
+        shape-free one where there is one (its 90% covers 85-95% on McCandlish and NQM curves
+        alike, benchmarks/out/coverage_shape_free.txt), else the joint fit's, which holds only if
+        the fitted shape does (36% on the NQM). None when there is neither."""
+        if self.shape_free is not None:
+            sf = self.shape_free
+            return sf.crossing, sf.ci, f"{100 * sf.confidence:.0f}% shape-free interval"
+        if self.crossing_ci is None:
+            return None
+        j = self.joint
+        kind = (
+            f"{100 * j.confidence:.0f}% interval of the joint {j.best.model} fit"
+            if j
+            else "the fit's interval"
+        )
+        cross = self.crossing if self.crossing is not None else math.nan
+        return cross, self.crossing_ci, kind + ", which holds only if its shape does"
+
+    def fit_line(self) -> str:
+        """The joint fit in one line, without its crossing where the shape-free one is quoted."""
+        return self.joint.describe(with_crossing=self.shape_free is None) if self.joint is not None else ""
+
 
 def _model_crossing(
     batches: np.ndarray, estimates: Sequence[TargetEstimate], conf: float
@@ -304,7 +328,7 @@ def critical_batch(
         upper = float(above.min()) if above.size else failed_from
         crit, lower, upper, clamp = _respect_verdicts(ascending, measured, crit, lower, upper, b0)
         head = f"critical batch {crit:g}" + (" (the reference)" if crit == b0 else "")
-        head += f": {joint.describe()}"
+        head += f": {joint.describe(with_crossing=shape_free is None)}"
         if clamp:
             notes.insert(0, clamp)
         if crit != walk:

@@ -90,19 +90,25 @@ class JointFit:
     def best(self) -> ShapeFit:
         return self.power if self.chosen == "power" and self.power is not None else self.mccandlish
 
-    def describe(self) -> str:
-        """One line: the chosen model, its crossing with interval, and its fit quality."""
+    def describe(self, with_crossing: bool = True) -> str:
+        """One line: the chosen model, its crossing with interval (unless ``with_crossing`` is
+        False: where a report quotes the shape-free crossing instead), and its fit quality."""
         f = self.best
         other = (
             f"power a={self.power.exponent:.2f} dAIC(mcc-pow)={self.delta_aic:+.1f}"
             if self.power is not None
             else "power not fitted"
         )
+        conf = f"{100 * self.confidence:.0f}%"
+        cross = (
+            f"1+tol crossing {_g(f.crossing)} [{_g(f.crossing_ci[0])}, {_g(f.crossing_ci[1])}] ({conf}), "
+            if with_crossing
+            else ""
+        )
         return (
-            f"joint {f.model} fit: B_crit {_g(f.b_crit)} [{_g(f.b_crit_ci[0])}, {_g(f.b_crit_ci[1])}], "
-            f"1+tol crossing {_g(f.crossing)} [{_g(f.crossing_ci[0])}, {_g(f.crossing_ci[1])}] "
-            f"({100 * self.confidence:.0f}%), residual rms {100 * f.residual_rms_log:.1f}% over "
-            f"{self.n_cells} runs ({'paired' if self.paired else 'unpaired'} seeds); {other}"
+            f"joint {f.model} fit: B_crit {_g(f.b_crit)} [{_g(f.b_crit_ci[0])}, {_g(f.b_crit_ci[1])}]"
+            f"{'' if with_crossing else f' ({conf})'}, {cross}residual rms {100 * f.residual_rms_log:.1f}% "
+            f"over {self.n_cells} runs ({'paired' if self.paired else 'unpaired'} seeds); {other}"
         )
 
 
