@@ -108,6 +108,8 @@ def build_sections(eff: Any, rec: Any | None, plots: list[Path], missing: str = 
         paras += [rec.ranking.reason, *([sure] if sure else [])]
         if rec.evidence:
             paras.append(f"Weak evidence: {'; '.join(rec.evidence)}. {weak_advice(eff.unit)}")
+        if rec.throughput_noise is not None:
+            paras.append(rec.throughput_noise.text())
         paras += [rec.confirm, f"Θ (throughput) from {rec.throughput.source}."]
         sections.append(Section("Recommendation", tuple(paras), css_class="win"))
         winner_idx = next(i for i, r in enumerate(rec.ranking.candidates) if r.name == rec.ranking.winner)

@@ -227,6 +227,8 @@ def recommendation_to_dict(rec: Recommendation) -> dict[str, Any]:
                 if w.estimate is None or w.estimate.no_interval
                 else num(rec.ranking.regret_high),
                 "regret_against": rec.ranking.regret_against,
+                # how often the pick survives the throughput's repeat spread (decide/throughput_noise.py)
+                "throughput_noise": None if rec.throughput_noise is None else rec.throughput_noise.to_dict(),
                 "evidence": list(rec.evidence),  # why the pick rests on thin evidence; [] when it does not
                 "confirm": rec.confirm,
             },

@@ -254,6 +254,8 @@ def render_recommendation(
     sure = how_sure(rec)
     if sure:
         body.append(sure)
+    if rec.throughput_noise is not None:
+        body.append(rec.throughput_noise.text())
     if rec.evidence:
         advice = weak_advice(rec.efficiency.unit)
         body.append(f"[bold yellow]Weak evidence:[/] {'; '.join(rec.evidence)}. {advice}")

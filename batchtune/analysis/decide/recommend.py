@@ -14,6 +14,7 @@ from typing import Any
 from batchtune.analysis.branched.schedule import ScheduleComparison
 from batchtune.analysis.decide.async_rank import AsyncPick, JointDecision
 from batchtune.analysis.decide.ranking import Ranking, rank_time_to_target
+from batchtune.analysis.decide.throughput_noise import NoiseCheck, pick_under_noise, point_spread, step_spread
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.analysis.sample.evals import evals_to
 from batchtune.analysis.sample.intervals import interval_kind
@@ -34,6 +35,7 @@ class Throughput:
     train_s: float | None = None
     other_s: float | None = None
     generation_concurrency: int | None = None
+    spread: float = math.nan  # its step time's relative repeat half-range (throughput_noise.py); NaN: unknown
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class Recommendation:
     schedule: ScheduleComparison | None = None  # a batch schedule vs the best fixed batch (branched probes)
     # why the pick rests on thin evidence (weak_evidence); empty when none of its checks fired
     evidence: tuple[str, ...] = ()
+    # how often the pick survives each throughput drawn within its repeat spread; None: no spread
+    throughput_noise: NoiseCheck | None = None
     # the ranking over sync and async runs (decide/async_joint.py); None: the recipe has no
     # staleness, reuse or async knob, and nothing of it was computed
     async_decision: JointDecision | None = None
@@ -97,7 +101,10 @@ def throughput_from_profile(
     for c in cands:
         n = c.batch_responses
         e2e = predict_end_to_end(n, m.fit, profile.train_fit, c_max, other_s)
-        per[c.label] = Throughput(e2e.responses_per_s, e2e.gen_s, e2e.train_s, other_s, int(min(n, c_max)))
+        rel_g, rel_t = point_spread(m.points, min(n, c_max)), point_spread(profile.train_points, n)
+        spread = step_spread(e2e.gen_s, rel_g, e2e.train_s, rel_t, other_s)
+        conc = int(min(n, c_max))
+        per[c.label] = Throughput(e2e.responses_per_s, e2e.gen_s, e2e.train_s, other_s, conc, spread)
     if max(c.batch_responses for c in cands) > c_max:
         notes.append(
             f"batches above {int(c_max)} responses are generated in waves of {int(c_max)} "
@@ -234,6 +241,9 @@ def recommend(
         confirm=_confirm_text(efficiency, winner, wt, throughput.absolute),
         notes=tuple(notes),
         evidence=(*weak_evidence(winner, ranked, unmeasured), *caveats, *throughput.caveats),
+        throughput_noise=pick_under_noise(
+            ranking, {k: t.spread for k, t in throughput.per_candidate.items()}, TIE_MARGIN
+        ),
     )
 
 
