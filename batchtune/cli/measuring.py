@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,6 +24,10 @@ from batchtune.cli.app import (
 )
 from batchtune.errors import AnalysisError, InputError
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
+
+if TYPE_CHECKING:
+    from batchtune.measure.branched import BranchedProbeResult
+    from batchtune.measure.probe import ProbeResult
 
 SmokeOpt = Annotated[
     bool,
@@ -83,7 +87,7 @@ def probe(
         from batchtune.report.json import efficiency_to_dict
 
         eff = efficiency_to_dict(result.efficiency)
-        notes = [*eff.pop("notes", []), *getattr(result, "notes", ())]  # + a plot that was not written
+        notes = [*eff.pop("notes", []), *_probe_notes(result)]  # + a plot that was not written
         _print_json(
             {
                 "results_dir": str(cfg.run.results_dir),
@@ -139,15 +143,24 @@ def _exit_if_not_estimated(reason: str | None) -> None:
         raise AnalysisError(reason)
 
 
-def _plot_lines(result: Any) -> None:
+def _probe_notes(result: ProbeResult | BranchedProbeResult) -> tuple[str, ...]:
+    """What the workflow noted after a grid probe (e.g. a plot a read-only directory refused)."""
+    from batchtune.measure.probe import ProbeResult
+
+    return result.notes if isinstance(result, ProbeResult) else ()
+
+
+def _plot_lines(result: ProbeResult | BranchedProbeResult) -> None:
     if result.plot_path:
         console.print(f"Learning curves: {result.plot_path}")
-    for note in getattr(result, "notes", ()):  # e.g. a plot a read-only directory refused
+    for note in _probe_notes(result):
         console.print(f"Note: {note}", highlight=False, markup=False)
 
 
-def _branched_json(result: Any) -> dict[str, Any]:
-    if getattr(result, "summary", None) is None:
+def _branched_json(result: ProbeResult | BranchedProbeResult) -> dict[str, Any]:
+    from batchtune.measure.branched import BranchedProbeResult
+
+    if not isinstance(result, BranchedProbeResult):
         return {}
     from batchtune.report.branched import branched_to_dict
 
