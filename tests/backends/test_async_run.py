@@ -29,6 +29,7 @@ BASE = [
     'algorithm.mode="async"',
 ]
 KEYS = {"staleness", "wall_s", "queue_wait_s", "sync_s", "load_s", "worker_wait_s", "reward", "loss"}
+KEYS |= {"gen_cpu_s", "train_cpu_s", "bound_wait_s", "put_wait_s", "pack_s", "unpack_s", "outside_s"}
 
 
 pytestmark = pytest.mark.usefixtures("restore_torch_threads")

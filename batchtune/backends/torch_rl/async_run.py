@@ -9,11 +9,16 @@ behaviour log-probs (grpo.py). Every ``algorithm.sync_every`` trainer steps it s
 updates) is generated only with weights of version >= j - k (k = candidate.staleness), so the worker
 waits for a sync when it runs that far ahead; hence sync_every <= k + 1.
 
-Each StepRecord's metrics carry what the pipeline model needs: ``wall_s`` (step wall time, end to
-end), ``queue_wait_s`` (trainer blocked on the queue), ``sync_s`` (serialise + send, trainer side),
-``load_s`` and ``worker_wait_s`` (the worker loading weights and waiting on the staleness bound or a
-full queue, before this batch), ``staleness`` (the lag actually reached). gen_s is the worker's
-generation + behaviour log-probs + reward of that batch; train_s the trainer's update.
+Each StepRecord's metrics carry what the pipeline model needs, each side's busy and waiting time:
+- trainer: ``wall_s`` (step wall time, end to end), ``queue_wait_s`` (blocked on the queue),
+  ``unpack_s`` (deserialising the batch), train_s (the update) and ``train_cpu_s`` (its thread's CPU
+  time), ``sync_s`` (serialise + send), ``outside_s`` (the consumer's time with the previous record);
+- worker, for this batch: gen_s (generation + behaviour log-probs + reward) and ``gen_cpu_s`` (its
+  CPU time), ``load_s`` (loading weights), ``bound_wait_s`` (waiting for weights new enough for the
+  staleness bound); for the batch before: ``pack_s`` (serialising it) and ``put_wait_s`` (blocked on
+  a full queue); ``worker_wait_s`` = bound_wait_s + put_wait_s;
+- ``staleness`` (the lag actually reached).
+A stage's wall time over its CPU time is how much the machine slowed it (1 on an idle core).
 
 The run is not bit-reproducible: which weights a batch is sampled with depends on timing (at most k
 steps old). Cleanup: the worker ignores SIGINT and watches its parent; the trainer stops and joins it
@@ -126,7 +131,7 @@ class _Worker:
         cand, gen_cfg, lm = self.spec.candidate, self.spec.recipe.generation, self.lm
         examples = [self.task.train[i] for i in sampler.take(cand.prompts)]
         group = [e for e in examples for _ in range(cand.group_size)]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         rollout = generate(
             lm, [e.prompt for e in group], gen_cfg.max_new_tokens, self.dtype, True,
             gen_cfg.temperature, gen_cfg.top_p,
@@ -143,7 +148,7 @@ class _Worker:
         rollout = dataclasses.replace(rollout, sequences=rollout.sequences.cpu())
         fields = {f.name: getattr(rollout, f.name) for f in dataclasses.fields(rollout)}
         return {"rollout": fields, "behaviour": torch.cat(parts).cpu(), "rewards": scores,
-                "gen_s": time.perf_counter() - t0}  # fmt: skip
+                "gen_s": time.perf_counter() - t0, "gen_cpu_s": time.thread_time() - c0}  # fmt: skip
 
     def put(self, item: Any) -> bool:
         while self.alive():
@@ -159,18 +164,21 @@ class _Worker:
         torch.manual_seed(spec.seed)
         sampler = PromptSampler(len(self.task.train), spec.seed)
         n_batches = math.ceil(spec.recipe.budget.max_samples / spec.candidate.batch_responses)
-        put_wait = 0.0  # blocked on a full queue after the previous batch
+        pack = put_wait = 0.0  # the previous batch's serialising, and its wait on a full queue
         for j in range(n_batches):
             t0, self.load_s = time.perf_counter(), 0.0
             if not self.refresh(j - spec.candidate.staleness):
                 return
-            waited = time.perf_counter() - t0 - self.load_s + put_wait
+            bound_wait = time.perf_counter() - t0 - self.load_s
             made = self.make(sampler)
-            made.update(version=self.version, load_s=self.load_s, wait_s=waited)
+            made.update(version=self.version, load_s=self.load_s, bound_wait_s=bound_wait,
+                        put_wait_s=put_wait, pack_s=pack, wait_s=bound_wait + put_wait)  # fmt: skip
             t0 = time.perf_counter()
-            if not self.put(("batch", to_bytes(made))):
+            data = to_bytes(made)
+            t1 = time.perf_counter()
+            if not self.put(("batch", data)):
                 return
-            put_wait = time.perf_counter() - t0
+            pack, put_wait = t1 - t0, time.perf_counter() - t1
 
 
 def worker_main(spec: RunSpec, batches, weights, stop, parent: int, threads: int) -> None:
@@ -222,7 +230,10 @@ class _Pipe:
             if msg[0] == "error":
                 raise RunFailed(msg[1], msg[2])
             self.received += 1
-            return from_bytes(msg[1])
+            t0 = time.perf_counter()
+            made = from_bytes(msg[1])
+            made["unpack_s"] = time.perf_counter() - t0
+            return made
 
     def send(self, version: int, state: dict[str, torch.Tensor]) -> None:
         self.weights.put((version, to_bytes({k: v.detach().cpu() for k, v in state.items()})))
@@ -274,12 +285,12 @@ def _steps(spec, pipe: _Pipe, task, lm, learner, critic_lr, compute_dtype, epoch
         yield record(
             {"eval_reward": evaluate(lm, task, spec, compute_dtype)}, other_s=time.perf_counter() - t0
         )
-    last = time.perf_counter()
+    last, outside = time.perf_counter(), 0.0
     while samples < max_samples:
         step += 1
         t0 = time.perf_counter()
         made = pipe.next_batch()
-        queue_wait = time.perf_counter() - t0
+        queue_wait = time.perf_counter() - t0 - made["unpack_s"]
         rollout = Rollout(**made["rollout"])
         rewards = torch.tensor(made["rewards"], dtype=torch.float32, device=lm.device)
         behaviour = made["behaviour"].to(lm.device)
@@ -288,7 +299,7 @@ def _steps(spec, pipe: _Pipe, task, lm, learner, critic_lr, compute_dtype, epoch
         tokens += int(rollout.response_lengths.sum())
         factor = warmup_factor(samples, recipe.optimizer.warmup_samples)
         lr = cand.lr * factor
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         if isinstance(learner, PPOLearner):
             stats = learner.update(rollout, rewards, cand.group_size, lr, critic_lr * factor, step,
                                    compute_dtype, behaviour, epochs)  # fmt: skip
@@ -296,7 +307,7 @@ def _steps(spec, pipe: _Pipe, task, lm, learner, critic_lr, compute_dtype, epoch
             stats = learner.update(
                 rollout, rewards, cand.group_size, lr, step, compute_dtype, behaviour, epochs
             )
-        train_s = time.perf_counter() - t0 - stats.ref_s
+        train_s, train_cpu = time.perf_counter() - t0 - stats.ref_s, time.thread_time() - c0
         sync_s = 0.0
         if step % sync_every == 0 and samples < max_samples:
             t0 = time.perf_counter()
@@ -306,7 +317,7 @@ def _steps(spec, pipe: _Pipe, task, lm, learner, critic_lr, compute_dtype, epoch
             "reward": float(rewards.mean()), "loss": stats.loss, "clip_frac": stats.clip_frac,
             "response_len": float(rollout.response_lengths.float().mean()),
             "staleness": float(step - 1 - made["version"]), "queue_wait_s": queue_wait, "sync_s": sync_s,
-            "load_s": made["load_s"], "worker_wait_s": made["wait_s"],
+            "train_cpu_s": train_cpu, "outside_s": outside, **_worker_timers(made),
         }  # fmt: skip
         if stats.kl is not None:
             metrics["kl"] = stats.kl
@@ -323,6 +334,13 @@ def _steps(spec, pipe: _Pipe, task, lm, learner, critic_lr, compute_dtype, epoch
         metrics["wall_s"], last = now - last, now
         yield record(metrics, lr=lr, grad_norm=stats.grad_norm, critic_grad_norm=stats.critic_grad_norm,
                      gen_s=made["gen_s"], train_s=train_s, other_s=other_s)  # fmt: skip
+        outside = time.perf_counter() - now  # the consumer's time with the record (in the next wall_s)
 
 
 _TENSORS = ("sequences", "attention_mask", "position_ids", "response_mask")
+_WORKER_TIMERS = ("gen_cpu_s", "load_s", "bound_wait_s", "put_wait_s", "pack_s", "unpack_s")
+
+
+def _worker_timers(made: dict[str, Any]) -> dict[str, float]:
+    """The worker's busy and waiting times that came with a batch (module docstring)."""
+    return {"worker_wait_s": made["wait_s"], **{k: float(made[k]) for k in _WORKER_TIMERS}}
