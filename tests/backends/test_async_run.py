@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import torch.multiprocessing as mp
 
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
@@ -128,9 +129,11 @@ def test_a_worker_dying_at_start_up_is_a_clear_error_not_a_hang(root, monkeypatc
     multiprocessing.resource_tracker.ensure_running()  # spawned with the real interpreter
     monkeypatch.setattr(multiprocessing.spawn, "_python_exe", b"/bin/false")
     got: list[BaseException] = []
+    dirs: list[Path] = []
 
     def run() -> None:
-        pipe = _Pipe(make_spec(root, k=1), bytes(4 << 20), 1)  # 4 MiB of "weights"
+        pipe = _Pipe(make_spec(root, k=1), {"w": torch.zeros(1 << 20)}, 1)  # 4 MiB of weights
+        dirs.append(pipe.dir)
         try:
             pipe.next_batch()
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
@@ -145,3 +148,4 @@ def test_a_worker_dying_at_start_up_is_a_clear_error_not_a_hang(root, monkeypatc
     (exc,) = got
     assert isinstance(exc, RunFailed) and exc.message == "the rollout worker exited at start-up (code 1)"
     assert not mp.active_children()
+    assert dirs and not dirs[0].exists(), "the weights' files were left behind"

@@ -5,9 +5,10 @@ G responses each, records the behaviour log-probs and scores them, and puts each
 bounded queue (``algorithm.in_flight_cap`` batches; 0 = max(staleness, 1)). The trainer (this process)
 takes batches in order and updates as the sync trainer does, importance-corrected against the
 behaviour log-probs (grpo.py). Every ``algorithm.sync_every`` trainer steps it sends its weights
-(a serialised state_dict through a queue). Staleness bound: batch j (trained at step j + 1, after j
-updates) is generated only with weights of version >= j - k (k = candidate.staleness), so the worker
-waits for a sync when it runs that far ahead; hence sync_every <= k + 1.
+(a serialised state_dict in a file, its path through a pipe). Staleness bound: batch j (trained at
+step j + 1, after j updates) is generated only with weights of version >= j - k (k =
+candidate.staleness), so the worker waits for a sync when it runs that far ahead; hence
+sync_every <= k + 1.
 
 Each StepRecord's metrics carry what the pipeline model needs, each side's busy and waiting time:
 - trainer: ``wall_s`` (step wall time, end to end), ``queue_wait_s`` (blocked on the queue),
@@ -32,10 +33,13 @@ import dataclasses
 import io
 import math
 import os
-import queue
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -86,43 +90,70 @@ def check_async(spec: RunSpec) -> None:
         raise RunFailed("failed", why, started=False)
 
 
+@dataclass(frozen=True)
+class _Channels:
+    """What the worker is handed: one-way pipes that carry only (tag or version, file path) and
+    errors (never large, so a send never blocks), the in-flight slots, the stop flag, the folder."""
+
+    batches: Any  # Connection, worker -> trainer
+    weights: Any  # Connection, trainer -> worker
+    slots: Any  # Semaphore(in-flight cap): taken by the worker per batch, given back by the trainer
+    stop: Any  # Event
+    dir: str
+
+
+def _write(path: Path, data: bytes) -> str:
+    """Write whole, then rename: a reader never sees part of a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return str(path)
+
+
+def _take(path: str) -> bytes:
+    data = Path(path).read_bytes()
+    Path(path).unlink()
+    return data
+
+
 class _Worker:
     """The rollout side, run in the spawned process by ``worker_main``."""
 
-    def __init__(self, spec: RunSpec, batches, weights, stop, parent: int):
+    def __init__(self, spec: RunSpec, chan: _Channels, parent: int):
         recipe = spec.recipe
-        self.spec, self.batches, self.weights, self.stop, self.parent = spec, batches, weights, stop, parent
+        self.spec, self.chan, self.weights, self.parent = spec, chan, chan.weights, parent
         self.task = make_task(recipe.task)
         device = resolve_device(recipe.hardware.device)
         self.dtype = resolve_dtype(recipe.model.dtype, device)
         self.lm = load_model(dataclasses.replace(recipe.model, dtype="float32"), str(device), spec.seed)
         self.lm.model.eval()
-        self.version = -1  # the trainer's initial weights (version 0) come first on the weights queue
+        self.version = -1  # the trainer's initial weights (version 0) come first on the weights pipe
         self.load_s = 0.0
 
     def alive(self) -> bool:
-        return not self.stop.is_set() and os.getppid() == self.parent
+        return not self.chan.stop.is_set() and os.getppid() == self.parent
 
     def refresh(self, need: int) -> bool:
         """Load the newest weights sent; wait until their version is >= ``need``. False: stopped."""
         while True:
             latest = None
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    latest = self.weights.get_nowait()
+            while self.weights.poll():
+                msg = self.weights.recv()
+                if latest is not None:  # superseded before it was read
+                    Path(latest[1]).unlink(missing_ok=True)
+                latest = msg
             if latest is not None:
                 self._load(latest)
             if self.version >= need:
                 return True
-            try:
-                self._load(self.weights.get(timeout=POLL_S))
-            except queue.Empty:
-                if not self.alive():
-                    return False
+            if self.weights.poll(POLL_S):
+                self._load(self.weights.recv())
+            elif not self.alive():
+                return False
 
-    def _load(self, msg: tuple[int, bytes]) -> None:
+    def _load(self, msg: tuple[int, str]) -> None:
         t0 = time.perf_counter()
-        self.lm.model.load_state_dict(from_bytes(msg[1]))
+        self.lm.model.load_state_dict(from_bytes(_take(msg[1])))
         self.version = msg[0]
         self.load_s += time.perf_counter() - t0
 
@@ -150,13 +181,12 @@ class _Worker:
         return {"rollout": fields, "behaviour": torch.cat(parts).cpu(), "rewards": scores,
                 "gen_s": time.perf_counter() - t0, "gen_cpu_s": time.thread_time() - c0}  # fmt: skip
 
-    def put(self, item: Any) -> bool:
+    def put(self, path: str) -> bool:
+        """Hand the trainer a batch once a slot is free (fewer than the cap are waiting)."""
         while self.alive():
-            try:
-                self.batches.put(item, timeout=POLL_S)
+            if self.chan.slots.acquire(timeout=POLL_S):
+                self.chan.batches.send(("batch", path))
                 return True
-            except queue.Full:
-                continue
         return False
 
     def run(self) -> None:
@@ -174,19 +204,19 @@ class _Worker:
             made.update(version=self.version, load_s=self.load_s, bound_wait_s=bound_wait,
                         put_wait_s=put_wait, pack_s=pack, wait_s=bound_wait + put_wait)  # fmt: skip
             t0 = time.perf_counter()
-            data = to_bytes(made)
+            path = _write(Path(self.chan.dir) / f"batch-{j}.pt", to_bytes(made))
             t1 = time.perf_counter()
-            if not self.put(("batch", data)):
+            if not self.put(path):
                 return
             pack, put_wait = t1 - t0, time.perf_counter() - t1
 
 
-def worker_main(spec: RunSpec, batches, weights, stop, parent: int, threads: int) -> None:
-    """The rollout process: SIGINT is the parent's to handle; errors go back on the queue."""
+def worker_main(spec: RunSpec, chan: _Channels, parent: int, threads: int) -> None:
+    """The rollout process: SIGINT is the parent's to handle; errors go back on the batches pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     try:
-        worker = _Worker(spec, batches, weights, stop, parent)
+        worker = _Worker(spec, chan, parent)
         if worker.refresh(0):
             worker.run()
     except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which raises it
@@ -194,55 +224,71 @@ def worker_main(spec: RunSpec, batches, weights, stop, parent: int, threads: int
         message = (
             exc.message if isinstance(exc, RunFailed) else f"rollout worker: {type(exc).__name__}: {exc}"
         )
-        with contextlib.suppress(queue.Full):
-            batches.put(("error", status, message), timeout=JOIN_S)
+        with contextlib.suppress(OSError):
+            chan.batches.send(("error", status, message))
+    finally:
+        if os.getppid() != parent:  # the trainer died without its cleanup
+            shutil.rmtree(chan.dir, ignore_errors=True)
 
 
 class _Pipe:
-    """The worker process and its two queues, from the trainer's side; ``close`` always cleans up.
+    """The worker process and its channels, from the trainer's side; ``close`` always cleans up.
 
-    The initial weights go on the weights queue (version 0), not in the process's arguments: spawn
-    writes the arguments into a pipe whose read end the parent holds until the write ends, so a
-    child that died at start-up would leave an argument larger than the pipe's buffer blocked
-    forever. A queue's feeder thread writes in the background, and ``next_batch`` sees the death."""
+    Batches and weights travel as files (written whole, then renamed; the reader deletes each),
+    their paths through one-way pipes, and the in-flight cap is a semaphore. A multiprocessing
+    queue sends from a feeder thread, which must win the GIL from its busy process, and carries
+    weights larger than its pipe's buffer only while both processes are scheduled in turn: on a
+    loaded machine each message then came late, by more than the pipeline model could see. A path
+    is sent at once, in the sender's thread, and never blocks. The initial weights (version 0) go
+    the same way, not in the process's arguments: spawn writes those into a pipe whose read end the
+    parent holds until the write ends, so a child that died at start-up left them blocked forever;
+    ``next_batch`` sees the death."""
 
-    def __init__(self, spec: RunSpec, init: bytes, threads: int):
+    def __init__(self, spec: RunSpec, init: dict[str, torch.Tensor], threads: int):
         ctx = mp.get_context("spawn")
-        self.batches = ctx.Queue(maxsize=in_flight_cap(spec))
-        self.weights = ctx.Queue()
-        self.stop = ctx.Event()
-        args = (spec, self.batches, self.weights, self.stop, os.getpid(), threads)
+        self.batches, batches_w = ctx.Pipe(duplex=False)
+        weights_r, self.weights = ctx.Pipe(duplex=False)
+        self.slots, self.stop = ctx.Semaphore(in_flight_cap(spec)), ctx.Event()
+        self.dir = Path(tempfile.mkdtemp(prefix="batchtune-async-"))
+        chan = _Channels(batches_w, weights_r, self.slots, self.stop, str(self.dir))
+        args = (spec, chan, os.getpid(), threads)
         self.proc = ctx.Process(target=worker_main, args=args, daemon=True, name="batchtune-rollout")
-        self.weights.put((0, init))
         self.received = 0
-        self.proc.start()
+        self.send(0, init)
+        try:
+            self.proc.start()
+        finally:
+            batches_w.close()  # the worker's ends: its death is then an end of file here
+            weights_r.close()
+
+    def _exited(self) -> RunFailed:
+        self.proc.join(JOIN_S)
+        when = "at start-up" if self.received == 0 else f"after {self.received} batches"
+        return RunFailed("failed", f"the rollout worker exited {when} (code {self.proc.exitcode})")
 
     def next_batch(self) -> dict[str, Any]:
-        while True:
-            try:
-                msg = self.batches.get(timeout=POLL_S)
-            except queue.Empty:
-                if not self.proc.is_alive():
-                    code = self.proc.exitcode
-                    when = "at start-up" if self.received == 0 else f"after {self.received} batches"
-                    raise RunFailed("failed", f"the rollout worker exited {when} (code {code})") from None
-                continue
-            if msg[0] == "error":
-                raise RunFailed(msg[1], msg[2])
-            self.received += 1
-            t0 = time.perf_counter()
-            made = from_bytes(msg[1])
-            made["unpack_s"] = time.perf_counter() - t0
-            return made
+        while not self.batches.poll(POLL_S):
+            if not self.proc.is_alive():
+                raise self._exited()
+        try:
+            msg = self.batches.recv()
+        except EOFError:
+            raise self._exited() from None
+        if msg[0] == "error":
+            raise RunFailed(msg[1], msg[2])
+        self.received += 1
+        t0 = time.perf_counter()
+        made = from_bytes(_take(msg[1]))
+        self.slots.release()
+        made["unpack_s"] = time.perf_counter() - t0
+        return made
 
     def send(self, version: int, state: dict[str, torch.Tensor]) -> None:
-        self.weights.put((version, to_bytes({k: v.detach().cpu() for k, v in state.items()})))
+        data = to_bytes({k: v.detach().cpu() for k, v in state.items()})
+        self.weights.send((version, _write(self.dir / f"weights-{version}.pt", data)))
 
     def close(self) -> None:
         self.stop.set()
-        with contextlib.suppress(Exception):
-            while True:  # unblock a worker waiting to put
-                self.batches.get_nowait()
         self.proc.join(JOIN_S)
         if self.proc.is_alive():
             self.proc.terminate()
@@ -250,9 +296,9 @@ class _Pipe:
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join()
-        for q in (self.batches, self.weights):
-            q.cancel_join_thread()  # never hang at exit flushing to a reader that is gone
-            q.close()
+        self.batches.close()
+        self.weights.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def train_async(spec: RunSpec) -> Iterator[StepRecord]:
@@ -264,7 +310,7 @@ def train_async(spec: RunSpec) -> Iterator[StepRecord]:
     torch.set_num_threads(threads)
     learner, critic_lr = make_learner(spec, lm)
     epochs, sync_every = epochs_of(spec), recipe.algorithm.sync_every
-    pipe = _Pipe(spec, to_bytes(lm.model.state_dict()), threads)
+    pipe = _Pipe(spec, lm.model.state_dict(), threads)
     try:
         yield from _steps(spec, pipe, task, lm, learner, critic_lr, compute_dtype, epochs, sync_every)
     finally:
