@@ -145,21 +145,8 @@ def simulate_pipeline(
     """
     u, s, k, cap = updates_per_batch, sync_every, staleness_bound, in_flight_cap
     _check(batch_responses, gen_time_s, train_time_s, sync_time_s, s, u)
-    if k is None and cap is None:
-        raise AnalysisError("async needs a staleness_bound or an in_flight_cap (or both)")
-    if k is not None and k < min_staleness_bound(s, u):
-        raise AnalysisError(
-            f"staleness_bound {k} deadlocks with sync_every {s} and updates_per_batch {u}: "
-            f"it must be >= {min_staleness_bound(s, u)}"
-        )
-    if cap is not None and cap < 1:
-        raise AnalysisError(f"in_flight_cap must be >= 1 batch, not {cap}")
-    if not (math.isfinite(handoff_s) and handoff_s >= 0):
-        raise AnalysisError(f"handoff_s must be a finite time >= 0, not {handoff_s}")
+    _check_async(k, cap, s, u, handoff_s, gen_trace, train_trace)
     hand = handoff_s
-    for name, tr in (("gen_trace", gen_trace), ("train_trace", train_trace)):
-        if any(not (math.isfinite(x) and x >= 0) for x in tr):
-            raise AnalysisError(f"{name} must hold finite times >= 0")
     n_batches = max(n_batches, 4 * (s // math.gcd(u, s)))
     sync_end: list[float] = [0.0]  # end time of each sync, in order (version 0 at t = 0)
     sync_start: list[float] = [0.0]
@@ -179,12 +166,8 @@ def simulate_pipeline(
             start = max(start, sync_end[i] + hand)
         v = sync_ver[max(0, bisect.bisect_right(sync_end, start - hand) - 1)]  # latest version received
         end = start + (gen_trace[b % len(gen_trace)] if gen_trace else gen_time_s)
-        first = bisect.bisect_left(sync_end, start + 1e-12) if sync_pauses_rollout else len(sync_end)
-        for i2 in range(first, len(sync_end)):  # syncs overlapping the generation pause it
-            ss, se = sync_start[i2], sync_end[i2]
-            if ss >= end:
-                break
-            end += se - max(ss, start)
+        if sync_pauses_rollout:
+            end = _paused(start, end, sync_start, sync_end)
         g_start.append(start)
         g_end.append(end)
         lag_sum.append(sum(b * u + jj - v for jj in range(u)))
@@ -192,14 +175,7 @@ def simulate_pipeline(
         t = max(t_tr, end + hand)
         taken.append(t)
         per_update = (train_trace[b % len(train_trace)] if train_trace else train_time_s) / u
-        for jj in range(u):
-            t += per_update
-            n = b * u + jj + 1
-            if n % s == 0:
-                sync_start.append(t)
-                t += sync_time_s
-                sync_end.append(t)
-                sync_ver.append(n)
+        t = _train(t, b, u, s, per_update, sync_time_s, (sync_start, sync_end, sync_ver))
         t_busy.append((taken[b], t))
         t_tr = t
     lo = n_batches // 2
@@ -217,6 +193,63 @@ def simulate_pipeline(
         cycle=s // math.gcd(u, s),
     )
     return dataclasses.replace(est, rollout_overlap_frac=r_ov, trainer_overlap_frac=t_ov)
+
+
+def _paused(start: float, end: float, sync_start: list[float], sync_end: list[float]) -> float:
+    """The end of a generation from ``start`` to ``end``, each sync overlapping it pausing it."""
+    for i in range(bisect.bisect_left(sync_end, start + 1e-12), len(sync_end)):
+        ss, se = sync_start[i], sync_end[i]
+        if ss >= end:
+            break
+        end += se - max(ss, start)
+    return end
+
+
+def _train(
+    t: float,
+    b: int,
+    u: int,
+    s: int,
+    per_update: float,
+    sync_s: float,
+    syncs: tuple[list[float], list[float], list[int]],
+) -> float:
+    """Batch b's u updates from time t, a sync after every s-th update (appended to ``syncs``:
+    start, end, version); returns when the trainer is done with the batch."""
+    for jj in range(u):
+        t += per_update
+        n = b * u + jj + 1
+        if n % s == 0:
+            syncs[0].append(t)
+            t += sync_s
+            syncs[1].append(t)
+            syncs[2].append(n)
+    return t
+
+
+def _check_async(
+    k: int | None,
+    cap: int | None,
+    s: int,
+    u: int,
+    handoff_s: float,
+    gen_trace: Sequence[float],
+    train_trace: Sequence[float],
+) -> None:
+    if k is None and cap is None:
+        raise AnalysisError("async needs a staleness_bound or an in_flight_cap (or both)")
+    if k is not None and k < min_staleness_bound(s, u):
+        raise AnalysisError(
+            f"staleness_bound {k} deadlocks with sync_every {s} and updates_per_batch {u}: "
+            f"it must be >= {min_staleness_bound(s, u)}"
+        )
+    if cap is not None and cap < 1:
+        raise AnalysisError(f"in_flight_cap must be >= 1 batch, not {cap}")
+    if not (math.isfinite(handoff_s) and handoff_s >= 0):
+        raise AnalysisError(f"handoff_s must be a finite time >= 0, not {handoff_s}")
+    for name, tr in (("gen_trace", gen_trace), ("train_trace", train_trace)):
+        if any(not (math.isfinite(x) and x >= 0) for x in tr):
+            raise AnalysisError(f"{name} must hold finite times >= 0")
 
 
 def _clip(spans: list[tuple[float, float]], window: tuple[float, float]) -> list[tuple[float, float]]:
