@@ -1,43 +1,41 @@
 """The pipeline model's predicted wall time against measured two-process async runs (issue 30, item 4).
 
-tiny-grpo's P4xG8 candidate, STEPS trainer steps per run, the first SKIP left out (the worker's
-start-up). For each setting (staleness bound k, in-flight cap, sync_every), in this order, under the
-same machine conditions:
+tiny-grpo's P4xG8 candidate. For each setting (staleness bound k, in-flight cap, sync_every) and
+each of REPEATS repeats, two runs back to back, under the same machine conditions:
 
-1. ``solo``: a sync run alone (trainer.py at the same k, so the rollouts carry behaviour log-probs
-   as the worker's do): gen = generate + behaviour log-probs + reward per batch, train = the rest of
-   the step's wall (update and bookkeeping), both means per step.
-2. ``pair``: the same sync run with a second copy running beside it in another process: the
-   contention factor of one device, c = a stage's time with a second process busy / alone, for gen
-   and train separately. Measured, never fitted to the async run's wall time.
-3. ``async``: the real two-process run (backends/torch_rl/async_run.py); measured wall time per 100
-   steps = 100 x the mean of its steps' wall_s. Beside it the load (/proc/loadavg) and the contention
-   meter (measure/contention.py: other processes' busy cores over the run).
+1. ``calibration``: a short serial two-process run (async_run.py at k = 0, cap 1, sync_every 1: the
+   worker waits for each update's weights and the trainer for each batch, so the two processes
+   never run at once), CAL steps, the first CAL_SKIP left out. It gives each stage's work: the
+   worker's generation CPU time (gen_cpu_s) and the rest of its busy time (weight load, serialising
+   the batch); the trainer's update CPU time (train_cpu_s) and the rest of its busy time
+   (deserialising, bookkeeping, the consumer's time); the weight send (sync_s); and the latency of a
+   message between the processes, from the serial run's waits: the trainer's wait on the queue
+   less the worker's busy time, over the two messages (weights out, batch back) per step.
+2. ``run``: the real two-process run at the setting, STEPS steps, the first SKIP left out. Measured
+   wall time per 100 steps = 100 x the mean of its steps' wall_s. Beside it the load
+   (/proc/loadavg) and the contention meter (measure/contention.py: other processes' busy cores).
 
-Predictions (batchtune/analysis/system/pipeline.py, async, staleness bound k, model cap = the queue's
-cap + 1 since the worker may finish one more batch before it blocks on the full queue, syncs that
-cost the trainer only: the worker's weight load is part of its per-batch time):
-- ``A``: solo timers, with the pair's contention factors applied by ``shared_device`` (a stage is
-  slowed by c only for the share of its time the other side is busy). Sync cost (trainer's send,
-  worker's load) from the async run's own timers: a sync run has none.
-- ``A0``: the same without contention (c = 1): what the model says if two processes did not slow
-  each other.
-- every prediction adds what crossing between the processes costs, measured by a ping-pong just
-  before the run (``handoffs``): the latency of a small message (``handoff_s``) and the time the
-  serialised weights take to cross, which the rollout pays once per sync (added to its batch time).
-- ``B``: the async run's own per-step timers (gen_s + load_s on the worker; wall_s - queue_wait_s -
-  sync_s on the trainer; sync_s per sync): the model's structure alone, not a prediction in advance.
-  ``Bt``: the same timers per batch, in order, as a trace (simulate_pipeline's gen_trace /
-  train_trace): the mean-value model B cannot see that a slow batch against a binding bound makes
-  the other side wait, the trace can.
+Predictions (batchtune/analysis/system/pipeline.py, async, staleness bound k, model cap = the
+queue's cap + 1 since the worker may finish one more batch before it blocks on the full queue,
+syncs that cost the trainer only):
+- ``T`` (the prediction): the calibration's stage work, each side slowed by the contention read
+  during the run: the stage's wall time over its CPU time (generation on the worker, the update on
+  the trainer, each process's own thread). It uses the run's contention reading and never the run's
+  stage times: the work comes from the calibration.
+- ``C``: the calibration's stage wall times as they are (no in-run reading): what a prediction made
+  before the run would say, with the load and the two processes' overlap of the calibration.
+- ``R`` (replay, not a prediction): the model fed the run's own mean stage times, and ``Rt`` its
+  per-batch times in order as a trace (simulate_pipeline's gen_trace / train_trace): the model's
+  structural error alone.
+
+The measured waits (trainer on the queue; worker on the staleness bound and on a full queue) are set
+beside the model's idle shares. Summary: the median ratio over the repeats per setting.
 
     python benchmarks/pipeline_vs_measured.py  (writes benchmarks/out/pipeline_vs_measured.txt)
 """
 
 from __future__ import annotations
 
-import dataclasses
-import multiprocessing as mp
 import os
 import platform
 import statistics
@@ -50,204 +48,187 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from batchtune.analysis.system.pipeline import shared_device, simulate_pipeline  # noqa: E402
-from batchtune.backends.models import load_model  # noqa: E402
+from batchtune.analysis.system.pipeline import PipelineEstimate, simulate_pipeline  # noqa: E402
 from batchtune.backends.spec import Candidate, RunSpec  # noqa: E402
 from batchtune.backends.torch_rl import TorchRLBackend  # noqa: E402
-from batchtune.backends.torch_rl.async_run import to_bytes  # noqa: E402
 from batchtune.measure import contention  # noqa: E402
 from batchtune.recipe.load import load_recipe  # noqa: E402
-from batchtune.records import StepRecord  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out" / "pipeline_vs_measured.txt"
-STEPS, SKIP, P, G = 50, 5, 4, 8
+STEPS, SKIP, CAL, CAL_SKIP, P, G, REPEATS = 40, 5, 16, 4, 4, 8, 2
 SETTINGS = [(0, 1, 1), (1, 1, 1), (2, 2, 1), (2, 2, 3)]  # (k, queue cap, sync_every)
-WEIGHTS_BYTES = [0]  # set in main
+NAMES = ("T", "C", "R", "Rt")
 
 
-def spec_of(root: Path, mode: str, k: int, cap: int, sync_every: int, steps: int, tag: str) -> RunSpec:
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def async_run(root: Path, k: int, cap: int, sync_every: int, steps: int, tag: str) -> list[dict[str, float]]:
     overrides = [
-        f'algorithm.mode="{mode}"', f"algorithm.in_flight_cap={cap}", f"algorithm.sync_every={sync_every}",
+        'algorithm.mode="async"', f"algorithm.in_flight_cap={cap}", f"algorithm.sync_every={sync_every}",
         f"budget.max_samples={steps * P * G}", "task.eval_size=0", 'target.metric="reward"',
     ]  # fmt: skip
     recipe = load_recipe(str(ROOT / "recipes" / "tiny-grpo.toml"), overrides)
     cand = Candidate(f"P{P}xG{G}", P, G, recipe.optimizer.lr * 2**0.5, "sqrt", staleness=k)
-    return RunSpec("bench", cand, 0, recipe, root / "runs" / tag, recipe.optimizer.lr, 16)
-
-
-def timed(spec: RunSpec) -> list[tuple[StepRecord, float]]:
-    """Each step's record with its wall time in this process (between the generator's yields)."""
-    out, last = [], time.perf_counter()
-    for rec in TorchRLBackend().train(spec):
-        now = time.perf_counter()
-        out.append((rec, now - last))
-        last = now
+    spec = RunSpec("bench", cand, 0, recipe, root / "runs" / tag, recipe.optimizer.lr, 16)
+    out = []
+    for r in TorchRLBackend().train(spec):
+        out.append({**r.metrics, "gen_s": r.gen_s, "train_s": r.train_s, "other_s": r.other_s})
     return out
-
-
-def _echo(inbox, outbox) -> None:  # the ping-pong's second process: a small ack per message
-    while inbox.get() is not None:
-        outbox.put(b"k")
-
-
-def handoffs(weights_bytes: int, rounds: int = 100) -> tuple[float, float]:
-    """(latency of one small message, time for the weights to cross) between two processes through
-    the spawn-context queues the async run uses, under the load now: half the median round trip
-    of a small message, and the mean round trip of a ``weights_bytes`` message less that half.
-    A message larger than the pipe's buffer moves only as the reader reads, so the rollout pays
-    the crossing inside its wait for the weights (in worker_wait_s, not load_s)."""
-    ctx = mp.get_context("spawn")
-    inbox, outbox = ctx.Queue(), ctx.Queue()
-    proc = ctx.Process(target=_echo, args=(inbox, outbox), daemon=True)
-    proc.start()
-    try:
-        inbox.put(b"x")
-        outbox.get(timeout=120)  # started
-
-        def trips(n: int) -> list[float]:
-            out, msg = [], b"x" * n
-            for _ in range(rounds):
-                t0 = time.perf_counter()
-                inbox.put(msg)
-                outbox.get(timeout=60)
-                out.append(time.perf_counter() - t0)
-            return out
-
-        small = statistics.median(trips(64)) / 2
-        big = statistics.fmean(trips(weights_bytes)) - small
-        inbox.put(None)
-        return small, max(0.0, big)
-    finally:
-        proc.join(10)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join()
-
-
-def weights_size(root: Path) -> int:
-    """Bytes of the serialised state_dict the trainer sends (async_run.to_bytes)."""
-    spec = spec_of(root, "sync", 1, 0, 1, 2, "size")
-    lm = load_model(dataclasses.replace(spec.recipe.model, dtype="float32"), "cpu", 0)
-    return len(to_bytes(lm.model.state_dict()))
-
-
-def _companion(root: str, k: int, ready, go) -> None:  # the pair's second process
-    spec = spec_of(Path(root), "sync", k, 0, 1, int(STEPS * 1.6), f"pair-companion-{time.time_ns()}")
-    ready.set()
-    go.wait()
-    timed(spec)
-
-
-@dataclass(frozen=True)
-class Solo:
-    gen: float
-    train: float
-
-
-def sync_times(steps: list[tuple[StepRecord, float]]) -> Solo:
-    steady = steps[SKIP:]
-    gen = statistics.fmean(r.gen_s + r.other_s for r, _ in steady)
-    return Solo(gen, statistics.fmean(w - r.gen_s - r.other_s for r, w in steady))
-
-
-def paired(root: Path, k: int) -> Solo:
-    ctx = mp.get_context("spawn")
-    ready, go = ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_companion, args=(str(root), k, ready, go), daemon=True)
-    proc.start()
-    try:
-        if not ready.wait(120):
-            raise RuntimeError("the pair's companion process did not start")
-        spec = spec_of(root, "sync", k, 0, 1, STEPS, f"pair-{k}-{time.time_ns()}")
-        go.set()
-        return sync_times(timed(spec))
-    finally:
-        proc.join(60)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join()
 
 
 def mean(xs: list[float]) -> float:
     return statistics.fmean(xs) if xs else 0.0
 
 
-def one(root: Path, k: int, cap: int, sync_every: int) -> tuple[list[str], list[float]]:
-    ks = max(k, 1)  # the sync trainer records behaviour log-probs only at k >= 1; the worker always
-    solo = sync_times(timed(spec_of(root, "sync", ks, 0, 1, STEPS, f"solo-{k}-{cap}-{sync_every}")))
-    pair = paired(root, ks)
-    c = (max(1.0, pair.gen / solo.gen), max(1.0, pair.train / solo.train))
-    hand, cross = handoffs(WEIGHTS_BYTES[0])
-    load0 = Path("/proc/loadavg").read_text().split()[0]
-    meter = contention.read()
-    steps = [r for r, _ in timed(spec_of(root, "async", k, cap, sync_every, STEPS, f"async-{k}-{cap}"))]
-    others = contention.other_cores(meter)
-    recs = steps[SKIP:]
-    m = [r.metrics for r in recs]
-    wall = 100 * mean([x["wall_s"] for x in m])
+@dataclass(frozen=True)
+class Stages:
+    """Per-batch stage times of one run (means over its steady steps), each side's busy time split
+    into the part whose CPU time is read (gen on the worker, the update on the trainer) and the rest."""
+
+    gen: float  # generation wall
+    gen_cpu: float
+    gen_rest: float  # weight load + serialising the batch
+    train: float  # the update's wall
+    train_cpu: float
+    train_rest: float  # deserialising + bookkeeping + the consumer's time
+    sync: float  # per sync
+    hand: float  # latency of one message (calibration only)
+
+    @property
+    def c_gen(self) -> float:
+        return self.gen / self.gen_cpu if self.gen_cpu > 0 else 1.0
+
+    @property
+    def c_train(self) -> float:
+        return self.train / self.train_cpu if self.train_cpu > 0 else 1.0
+
+
+def busy_train(x: dict[str, float]) -> float:
+    """The trainer's busy time in a step: all of its wall but the waits on the queue and the sync."""
+    return x["wall_s"] - x["queue_wait_s"] - x["sync_s"]
+
+
+def stages(m: list[dict[str, float]]) -> Stages:
+    gen, train = mean([x["gen_s"] for x in m]), mean([x["train_s"] for x in m])
+    gen_rest = mean([x["load_s"] + x["pack_s"] for x in m])
     syncs = [x["sync_s"] for x in m if x["sync_s"] > 0]
-    sync_s = mean(syncs)  # per sync, trainer side
-    load_s = mean([x["load_s"] for x in m])  # per batch, worker side
-    per_batch = cross / sync_every  # the weights' crossing, paid by the rollout once per sync
-    gen_trace = [r.gen_s + r.metrics["load_s"] + per_batch for r in recs]
-    train_trace = [x["wall_s"] - x["queue_wait_s"] - x["sync_s"] for x in m]
-    own_gen, own_train = mean(gen_trace), mean(train_trace)
-    kw = dict(batch_responses=P * G, sync_time_s=sync_s, staleness_bound=k, in_flight_cap=cap + 1,
-              sync_every=sync_every, sync_pauses_rollout=False, handoff_s=hand)  # fmt: skip
-    solo_gen = solo.gen + load_s + per_batch
-    pred_a = shared_device(contention=c, gen_time_s=solo_gen, train_time_s=solo.train, **kw)
-    pred_a0 = shared_device(contention=1.0, gen_time_s=solo_gen, train_time_s=solo.train, **kw)
-    pred_b = shared_device(contention=1.0, gen_time_s=own_gen, train_time_s=own_train, **kw)
-    pred_bt = simulate_pipeline(
-        gen_time_s=own_gen, train_time_s=own_train, gen_trace=gen_trace, train_trace=train_trace, **kw
-    )  # type: ignore[arg-type]
-    a, a0, b, bt = (100 * e.step_time_s for e in (pred_a, pred_a0, pred_b, pred_bt))
+    # serial run: the trainer waits for the weights to cross, the worker's busy time, the batch to cross
+    crossing = mean([x["queue_wait_s"] - x["gen_s"] - x["load_s"] - x["pack_s"] for x in m])
+    return Stages(
+        gen, mean([x["gen_cpu_s"] for x in m]), gen_rest, train, mean([x["train_cpu_s"] for x in m]),
+        mean([busy_train(x) for x in m]) - train, mean(syncs), max(0.0, crossing / 2),
+    )  # fmt: skip
+
+
+def model(
+    gen: float, train: float, sync: float, hand: float, k: int, cap: int, se: int, **kw
+) -> PipelineEstimate:
+    return simulate_pipeline(
+        batch_responses=P * G, gen_time_s=gen, train_time_s=train, sync_time_s=sync, staleness_bound=k,
+        in_flight_cap=cap + 1, sync_every=se, sync_pauses_rollout=False, handoff_s=hand, **kw,
+    )  # fmt: skip
+
+
+def predictions(cal: Stages, run: Stages, m: list[dict[str, float]], k: int, cap: int, se: int):
+    """T, C, R, Rt (module docstring), each a PipelineEstimate."""
+    sg, st = run.c_gen / cal.c_gen, run.c_train / cal.c_train  # the run's slowdown over the calibration's
+    t_gen = cal.gen_cpu * run.c_gen + cal.gen_rest * sg
+    t_train = cal.train_cpu * run.c_train + cal.train_rest * st
+    gen_trace = [x["gen_s"] + x["load_s"] + x["pack_s"] for x in m]
+    train_trace = [busy_train(x) for x in m]
+    kw = dict(k=k, cap=cap, se=se)
+    return (
+        model(t_gen, t_train, cal.sync * st, cal.hand, **kw),
+        model(cal.gen + cal.gen_rest, cal.train + cal.train_rest, cal.sync, cal.hand, **kw),
+        model(run.gen + run.gen_rest, run.train + run.train_rest, run.sync, cal.hand, **kw),
+        model(
+            mean(gen_trace),
+            mean(train_trace),
+            run.sync,
+            cal.hand,
+            gen_trace=gen_trace,
+            train_trace=train_trace,
+            **kw,
+        ),  # fmt: skip
+    )
+
+
+def one(root: Path, k: int, cap: int, se: int, rep: int) -> tuple[list[str], list[float]]:
+    tag = f"{k}-{cap}-{se}-{rep}"
+    load_cal = loadavg()
+    cal = stages(async_run(root, 0, 1, 1, CAL, f"cal-{tag}")[CAL_SKIP:])
+    load0, meter = loadavg(), contention.read()
+    m = async_run(root, k, cap, se, STEPS, f"run-{tag}")[SKIP:]
+    others, load1 = contention.other_cores(meter), loadavg()
+    run = stages(m)
+    wall = 100 * mean([x["wall_s"] for x in m])
+    preds = predictions(cal, run, m, k, cap, se)
+    ratios = [100 * e.step_time_s / wall for e in preds]
     lag = mean([x["staleness"] for x in m])
     lines = [
-        f"k={k} cap={cap} sync_every={sync_every}   load {load0}, other processes' cores {others:.2f}",
-        f"  solo sync: gen {solo.gen:.4f} s  train {solo.train:.4f} s   pair: gen {pair.gen:.4f}  "
-        f"train {pair.train:.4f}  -> contention gen x{c[0]:.2f} train x{c[1]:.2f}",
-        f"  async own timers: gen+load {own_gen:.4f}  trainer busy {own_train:.4f}  sync {sync_s:.4f} "
-        f"per sync  load {load_s:.4f} per batch  handoff {hand:.5f}  weights crossing {cross:.4f}",
-        f"  measured waits per step: trainer on the queue {mean([x['queue_wait_s'] for x in m]):.4f}  "
-        f"worker on the bound or a full queue {mean([x['worker_wait_s'] for x in m]):.4f}",
-        f"  s per 100 steps: measured {wall:6.2f} | A {a:6.2f} ({a / wall:.3f})  A0 {a0:6.2f} "
-        f"({a0 / wall:.3f})  B {b:6.2f} ({b / wall:.3f})  Bt {bt:6.2f} ({bt / wall:.3f})",
-        f"  mean lag: measured {lag:.2f}, model A {pred_a.mean_staleness:.2f}, "
-        f"Bt {pred_bt.mean_staleness:.2f}",
+        f"k={k} cap={cap} sync_every={se} repeat {rep}: load {load_cal} (calibration), {load0}-{load1} "
+        f"(run); other processes' cores during the run {others:.2f}",
+        f"  calibration: gen {cal.gen:.4f} s (cpu {cal.gen_cpu:.4f}, x{cal.c_gen:.2f}) + {cal.gen_rest:.4f}"
+        f"  train {cal.train:.4f} (cpu {cal.train_cpu:.4f}, x{cal.c_train:.2f}) + {cal.train_rest:.4f}"
+        f"  sync {cal.sync:.4f}  message {cal.hand:.5f}",
+        f"  run:         gen {run.gen:.4f} s (cpu {run.gen_cpu:.4f}, x{run.c_gen:.2f}) + {run.gen_rest:.4f}"
+        f"  train {run.train:.4f} (cpu {run.train_cpu:.4f}, x{run.c_train:.2f}) + {run.train_rest:.4f}"
+        f"  sync {run.sync:.4f}",
+        f"  waits per step: trainer on the queue {mean([x['queue_wait_s'] for x in m]):.4f}; worker on the "
+        f"bound {mean([x['bound_wait_s'] for x in m]):.4f}, on a full queue "
+        f"{mean([x['put_wait_s'] for x in m]):.4f} | model T idle: trainer "
+        f"{preds[0].trainer_idle_frac * preds[0].batch_time_s:.4f}, rollout "
+        f"{preds[0].rollout_idle_frac * preds[0].batch_time_s:.4f}",
+        f"  s per 100 steps: measured {wall:6.2f} | "
+        + "  ".join(f"{n} {r * wall:6.2f} ({r:.3f})" for n, r in zip(NAMES, ratios, strict=True)),
+        f"  mean lag: measured {lag:.2f}, T {preds[0].mean_staleness:.2f}, Rt {preds[3].mean_staleness:.2f}",
     ]
-    return lines, [a / wall, a0 / wall, b / wall, bt / wall]
+    return lines, ratios
+
+
+def summary(results: dict[tuple[int, int, int], list[list[float]]]) -> list[str]:
+    lines = ["", "median over the repeats of predicted / measured wall time per 100 steps:"]
+    within = dict.fromkeys(NAMES, 0)
+    for (k, cap, se), reps in results.items():
+        meds = [statistics.median(r[i] for r in reps) for i in range(len(NAMES))]
+        for n, v in zip(NAMES, meds, strict=True):
+            within[n] += abs(v - 1) <= 0.10
+        lines.append(
+            f"  k={k} cap={cap} sync_every={se}: "
+            + "  ".join(f"{n} {v:.3f}" for n, v in zip(NAMES, meds, strict=True))
+        )
+    n = len(results)
+    lines.append("within 10%: " + ", ".join(f"{k} {v}/{n}" for k, v in within.items()) + " settings")
+    return lines
 
 
 def main() -> int:
     t0, c0 = time.perf_counter(), time.process_time()
     root = Path(tempfile.mkdtemp())
-    timed(spec_of(root, "sync", 0, 0, 1, 2, "warm"))  # the warm start into the cache, off the clock
-    WEIGHTS_BYTES[0] = weights_size(root)
+    async_run(root, 0, 1, 1, 2, "warm")  # the warm start into the cache, off the clock
     head = [
-        f"pipeline model vs measured two-process async runs: tiny-grpo P{P}xG{G}, {STEPS} trainer "
-        f"steps per run, first {SKIP} left out",
+        f"pipeline model vs measured two-process async runs: tiny-grpo P{P}xG{G}; per setting and repeat "
+        f"a serial calibration ({CAL} steps, first {CAL_SKIP} left out) then the run ({STEPS} steps, "
+        f"first {SKIP} left out)",
         f"machine: {platform.machine()} {os.cpu_count()} cores, shared with other jobs; load at start "
         f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}",
-        "A = solo sync-run stage times x the measured two-process contention (a prediction); "
-        "A0 = the same with no contention; B = the async run's own mean timers, Bt = its per-batch "
-        "timers as a trace (consistency checks, not predictions); (ratio = predicted / measured)",
+        "T = the calibration's stage work x the contention read during the run (a prediction); C = the "
+        "calibration's stage times as they are; R = the run's own mean stage times, Rt = its per-batch "
+        "times as a trace (replays, not predictions); (ratio = predicted / measured)",
         "",
     ]
-    lines, ratios = [], []
-    for k, cap, sync_every in SETTINGS:
-        got, r = one(root, k, cap, sync_every)
-        lines += got
-        ratios.append(r)
-        print("\n".join(got), file=sys.stderr, flush=True)
-    n = len(ratios)
-    within = [sum(abs(r[i] - 1) <= 0.10 for r in ratios) for i in range(4)]
-    lines += [
-        "",
-        f"within 10% of measured: A {within[0]}/{n}, A0 {within[1]}/{n}, B {within[2]}/{n}, "
-        f"Bt {within[3]}/{n} settings; load at end {Path('/proc/loadavg').read_text().split()[0]}; "
-        f"wall {time.perf_counter() - t0:.0f} s",
-    ]
+    lines: list[str] = []
+    results: dict[tuple[int, int, int], list[list[float]]] = {s: [] for s in SETTINGS}
+    for rep in range(REPEATS):
+        for k, cap, se in SETTINGS:
+            got, ratios = one(root, k, cap, se, rep)
+            lines += got
+            results[(k, cap, se)].append(ratios)
+            print("\n".join(got), file=sys.stderr, flush=True)
+    lines += summary(results)
+    lines.append(f"load at end {loadavg()}; wall {time.perf_counter() - t0:.0f} s")
     text = "\n".join(head + lines) + "\n"
     OUT.write_text(text)
     print(text, end="")
