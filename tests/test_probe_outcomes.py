@@ -99,7 +99,7 @@ def test_recommend_on_a_branched_probes_results_names_the_mode_it_needs(tmp_path
     nqm, r = str(shipped_recipes()["nqm"]), str(tmp_path / "r")
     probe = CliRunner().invoke(app, ["probe", nqm, "-r", r, "--set", "probe.mode=branched", "--json"])
     assert probe.exit_code == 0, probe.output
-    assert "branched" in json.loads(probe.stdout)  # its summary, told apart by type (cli/measuring)
+    assert "branched" in json.loads(probe.stdout)  # its summary, told apart by type (cli/shown)
     out = CliRunner().invoke(app, ["recommend", nqm, "-r", r])
     assert out.exit_code == 2 and "--set probe.mode=branched" in out.output, out.output
     empty = CliRunner().invoke(app, ["recommend", str(shipped_recipes()["nqm"]), "-r", str(tmp_path / "e")])

@@ -22,12 +22,21 @@ from batchtune.cli.app import (
     console,
     handle_errors,
 )
-from batchtune.errors import AnalysisError, InputError
+from batchtune.cli.shown import (
+    TuneScreen,
+    branched_json,
+    exit_if_not_estimated,
+    not_estimated,
+    plot_lines,
+    probe_notes,
+    say_choice,
+    show_profile,
+)
+from batchtune.errors import InputError
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 
 if TYPE_CHECKING:
-    from batchtune.measure.branched import BranchedProbeResult
-    from batchtune.measure.probe import ProbeResult
+    pass
 
 SmokeOpt = Annotated[
     bool,
@@ -74,20 +83,20 @@ def probe(
     from batchtune.report.progress import probe_progress
     from batchtune.report.terminal import render_efficiency, render_probe_cost
 
-    _say_choice(cfg, json_out)
+    say_choice(cfg, json_out)
     with probe_progress(console, enabled=not json_out) as progress:
         result = workflow.probe(cfg, progress)
     if isinstance(result, PretrainProbeResult):  # a grid of token batches -> B_opt, B_min per target loss
         from batchtune.report.pretrain_grid import render_pretrain_grid
 
         _print_json(result) if json_out else render_pretrain_grid(console, result)
-        _exit_if_not_estimated(result.analysis.unreached())
+        exit_if_not_estimated(result.analysis.unreached())
         return
     if json_out:
         from batchtune.report.json import efficiency_to_dict
 
         eff = efficiency_to_dict(result.efficiency)
-        notes = [*eff.pop("notes", []), *_probe_notes(result)]  # + a plot that was not written
+        notes = [*eff.pop("notes", []), *probe_notes(result)]  # + a plot that was not written
         _print_json(
             {
                 "results_dir": str(cfg.run.results_dir),
@@ -98,10 +107,10 @@ def probe(
                 "probe_choice": cfg.probe_choice,
                 **eff,
                 "notes": notes,
-                **_branched_json(result),
+                **branched_json(result),
             }
         )
-        _exit_if_not_estimated(not_estimated(result.efficiency))
+        exit_if_not_estimated(not_estimated(result.efficiency))
         return
     console.print(
         f"{result.runs_done} run(s) done, {result.runs_skipped} reused from {cfg.run.results_dir} "
@@ -115,56 +124,8 @@ def probe(
         from batchtune.report.branched import render_branched
 
         render_branched(console, result.summary)
-    _plot_lines(result)
-    _exit_if_not_estimated(not_estimated(result.efficiency))
-
-
-def _say_choice(cfg: Any, json_out: bool) -> None:
-    """Why probe.mode = "auto" chose this probe (recipe.probe_choice), before it runs."""
-    if cfg.probe_choice and not json_out:
-        console.print(f"Probe mode: {cfg.probe_choice}", highlight=False, markup=False)
-
-
-def not_estimated(eff: Any) -> str | None:
-    """Why a probe estimated no critical batch (None when it did): the reference never reached the
-    target, or too few batches have a usable estimate. The probe then exits 3, as recommend does."""
-    crit = eff.critical
-    if crit is not None and crit.batch is not None:
-        return None
-    if crit is not None:
-        return f"critical training batch not estimated: {crit.reason}"
-    why = next((n for n in eff.notes if n.startswith("critical batch not estimated")), None)
-    return why or "critical training batch not estimated"
-
-
-def _exit_if_not_estimated(reason: str | None) -> None:
-    """After the results are shown: exit 3 with one line on stderr when nothing was estimated."""
-    if reason is not None:
-        raise AnalysisError(reason)
-
-
-def _probe_notes(result: ProbeResult | BranchedProbeResult) -> tuple[str, ...]:
-    """What the workflow noted after a grid probe (e.g. a plot a read-only directory refused)."""
-    from batchtune.measure.probe import ProbeResult
-
-    return result.notes if isinstance(result, ProbeResult) else ()
-
-
-def _plot_lines(result: ProbeResult | BranchedProbeResult) -> None:
-    if result.plot_path:
-        console.print(f"Learning curves: {result.plot_path}")
-    for note in _probe_notes(result):
-        console.print(f"Note: {note}", highlight=False, markup=False)
-
-
-def _branched_json(result: ProbeResult | BranchedProbeResult) -> dict[str, Any]:
-    from batchtune.measure.branched import BranchedProbeResult
-
-    if not isinstance(result, BranchedProbeResult):
-        return {}
-    from batchtune.report.branched import branched_to_dict
-
-    return {"branched": branched_to_dict(result.summary)}
+    plot_lines(result)
+    exit_if_not_estimated(not_estimated(result.efficiency))
 
 
 @app.command()
@@ -250,21 +211,16 @@ def profile_gen(
     _profile(cfg, json_out=json_out, roofline_only=roofline_only)
 
 
-def _profile(cfg: Any, *, json_out: bool, roofline_only: bool = False, quiet_json: bool = False) -> Any:
+def _profile(cfg: Any, *, json_out: bool, roofline_only: bool = False) -> None:
     from batchtune import workflow
-    from batchtune.report.profile import render_prediction, render_profile
     from batchtune.report.progress import simple_progress
 
     with simple_progress(console, "profiling", enabled=not (json_out or roofline_only)) as progress:
         result, paths = workflow.profile(cfg, progress, roofline_only=roofline_only)
     if json_out:
-        if not quiet_json:
-            _print_json({**result.to_dict(), "plots": [str(p) for p in paths]})
-        return result
-    (render_prediction if roofline_only else render_profile)(console, result)
-    for p in paths:
-        console.print(f"Plot: {p}")
-    return result
+        _print_json({**result.to_dict(), "plots": [str(p) for p in paths]})
+        return
+    show_profile(result, paths, roofline_only=roofline_only)
 
 
 @app.command()
@@ -301,7 +257,6 @@ def tune(
     overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
     cfg = _recipe(recipe, overrides, results)
     from batchtune.workflow.pretrain import check_pretrain_ranking
-    from batchtune.workflow.recommend import recommend_for_recipe
     from batchtune.workflow.study import study_for
 
     check_pretrain_ranking(cfg, "tune", emit)  # before a dry run too: its "Run it" would be refused
@@ -321,29 +276,12 @@ def tune(
             )
             console.print(then, highlight=False)
         return
-    from batchtune import workflow
-    from batchtune.report.progress import probe_progress
-    from batchtune.report.terminal import render_efficiency
+    from batchtune.workflow.tune import tune as run_tune
 
-    _say_choice(cfg, json_out)
-    if not json_out:
-        console.rule("1/3 probe: sample efficiency")
-    with probe_progress(console, enabled=not json_out) as progress:
-        result = workflow.probe_ranked(cfg, progress)
-    if not json_out:
-        render_efficiency(console, result.efficiency)
-        _plot_lines(result)
-        console.rule("2/3 profile-gen: system efficiency")
-    if study_for(cfg).profile_gen:
-        _profile(cfg, json_out=json_out, quiet_json=True)
-    elif not json_out:  # nothing is generated: the probe's own step times are the throughput
-        console.print("pre-training generates nothing: the probe's timed training steps are the throughput")
-    if not json_out:
-        console.rule("3/3 recommend: time-to-target")
-    rec, emitted, values = recommend_for_recipe(cfg, "auto", emit, gpus, gpus_per_node)
-    from batchtune.measure.probe_size import full_run_samples
-
-    stated = (full_run_samples(cfg), cfg.probe_choice)
+    say_choice(cfg, json_out)
+    tuned = run_tune(cfg, TuneScreen(json_out), emit=emit, gpus=gpus, gpus_per_node=gpus_per_node)
+    rec, emitted, values = tuned.recommendation, tuned.emitted, tuned.emitted_values
+    stated = tuned.stated_run
     _show_recommendation(rec, emitted, values, json_out, emit, out, efficiency_shown=True, stated_run=stated)
 
 
