@@ -16,6 +16,7 @@ contended. "as-is" is only as quiet as the machine was: the load column says how
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -36,19 +37,29 @@ def _batchtune(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
-def _one(results: Path, loaded: bool) -> dict[str, object]:
+def _one(results: Path, loaded: bool, transient: float = 0.0) -> dict[str, object]:
+    """profile-gen + recommend; ``loaded``: one spinner per core, for the whole profile-gen, or for
+    only its first ``transient`` seconds (a load that goes away, as another job ending)."""
     spinners = [mp.Process(target=_spin, daemon=True) for _ in range(os.cpu_count() or 1)] if loaded else []
     for s in spinners:
         s.start()
     try:
         time.sleep(1.0 if loaded else 0.0)
         load = float(Path("/proc/loadavg").read_text().split()[0])
-        prof = _batchtune("profile-gen", "--results", str(results), "--json")
-        if prof.returncode != 0:
-            raise SystemExit(f"profile-gen failed: {prof.stderr.strip()[-300:]}")
+        cmd = [sys.executable, "-m", "batchtune", "profile-gen", "--results", str(results), "--json"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if transient > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=transient)
+            for s in spinners:
+                s.terminate()
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"profile-gen failed: {err.strip()[-300:]}")
     finally:
         for s in spinners:
             s.terminate()
+    retimed = str(json.loads(out).get("retimed", "")) if out.strip().startswith("{") else ""
     rec = _batchtune("recommend", "--results", str(results), "--json")
     if rec.returncode != 0:
         raise SystemExit(f"recommend failed: {rec.stderr.strip()[-300:]}")
@@ -66,12 +77,26 @@ def _one(results: Path, loaded: bool) -> dict[str, object]:
         "warned": warned,
         "pick": pick["name"],
         "top2": [(c["name"], c["expected_time_ratio"]) for c in ranked[:2]],
+        "retimed": retimed,
+        "noise": pick.get("throughput_noise"),
     }
+
+
+def _retimed_words(note: str) -> str:
+    """The re-timing in a few words: "no", "off", or the readings and which was kept."""
+    if not note:
+        return "no"
+    if note.startswith("not re-timed"):
+        return "off"
+    readings = note.split("each: ")[1].split(" of ")[0] if "each: " in note else "?"
+    kept = note.split("kept timing ")[1].split(",")[0] if "kept timing " in note else "?"
+    return f"{readings} cores, kept {kept}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--transient", type=float, default=0.0, help="stop the spinners after S s of profile-gen")
     ap.add_argument("--results", default=str(Path.home() / ".cache" / "batchtune-bench" / "pick_stability"))
     args = ap.parse_args()
     results = Path(args.results)
@@ -81,14 +106,20 @@ def main() -> None:
         raise SystemExit(f"probe failed: {probe.stderr.strip()[-300:]}")
     took = time.time() - t0
     print(f"# default recipe (tiny-grpo), {os.cpu_count()} cores; probe {took:.0f} s (resumed if cached)")
-    rows = [_one(results, loaded=i % 2 == 1) for i in range(args.runs)]
-    print("| run | machine | load | throughput source | warned | pick | lowest E[T]/T0 | second |")
-    print("|---|---|---|---|---|---|---|---|")
+    if args.transient:
+        print(f"# loaded runs: the spinners stop {args.transient:g} s into profile-gen (a passing load)")
+    rows = [_one(results, loaded=i % 2 == 1, transient=args.transient) for i in range(args.runs)]
+    head = "| run | machine | load | throughput source | warned | pick | lowest E[T]/T0 | second |"
+    print(head + " re-timed | holds |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(rows, 1):
         (n1, t1), (n2, t2) = r["top2"]  # type: ignore[misc]
+        noise = r["noise"]
+        holds = f"{noise['holds']:.0%}" if isinstance(noise, dict) else "-"
+        retimed = _retimed_words(str(r["retimed"]))
         print(
             f"| {i} | {r['mode']} | {r['load']:.1f} | {r['source']} | {'yes' if r['warned'] else 'no'} "
-            f"| {r['pick']} | {n1} {t1:.3f} | {n2} {t2:.3f} |"
+            f"| {r['pick']} | {n1} {t1:.3f} | {n2} {t2:.3f} | {retimed} | {holds} |"
         )
     picks = Counter(str(r["pick"]) for r in rows)
     top, n_top = picks.most_common(1)[0]
