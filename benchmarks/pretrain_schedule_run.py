@@ -4,7 +4,7 @@
 
 Both arms train the tiny-pretrain model (recipes/tiny-pretrain.toml: xs Llama, Markov data, WSD
 stable phase with the recipe's warmup) from scratch with the same seed, so they read the same data
-stream. The schedule is the one the probe printed (benchmarks/out/tiny_pretrain_probe.txt: 16
+stream. The schedule is the one the probe printed before its refinement rounds (then 16
 tokens at lr 1.41e-3, then 64 tokens at 2.83e-3 from 14.6k tokens); the fixed arm is B_opt of the
 final target (64 tokens, lr 2.83e-3). A run stops once two evals in a row are at or below the
 target (or at the budget); tokens to target are read off the eval curve exactly as the probe reads

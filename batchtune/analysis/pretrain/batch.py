@@ -185,6 +185,12 @@ def _b_min(
         fit, resid, why = _line_b_min(b, s, max_resid, lower, upper)
         if rejected or why:
             notes.append(rejected + (why or "B_min from the line 1/S = (B - A1)/A0 instead"))
+    if fit is not None and lower is None and fit < upper / 2:  # more than a doubling below the grid
+        notes.append(
+            f"the fit's B_min {fit:.4g} lies more than a doubling below the smallest measured batch "
+            f"{upper:.4g}: not reported (measure smaller batches)"
+        )
+        fit = None
     if fit is not None:
         source = "fit" if lower is not None else "extrapolated"
         if lower is None:
