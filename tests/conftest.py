@@ -1,9 +1,82 @@
-"""Test-suite settings shared by every test (and by the CLI subprocesses tests start)."""
+"""Test-suite settings shared by every test (and by the CLI subprocesses tests start), and a report
+of the default tests that take longer than they should.
+
+The default suite (``-m 'not slow'``) must stay under 5 minutes on 2 shared cores, so a test that is
+not marked slow should take well under 10 s. Wall time on a shared machine says as much about the
+other jobs as about the test, so each phase is also charged the CPU seconds it used: this process's
+(every thread) plus those of the child processes it waited for (the CLI subprocesses and the
+trainers). A test over 10 s of wall whose CPU is small was slowed by load; one whose CPU is large is
+slow itself. This is a report, never a failure: a timed test flakes on a loaded machine.
+
+``BATCHTUNE_TEST_TIMES=path`` also writes every phase as one JSON line (nodeid, phase, wall_s, cpu_s),
+to compare two runs of the suite by CPU rather than by wall.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import resource
+import time
+from collections.abc import Generator
+from typing import Any
+
+import pytest
 
 # the suite runs on shared machines, where nearly every throughput profile reads contended: time
 # each profile once (tests of the re-timing itself unset this; measure/profile_retime.py)
 os.environ.setdefault("BATCHTUNE_RETIME_CONTENDED", "0")
+
+LIMIT_S = 10.0  # a default test over this (setup + call + teardown) is listed at the end
+_TIMES: dict[str, dict[str, float]] = {}  # nodeid -> {"wall_s", "cpu_s"}, summed over its phases
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _timed(item: pytest.Item, phase: str) -> Generator[None, Any, Any]:
+    wall, cpu = time.perf_counter(), _cpu_s()
+    result = yield
+    wall_s, cpu_s = time.perf_counter() - wall, _cpu_s() - cpu
+    total = _TIMES.setdefault(item.nodeid, {"wall_s": 0.0, "cpu_s": 0.0})
+    total["wall_s"] += wall_s
+    total["cpu_s"] += cpu_s
+    path = os.environ.get("BATCHTUNE_TEST_TIMES")
+    if path:
+        line = {"nodeid": item.nodeid, "phase": phase, "wall_s": round(wall_s, 3), "cpu_s": round(cpu_s, 3)}
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, Any, Any]:
+    return (yield from _timed(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
+    return (yield from _timed(item, "call"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, Any, Any]:
+    return (yield from _timed(item, "teardown"))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    over = sorted(
+        ((t["wall_s"], t["cpu_s"], n) for n, t in _TIMES.items() if t["wall_s"] > LIMIT_S), reverse=True
+    )
+    if not over:
+        return
+    load = os.getloadavg()[0]
+    terminalreporter.section(f"tests over {LIMIT_S:.0f} s (setup + call + teardown; load now {load:.1f})")
+    for wall_s, cpu_s, nodeid in over:
+        terminalreporter.write_line(f"{wall_s:6.1f} s wall {cpu_s:6.1f} s CPU  {nodeid}")
+    terminalreporter.write_line(
+        "a test slow by CPU needs a cheaper fixture, or @pytest.mark.slow if it is covered in fast form"
+    )

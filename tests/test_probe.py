@@ -162,10 +162,17 @@ def test_recommend_says_why_it_cannot_rank_from_what_the_results_directory_holds
     assert "the probe is unfinished" in unfinished.output and "rerun the same" in unfinished.output
 
 
-def test_tune_runs_all_three(tmp_path):
-    out = CliRunner().invoke(app, ["tune", NQM, "-r", str(tmp_path / "t"), "--json", *FIXED])
+def test_tune_runs_all_three(tmp_path, baseline):
+    """On the module's finished probe, so its probe stage reuses every run (a fresh tune's probe is
+    run in test_report_html and measure/test_probe_size); profile-gen and recommend run in full."""
+    results = _copy(baseline, tmp_path / "t")
+    sealed = {p: p.stat().st_mtime_ns for p in results.glob("runs/*/run.json")}
+    out = CliRunner().invoke(app, ["tune", NQM, "-r", str(results), "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
+    assert data["critical_training_batch"] == baseline[1]["critical_training_batch"]  # the probe's answer
+    assert {p: p.stat().st_mtime_ns for p in results.glob("runs/*/run.json")} == sealed  # nothing rerun
+    assert (results / "throughput.jsonl").stat().st_size > 0  # profile-gen measured and stored
     assert data["throughput_source"].startswith("profile-gen")
     assert data["critical_generation_batch"]["concurrency"] > 8
     assert data["recommended"]["generation_concurrency"] >= 1
@@ -208,6 +215,8 @@ def test_a_batch_in_both_sweeps_stays_in_the_main_sweep(tmp_path):
         "--set", "candidates.group_sweep_total=32",
         "--set", "candidates.group_sweep_sizes=[4, 8, 16]",
         "--set", "budget.seeds=[0]",
+        # the families come from the plan: a short run of a small NQM shows them as well
+        "--set", "nqm.dim=100", "--set", "budget.max_samples=2048", "--set", "target.value=3.0",
     )  # fmt: skip
     by = {c["name"]: c for c in data["candidates"]}
     assert by["P4xG8"]["family"] == "main"
