@@ -147,3 +147,17 @@ def test_the_probe_runs_the_added_batches_as_ordinary_runs_and_resumes(tmp_path:
     assert 24.0 in first["analysis"]["estimates"][0]["batches_tokens"]
     again = json.loads(CliRunner().invoke(app, args, catch_exceptions=False).stdout)
     assert again["runs_done"] == 0 and again["refinement"] == first["refinement"]
+
+
+def test_plan_of_the_shipped_pretraining_recipe_bounds_its_refinement() -> None:
+    from batchtune.measure.preview import plan_preview
+    from batchtune.recipe.load import load_recipe
+
+    recipe = load_recipe("recipes/tiny-pretrain.toml")
+    pre = plan_preview(recipe, time_steps=0)
+    batches, runs = refine_bound(recipe)
+    assert runs == 3 * batches > 0 and pre.refine_runs_max == runs
+    assert pre.refine_tokens_max == runs * recipe.pretrain.max_tokens
+    assert any(n.startswith("refinement rounds (not in the totals above)") for n in pre.notes)
+    off = load_recipe("recipes/tiny-pretrain.toml", ["probe.refine=false"])
+    assert plan_preview(off, time_steps=0).refine_runs_max == 0
