@@ -3,7 +3,7 @@
     python benchmarks/probe_sized.py > benchmarks/out/probe_sized.txt  # recipes/nqm-long.toml
     python benchmarks/probe_sized.py --tiny N > benchmarks/out/probe_sized_tiny.txt  # tiny-grpo-long
     python benchmarks/probe_sized.py --sets 4 --set nqm.dim=2000 --set budget.full_run_steps=1887 \
-        [--set branch.size_to_run=false] > benchmarks/out/probe_sized_dim2000.txt  # a 2.2x longer run
+        [--set branch.size_to_run=true] > benchmarks/out/probe_sized_dim2000.txt  # a 2.2x longer run
 
 Each row is `batchtune tune RECIPE --json` as a user runs it (the recipe as shipped, nothing set but
 `budget.seeds`), in a fresh results directory; the recipe states its full run, so "auto" chooses the

@@ -16,13 +16,14 @@ Branched is chosen where it is cheaper than the grid even at its bound, and its 
 else (no full run stated, a backend that cannot resume a checkpoint, an off-policy or async sweep, a
 pre-training grid, which measures B_opt rather than time) is the grid, and the reason says which.
 
-A branched probe is sized to the run (``sized_to_run``): its trunk and windows take the same shares
+With `branch.size_to_run = true`, a branched probe is sized to the run (``sized_to_run``): its trunk and windows take the same shares
 of the stated run as the setting measured on nqm-long (a trunk of 2,048 and windows of 1,024 samples
 in a 224k-sample run: regret 1.000 on 8 of 8 seed sets at 0.19-0.27x the run), so they grow in
 proportion to a longer run, and the checkpoints (the branch points) keep their fractions of the
 trunk and their number. The recipe's `[branch]` values are the least they can be (a short run keeps
-the measured defaults); `branch.size_to_run = false` keeps them exactly. The bound the choice is
-weighed by is the sized probe's.
+the measured defaults). It is off by default: on the NQM the recipe's fixed sizes cost a third to a
+sixth as much and picked the best batch as often (docs/branched.md). The bound the choice is
+weighed by is the probe's as it will run.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def _sizes(recipe: Recipe, sized: Recipe) -> str:
     at = f"{len(points)} branch point(s), at " + ", ".join(f"{p:,}" for p in points)
     sizes = f"trunk {b.trunk_samples:,} samples, windows of {b.window_samples:,}, {at}"
     if not given.size_to_run:
-        return f"{sizes} (the recipe's: branch.size_to_run = false)"
+        return f"{sizes} (the recipe's [branch]; branch.size_to_run = true sizes them to the run)"
     if (b.trunk_samples, b.window_samples) == (given.trunk_samples, given.window_samples):
         return f"{sizes} (the recipe's [branch], the least auto uses: the run is too short to grow them)"
     return (

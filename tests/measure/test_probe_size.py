@@ -91,7 +91,7 @@ def test_a_longer_stated_run_gets_proportionally_larger_branches_still_cheaper_t
     base = load_recipe("nqm-long")  # 875 steps at 256: the measured setting, the recipe's sizes
     assert (base.branch.trunk_samples, base.branch.window_samples) == (2048, 1024)
     for k in (2, 4, 8):
-        cfg = load_recipe("nqm-long", [f"budget.full_run_steps={875 * k}"])
+        cfg = load_recipe("nqm-long", [f"budget.full_run_steps={875 * k}", "branch.size_to_run=true"])
         assert cfg.probe.mode == "branched"
         assert cfg.branch.trunk_samples == 2048 * k and cfg.branch.window_samples == 1024 * k
         assert cfg.branch.checkpoints == base.branch.checkpoints  # the branch points keep their share
@@ -102,12 +102,14 @@ def test_a_longer_stated_run_gets_proportionally_larger_branches_still_cheaper_t
 
 
 def test_sizes_never_shrink_below_the_recipe_and_the_knob_keeps_them() -> None:
-    short = load_recipe("nqm-long", ["budget.full_run_steps=300"])  # a shorter run: the recipe's sizes
+    short = load_recipe("nqm-long", ["budget.full_run_steps=300", "branch.size_to_run=true"])  # shorter
     assert (short.branch.trunk_samples, short.branch.window_samples) == (2048, 1024)
     assert "the least auto uses" in short.probe_choice
     kept = load_recipe("nqm-long", ["budget.full_run_steps=3500", "branch.size_to_run=false"])
     assert kept.probe.mode == "branched"
     assert (kept.branch.trunk_samples, kept.branch.window_samples) == (2048, 1024)
-    assert "branch.size_to_run = false" in kept.probe_choice
+    assert "branch.size_to_run = true sizes them" in kept.probe_choice
+    default = load_recipe("nqm-long", ["budget.full_run_steps=3500"])  # off unless asked for
+    assert (default.branch.trunk_samples, default.branch.window_samples) == (2048, 1024)
     grid = load_recipe("nqm-long", ["budget.full_run_steps=3500", "probe.mode=grid"])
     assert grid.branch.trunk_samples == 2048  # only auto sizes
