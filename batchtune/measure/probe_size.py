@@ -17,13 +17,13 @@ else (no full run stated, a backend that cannot resume a checkpoint, an off-poli
 pre-training grid, which measures B_opt rather than time) is the grid, and the reason says which.
 
 With `branch.size_to_run = true`, a branched probe is sized to the run (``sized_to_run``): its trunk
-and windows take the same shares of the stated run as the setting measured on nqm-long (a trunk of 2,048 and windows of 1,024 samples
-in a 224k-sample run: regret 1.000 on 8 of 8 seed sets at 0.19-0.27x the run), so they grow in
-proportion to a longer run, and the checkpoints (the branch points) keep their fractions of the
-trunk and their number. The recipe's `[branch]` values are the least they can be (a short run keeps
-the measured defaults). It is off by default: on the NQM the recipe's fixed sizes cost a third to a
-sixth as much and picked the best batch as often (docs/branched.md). The bound the choice is
-weighed by is the probe's as it will run.
+and windows take the same shares of the stated run as the setting measured on nqm-long (a trunk of
+2,048 and windows of 1,024 samples in a 224k-sample run: regret 1.000 on 8 of 8 seed sets at
+0.19-0.27x the run), so they grow in proportion to a longer run, and the checkpoints (the branch
+points) keep their fractions of the trunk and their number. The recipe's `[branch]` values are the
+least they can be (a short run keeps the measured defaults). It is off by default: on the NQM the
+recipe's fixed sizes cost a third to a sixth as much and picked the best batch as often
+(docs/branched.md). The bound the choice is weighed by is the probe's as it will run.
 """
 
 from __future__ import annotations
