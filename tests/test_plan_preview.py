@@ -18,6 +18,10 @@ from batchtune.recipe.load import shipped_recipes
 
 NQM = str(shipped_recipes()["nqm"])
 SMALL = ["--set", "candidates.prompts=[1,4,16]", "--set", "budget.seeds=[0,1]"]
+SHORT = [  # a probe that finishes its planned runs alone (no extra seeds): 6 runs of a smaller NQM
+    *("--set", "nqm.dim=100", "--set", "target.value=2.0"),
+    *("--set", "budget.max_samples=4096", "--set", "budget.max_extra_seeds=0"),
+]
 
 
 def _invoke(*args: str):
@@ -204,18 +208,19 @@ def test_plan_of_a_finished_probe_says_what_is_left_to_run(tmp_path: Path):
     """`plan` on a finished results directory predicted the whole probe's wall time beside "N of N
     runs already finished": it now says what a rerun has left."""
     r = str(tmp_path / "r")
-    probe = _invoke("probe", NQM, "-r", r, *SMALL, "--json")
+    small = [*SMALL, *SHORT]
+    probe = _invoke("probe", NQM, "-r", r, *small, "--json")
     assert probe.exit_code == 0, probe.output
-    plan = json.loads(_invoke("plan", NQM, "-r", r, *SMALL, "--json").stdout)
+    plan = json.loads(_invoke("plan", NQM, "-r", r, *small, "--json").stdout)
     assert plan["runs_finished"] == json.loads(probe.stdout)["runs_done"] > 0
     left = plan["runs"] - plan["runs_finished"]
     assert plan["wall_s_max"] > 0 and plan["wall_s_left_max"] < plan["wall_s_max"]
     assert (plan["wall_s_left_max"] == 0) == (left == 0)
-    text = _invoke("plan", NQM, "-r", r, *SMALL).stdout
+    text = _invoke("plan", NQM, "-r", r, *small).stdout
     assert (f"Left to run: {left} of {plan['runs']} runs" if left else "Left to run: nothing") in text
     # one run left on a pool of 4 runs alone: its bound is its own time, not a quarter of it
     gone = sorted(Path(r, "runs").iterdir())[-1]
     shutil.rmtree(gone)
-    pooled = json.loads(_invoke("plan", NQM, "-r", r, *SMALL, "--set", "run.workers=4", "--json").stdout)
+    pooled = json.loads(_invoke("plan", NQM, "-r", r, *small, "--set", "run.workers=4", "--json").stdout)
     run_s = {c["label"]: c["run_s_max"] for c in pooled["candidates"]}[gone.name.rsplit("-s", 1)[0]]
     assert pooled["runs"] - pooled["runs_finished"] == 1 and pooled["wall_s_left_max"] >= run_s

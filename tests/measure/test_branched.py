@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,8 +43,16 @@ def _answer(result) -> dict:
     }
 
 
-def test_branched_probe_runs_resumes_and_never_redoes_a_sealed_branch(tmp_path: Path) -> None:
-    first = run_branched_probe(_recipe(tmp_path))
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory):
+    """One branched probe of SETS in a fresh directory, shared by the module: (its results_dir, its
+    result). Read-only: a test that reruns or changes it copies the directory first."""
+    results = tmp_path_factory.mktemp("clean")
+    return results, run_branched_probe(_recipe(results))
+
+
+def test_branched_probe_runs_resumes_and_never_redoes_a_sealed_branch(tmp_path: Path, clean) -> None:
+    first = clean[1]
     assert first.runs_done > 0 and first.runs_skipped == 0
     sm = first.summary
     assert [lc.checkpoint_samples for lc in sm.locals] == [512.0, 1024.0]
@@ -53,6 +62,7 @@ def test_branched_probe_runs_resumes_and_never_redoes_a_sealed_branch(tmp_path: 
     # largest batch adopted is below both
     assert all(lc.critical.batch is not None and lc.critical.batch < 512 for lc in sm.locals)
     assert sm.trunk_samples == 1024 and first.efficiency.total_samples == sm.probe_samples
+    shutil.copytree(clean[0], tmp_path, dirs_exist_ok=True)  # the rerun writes its locks and notes here
     sealed = {p: p.stat().st_mtime_ns for p in branched_store(tmp_path).runs_dir.glob("*/run.json")}
     again = run_branched_probe(_recipe(tmp_path))
     assert again.runs_done == 0 and again.runs_skipped == first.runs_done
@@ -128,12 +138,12 @@ def test_a_large_branch_gets_its_own_window_of_min_steps_and_the_longer_control_
     assert res.summary.probe_samples == spent == res.efficiency.total_samples
 
 
-def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path: Path) -> None:
+def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(clean) -> None:
     """A branched probe extrapolates R(B0) from its trunk: the cost ratio is only as sure as that,
     so probe_cost carries the full run's interval and the ratio's range over it."""
     from batchtune.report.json import probe_cost
 
-    res = run_branched_probe(_recipe(tmp_path))
+    results, res = clean
     eff = res.efficiency
     cost = probe_cost(eff, None)
     lo, hi = (float(x) for x in cost["full_run_ci"])  # "inf" (JSON) where a seed was censored
@@ -144,7 +154,7 @@ def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path:
     from batchtune.measure.branched import reference_curve
 
     r0, lo0, hi0 = res.summary.reference_samples_to_target
-    s, v = reference_curve(branched_store(tmp_path), res.runs, "loss")
+    s, v = reference_curve(branched_store(results), res.runs, "loss")
     ts, tv = res.runs.trunk.curve("loss")
     assert np.array_equal(s[: ts.size], ts) and np.all(np.diff(s) > 0) and s[-1] > 1024
     assert res.summary.extrapolated and lo0 == s[-1] and hi0 > r0
@@ -163,7 +173,7 @@ def test_probe_cost_carries_the_full_runs_interval_and_the_ratio_range(tmp_path:
 
 
 def test_runs_of_other_branch_settings_in_the_results_dir_are_neither_read_nor_paid_for(
-    tmp_path: Path,
+    tmp_path: Path, clean
 ) -> None:
     """A results_dir reused with another trunk length and seeds keeps the first probe's runs (the
     manifest allows it: branch settings and seeds do not change what a run is). The second probe
@@ -175,7 +185,7 @@ def test_runs_of_other_branch_settings_in_the_results_dir_are_neither_read_nor_p
 
     run_branched_probe(load(tmp_path / "shared", other))
     reused = run_branched_probe(load(tmp_path / "shared", []))
-    fresh = run_branched_probe(load(tmp_path / "fresh", []))
+    fresh = clean[1]  # the same recipe in a fresh directory
     assert _answer(reused) == _answer(fresh)
     assert reused.summary.probe_samples == fresh.summary.probe_samples
     assert [c.samples_consumed for c in reused.efficiency.candidates] == [
@@ -218,10 +228,9 @@ def test_confirmed_rejections_branch_a_batch_just_past_tolerance_at_more_seeds(t
 
 
 @pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
-def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path, workers: int) -> None:
+def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path, workers: int, clean) -> None:
     """kill -9 of the driver mid-probe; with a pool (workers 2) its workers die with it
     (PR_SET_PDEATHSIG) and leave the runs they held unsealed, to be redone."""
-    clean = _answer(run_branched_probe(_recipe(tmp_path / "clean")))
     killed = tmp_path / "killed"
     sets = [*SETS, f"run.results_dir={killed}", f"run.workers={workers}"]
     code = (
@@ -241,16 +250,15 @@ def test_kill_9_during_branches_resumes_to_the_same_answer(tmp_path: Path, worke
     resumed = run_branched_probe(_recipe(killed))
     assert resumed.runs_skipped >= len(sealed_before)
     assert {p: p.read_text() for p in sealed_before} == sealed_before  # sealed runs untouched
-    assert _answer(resumed) == clean
+    assert _answer(resumed) == _answer(clean[1])
     assert json.loads(next(iter(sealed_before.values())))["status"]
 
 
-def test_a_run_another_process_holds_is_waited_for_then_run_here(tmp_path: Path) -> None:
+def test_a_run_another_process_holds_is_waited_for_then_run_here(tmp_path: Path, clean) -> None:
     """A second `probe` of the same branched results_dir (or a resume while a killed probe's workers
     still die) waits for the runs the other holds, as a grid probe does, and runs one itself once
     its holder lets go unfinished; it used to stop at once ("the trunk ... did not reach its last
     checkpoint")."""
-    clean = _answer(run_branched_probe(_recipe(tmp_path / "clean")))
     shared = tmp_path / "shared"
     store = branched_store(shared)
     held, release = threading.Event(), threading.Event()
@@ -273,7 +281,7 @@ def test_a_run_another_process_holds_is_waited_for_then_run_here(tmp_path: Path)
         release.set()
         holder.join()
         timer.cancel()
-    assert "wait" in events and _answer(result) == clean
+    assert "wait" in events and _answer(result) == _answer(clean[1])
 
 
 def test_branched_mode_refuses_a_backend_without_checkpoints(tmp_path: Path) -> None:
