@@ -55,7 +55,7 @@ from batchtune.measure import contention  # noqa: E402
 from batchtune.recipe.load import load_recipe  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out" / "pipeline_vs_measured.txt"
-STEPS, SKIP, CAL, CAL_SKIP, P, G, REPEATS = 40, 5, 16, 4, 4, 8, 2
+STEPS, SKIP, CAL, CAL_SKIP, P, G, REPEATS = 40, 5, 30, 5, 4, 8, 2
 SETTINGS = [(0, 1, 1), (1, 1, 1), (2, 2, 1), (2, 2, 3)]  # (k, queue cap, sync_every)
 NAMES = ("T", "C", "R", "Rt")
 
