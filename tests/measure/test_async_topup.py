@@ -61,7 +61,9 @@ def test_rounds_go_on_until_no_contender_lacks_seeds() -> None:
 
 
 def _cfg(root: Path) -> Recipe:
-    return load_recipe(str(ASYNC), [f"run.results_dir={root}", "budget.async_top_up_seeds=4"])
+    return load_recipe(
+        str(ASYNC), [f"run.results_dir={root}", "budget.async_top_up_seeds=4", "target.value=0.9"]
+    )
 
 
 def _curve(store: ResultsStore, cfg: Recipe, cand: Candidate, seed: int) -> RunRecord:
