@@ -53,12 +53,43 @@ TRAIN = textwrap.dedent(
     """
 )
 
+# The same trainer in plain Python (SGD on one weight), for the tests of how its process and log are
+# handled rather than of what it trains: a subprocess that imports torch costs seconds of CPU.
+PLAIN = textwrap.dedent(
+    """
+    import argparse, json, os, random, time
+    p = argparse.ArgumentParser()
+    for name in ("prompts", "group_size", "seed", "max_steps"):
+        p.add_argument("--" + name, type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--out")
+    p.add_argument("--sleep", type=float, default=0.0)
+    a = p.parse_args()
+    open(os.path.join(a.out, "pid"), "w").write(str(os.getpid()))
+    rng = random.Random(a.seed)
+    w, n = 0.0, a.prompts * a.group_size
+    with open(os.path.join(a.out, "log.jsonl"), "w") as log:
+        for step in range(1, a.max_steps + 1):
+            xs = [rng.gauss(0, 1) for _ in range(n)]
+            loss = sum(((w - 2.0) * x) ** 2 for x in xs) / n
+            grad = sum(2 * (w - 2.0) * x * x for x in xs) / n
+            w -= a.lr * grad
+            row = {"step": step, "samples": step * n, "prompts": a.prompts, "group_size": a.group_size,
+                   "lr": a.lr, "seed": a.seed, "reward": 1 / (1 + loss), "loss": loss, "grad_norm": abs(grad)}
+            log.write(json.dumps(row) + "\\n")
+            log.flush()
+            time.sleep(a.sleep)
+    """
+)
 
-def make_spec(tmp_path: Path, command: list[str], *overrides: str, prompts: int = 2, **backend) -> RunSpec:
+
+def make_spec(
+    tmp_path: Path, command: list[str], *overrides: str, prompts: int = 2, trainer: str = TRAIN, **backend
+) -> RunSpec:
     """A RunSpec for P x 4 at lr 0.01, seed 3; "PY" and "SCRIPT" in the command are this Python and
-    the training script above; ``backend`` replaces fields of recipe.backend."""
+    ``trainer`` (the torch script above by default); ``backend`` replaces fields of recipe.backend."""
     script = tmp_path / "train.py"
-    script.write_text(TRAIN)
+    script.write_text(trainer)
     argv = [sys.executable if a == "PY" else str(script) if a == "SCRIPT" else a for a in command]
     recipe = load_recipe(None, ["budget.max_samples=40", "candidates.group_size=4", *overrides])
     fields = {"training": "command", "command": argv, "command_log": "log.jsonl", **backend}
@@ -84,7 +115,7 @@ def test_runs_a_real_training_script(tmp_path):
 
 
 def test_streams_while_running_and_close_stops_it(tmp_path):
-    spec = make_spec(tmp_path, [*TRAIN_ARGV, "--sleep", "0.5"], "budget.max_samples=400")
+    spec = make_spec(tmp_path, [*TRAIN_ARGV, "--sleep", "0.5"], "budget.max_samples=400", trainer=PLAIN)
     gen = CommandBackend().train(spec)
     first = next(gen)
     pid = int((spec.run_dir / "output" / "pid").read_text())
@@ -181,7 +212,7 @@ def test_shipped_command_recipes_fill(tmp_path):
 
 
 def test_a_stale_log_from_an_interrupted_attempt_is_never_read(tmp_path):
-    spec = make_spec(tmp_path, TRAIN_ARGV)
+    spec = make_spec(tmp_path, TRAIN_ARGV, trainer=PLAIN)
     out = spec.run_dir / "output"
     out.mkdir(parents=True)
     (out / "log.jsonl").write_text(
