@@ -283,8 +283,7 @@ class BranchConfig:
     # the last one within 1+tol (started from the previous checkpoint's answer, then one step up if
     # it holds there or one down if not); all = every one
     search: str = "bisect"
-    # true: auto sizes trunk/windows to the stated run, these the least (probe_size.sized_to_run).
-    # Off by default: on the NQM it cost 1.5-3.7x more and picked no better (docs/branched.md)
+    # true: auto sizes trunk/windows to the run, these the least; off: measured no better (branched.md)
     size_to_run: bool = False
 
 
