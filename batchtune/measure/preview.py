@@ -25,7 +25,7 @@ from batchtune import backends
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.measure import contention
 from batchtune.measure.async_sweep import sweep_decision
-from batchtune.measure.plan import plan_candidates, run_id
+from batchtune.measure.plan import Plan, plan_candidates, run_id
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore
 
@@ -281,6 +281,50 @@ def _costs(
     return costs, one_off_s
 
 
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    """What the study kind fixes before timing: the plan, its candidates and the run's units."""
+
+    plan: Plan
+    reference_batch: int
+    reference: str
+    max_samples: int
+    every: int
+    unit: str
+    bound_note: str
+    sweep_notes: tuple[str, ...] = ()
+
+
+def _setup(recipe: Recipe, time_steps: int | None) -> _Setup:
+    """The candidates to cost: the token batches of a pre-training grid, or the RL plan less what
+    the auto off-policy sweep prunes."""
+    plan = plan_candidates(recipe)
+    if recipe.study.pretrain:  # measure.pretrain_probe: a grid of token batches, one run at a time
+        ref_batch, p = plan.reference_batch, recipe.pretrain
+        cands = list(plan.candidates)
+        reference = next((c.label for c in cands if c.batch_responses == ref_batch), cands[0].label)
+        return _Setup(
+            plan, ref_batch, reference, p.max_tokens, p.eval_every_tokens, "tokens", _PRETRAIN_BOUNDS
+        )
+    sweep_timed = time_steps != 0 and recipe.backend.training in IN_PROCESS_BACKENDS
+    sweep = sweep_decision(recipe, plan, save=False, time=sweep_timed)  # the auto off-policy sweep
+    notes: tuple[str, ...] = ()
+    if sweep is not None:
+        kept = tuple(c for c in plan.candidates if c.label not in sweep.pruned)
+        plan, notes = dataclasses.replace(plan, candidates=kept), tuple(sweep.lines())
+    b, t = recipe.budget, recipe.task
+    return _Setup(
+        plan,
+        plan.reference_batch,
+        plan.reference,
+        b.max_samples,
+        t.eval_every_samples,
+        "samples",
+        _RL_BOUNDS,
+        notes,
+    )
+
+
 def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     """The probe's cost, predicted: budgets from the recipe, wall time from timed steps.
 
@@ -289,28 +333,18 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     store = ResultsStore.of(recipe)
     seeds = recipe.budget.seeds
     backend = recipe.backend.training
-    sweep_notes: list[str] = []
-    if recipe.study.pretrain:  # measure.pretrain_probe: a grid of token batches, one run at a time
-        plan = plan_candidates(recipe)  # the token batches (measure/plan.plan_pretrain)
-        cands, ref_batch = list(plan.candidates), plan.reference_batch
-        p = recipe.pretrain
-        max_samples, every, unit = p.max_tokens, p.eval_every_tokens, "tokens"
-        reference = next((c.label for c in cands if c.batch_responses == ref_batch), cands[0].label)
-        bound_note = _PRETRAIN_BOUNDS
-    else:
-        plan = plan_candidates(recipe)
-        sweep_timed = time_steps != 0 and backend in IN_PROCESS_BACKENDS
-        sweep = sweep_decision(recipe, plan, save=False, time=sweep_timed)  # the auto off-policy sweep
-        if sweep is not None:
-            kept = tuple(c for c in plan.candidates if c.label not in sweep.pruned)
-            plan, sweep_notes = dataclasses.replace(plan, candidates=kept), sweep.lines()
-        cands, ref_batch, reference = list(plan.candidates), plan.reference_batch, plan.reference
-        max_samples, every, unit = recipe.budget.max_samples, recipe.task.eval_every_samples, "samples"
-        bound_note = _RL_BOUNDS
+    setup = _setup(recipe, time_steps)
+    plan, cands, ref_batch, reference = (
+        setup.plan,
+        list(setup.plan.candidates),
+        setup.reference_batch,
+        setup.reference,
+    )
+    max_samples, every, unit, bound_note = setup.max_samples, setup.every, setup.unit, setup.bound_note
     if time_steps is None:
         time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
     timed, notes, other_cores = time_candidates(recipe, cands, time_steps, ref_batch)
-    notes = [*sweep_notes, *notes]
+    notes = [*setup.sweep_notes, *notes]
     costs, one_off_s = _costs(cands, len(seeds), max_samples, every, timed)
     runs = len(costs) * len(seeds)
     # finished runs a probe reuses (not failed starts)
