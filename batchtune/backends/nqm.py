@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import zipfile
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,7 +53,7 @@ from batchtune.backends.spec import (
     checkpoint_path,
 )
 from batchtune.errors import BackendError, UnsafeCheckpoint
-from batchtune.recipe.schema import NQMConfig, Recipe
+from batchtune.recipe.schema import NQMConfig, OptimizerConfig, Recipe
 from batchtune.records import StepRecord
 
 # ---- the simulated time model ---------------------------------------------------------------------
@@ -180,34 +181,32 @@ class NQMBackend:
         m = np.zeros(cfg.dim)
         v = np.zeros(cfg.dim)
         gen_s = sim_decode_step_s(cfg, batch) * recipe.generation.max_new_tokens
-        train_s = sim_train_step_s(cfg, batch)
+        epochs = max(1, cand.updates_per_batch // max(1, recipe.algorithm.mini_batches))
+        train_s = sim_train_step_s(cfg, batch) * epochs
         samples, step = 0, 0
         if spec.resume_from is not None:  # the exact state: the data position is `samples`
             theta, m, v, samples, step = load_nqm_checkpoint(spec.resume_from)
         saves = sorted(x for x in spec.save_at_samples if x > samples)
+        # off-policy (docs/nqm.md): the gradient at the weights of `staleness` updates ago (a resumed
+        # run starts with that history at its checkpoint's weights), each batch's noise reused by
+        # `epochs` updates (updates_per_batch / mini_batches): backends/nqm_async.py's dynamics
+        past: deque[np.ndarray] = deque([theta], maxlen=cand.staleness + 1)
+        updates = step
         while samples < recipe.budget.max_samples:
             step += 1
             samples += batch
             lr = cand.lr * warmup_factor(samples, opt.warmup_samples)
-            grad = h * theta + noise_sd * stream.batch_sum(samples - batch, samples)
+            noise = noise_sd * stream.batch_sum(samples - batch, samples)
+            grad = h * past[0] + noise
             grad_norm = float(np.sqrt(np.dot(grad, grad)))
             train_loss = float(0.5 * np.dot(grad, grad / h)) - const
             true_grad_sq = float(np.dot(h * theta, h * theta))
-            if opt.grad_clip > 0 and grad_norm > opt.grad_clip:
-                grad = grad * (opt.grad_clip / grad_norm)
-            if opt.name == "sgd":
-                theta = theta - lr * (grad + opt.weight_decay * theta)
-            else:
-                if opt.name == "adam" and opt.weight_decay:
-                    grad = grad + opt.weight_decay * theta  # Adam: L2 in the gradient
-                m = beta1 * m + (1 - beta1) * grad
-                v = beta2 * v + (1 - beta2) * grad * grad
-                m_hat = m / (1 - beta1**step)
-                v_hat = v / (1 - beta2**step)
-                update = m_hat / (np.sqrt(v_hat) + eps)
-                if opt.name == "adamw":
-                    update = update + opt.weight_decay * theta  # AdamW: decoupled decay
-                theta = theta - lr * update
+            for e in range(epochs):
+                if e:
+                    grad = h * past[0] + noise
+                updates += 1
+                theta, m, v = _update(opt, theta, m, v, grad, lr, updates, (beta1, beta2, eps))
+                past.append(theta)
             loss = float(0.5 * np.dot(h, theta * theta))
             if not math.isfinite(loss) or loss > recipe.budget.diverge_factor * loss0:
                 raise RunFailed(
@@ -238,6 +237,36 @@ class NQMBackend:
                 gen_s=gen_s,
                 train_s=train_s,
             )
+
+
+def _update(
+    opt: OptimizerConfig,
+    theta: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    grad: np.ndarray,
+    lr: float,
+    t: int,
+    betas: tuple[float, float, float],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One SGD / Adam / AdamW update (the ``t``-th, for Adam's bias correction) of ``theta``;
+    clipping as optimizer.grad_clip says. Returns (theta, m, v)."""
+    beta1, beta2, eps = betas
+    grad_norm = float(np.sqrt(np.dot(grad, grad)))
+    if opt.grad_clip > 0 and grad_norm > opt.grad_clip:
+        grad = grad * (opt.grad_clip / grad_norm)
+    if opt.name == "sgd":
+        return theta - lr * (grad + opt.weight_decay * theta), m, v
+    if opt.name == "adam" and opt.weight_decay:
+        grad = grad + opt.weight_decay * theta  # Adam: L2 in the gradient
+    m = beta1 * m + (1 - beta1) * grad
+    v = beta2 * v + (1 - beta2) * grad * grad
+    m_hat = m / (1 - beta1**t)
+    v_hat = v / (1 - beta2**t)
+    update = m_hat / (np.sqrt(v_hat) + eps)
+    if opt.name == "adamw":
+        update = update + opt.weight_decay * theta  # AdamW: decoupled decay
+    return theta - lr * update, m, v
 
 
 def save_nqm_checkpoint(

@@ -34,7 +34,7 @@ from batchtune.analysis.branched.ratios import (
     local_ratios,
     reaches,
 )
-from batchtune.analysis.sample.efficiency import RunData
+from batchtune.analysis.sample.efficiency import CandidateEfficiency, RunData
 from batchtune.backends.spec import Candidate, checkpoint_path
 from batchtune.errors import InputError
 from batchtune.measure.sequential import extra_seed
@@ -132,6 +132,37 @@ def control_curve(
     )
 
 
+def efficiency_of(cand: Candidate, mine: list[RunData]) -> CandidateEfficiency:
+    """A candidate's timings and costs from its runs (its estimate comes from the summary)."""
+    steps = [s for r in mine for s in r.steps]
+
+    def median(key: str) -> float:
+        return float(np.median([getattr(s, key) for s in steps])) if steps else 0.0
+
+    return CandidateEfficiency(
+        label=cand.label,
+        prompts=cand.prompts,
+        group_size=cand.group_size,
+        lr=cand.lr,
+        lr_rule=cand.lr_rule,
+        family="main",
+        estimate=None,
+        verdict=None,
+        n_runs=len(mine),
+        failures=tuple(
+            f"{r.record.run_id}: {r.record.status} ({r.record.reason})"
+            for r in mine
+            if r.record.status in FAILED_STATUSES
+        ),
+        gen_s_per_step=median("gen_s"),
+        train_s_per_step=median("train_s"),
+        other_s_per_step=median("other_s"),
+        samples_consumed=int(sum(r.record.samples - origin(r.record.run_id) for r in mine)),
+        wall_s=sum(r.record.wall_s for r in mine),
+        critic_lr=cand.critic_lr,
+    )
+
+
 class AtCheckpoint:
     """The branches of one checkpoint: the controls (a chain of segments per seed), the branches
     the search asks for, and the local critical batch they give."""
@@ -159,6 +190,7 @@ class AtCheckpoint:
         self.branches: list[BranchCurve] = []
         self.control_len = 0  # the window every control covers
         self.windows: dict[float, float] = {}  # batch -> its window, for the batches branched
+        self.levels: dict[int, float] = {}  # batch -> the level its branches stopped at
         self.cover(self.w)
         t = recipe.target
         # raises if no progress
@@ -186,7 +218,7 @@ class AtCheckpoint:
         resume = self.resume if start_at == c else checkpoint_path(cdir, start_at)
         rid = control_id(c, ref, s, start_at)
         if start_at == c:
-            self._check_start([rid])
+            self.check_start([rid])
         if (
             resume is not None
             and not self.store.is_finished(rid)
@@ -199,7 +231,7 @@ class AtCheckpoint:
         seg = {"resume_from": resume, "save_at_samples": (end,), "checkpoint_dir": cdir}
         return Job(ref, s, rid, end, self.policy(self.recipe.target.value, end, c, False), seg)
 
-    def _check_start(self, rids: list[str]) -> None:
+    def check_start(self, rids: list[str]) -> None:
         """Runs still to do from the trunk's checkpoint (``rids``) find it: without it each would be
         sealed as failed, which reads as the batch failing (a different answer)."""
         r = self.resume
@@ -263,6 +295,7 @@ class AtCheckpoint:
         self.cover(wb)
         unit = self.recipe.sample_unit
         lv = control_level(c, self.start, self.curves, self.b0, wb, t.higher_is_better, self.seeds, unit=unit)
+        self.levels[cand.batch_responses] = lv
         budget = c + math.ceil(self.recipe.branch.max_window_factor * wb)
         mine: list[int] = []
         todo = list(self.seeds)
@@ -273,7 +306,7 @@ class AtCheckpoint:
                 Job(cand, s, branch_id(c, cand, s), budget, self.policy(lv, budget, c, True), extra)
                 for s in todo
             ]
-            self._check_start([j.rid for j in jobs])
+            self.check_start([j.rid for j in jobs])
             self.controls_for(todo, lv, self.recipe.branch.max_window_factor * wb, jobs)
             for s in todo:
                 self.branches.append(

@@ -40,9 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from batchtune import backends
+from batchtune.analysis.branched.offpolicy import OffPolicyInput
 from batchtune.analysis.branched.ratios import LocalCritical
 from batchtune.analysis.branched.summary import BranchedSummary, summarise_branched
-from batchtune.analysis.sample.efficiency import CandidateEfficiency, RunData, SampleEfficiency
+from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency
 from batchtune.backends import lifeguard
 from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, InputError, NoProgress
@@ -53,8 +54,16 @@ from batchtune.measure.branch_checkpoint import (
     Job,
     checkpoint_of,
     control_curve,
+    efficiency_of,
     origin,
     search_batches,
+)
+from batchtune.measure.branched_async import (
+    OffPolicyBranches,
+    candidate_index,
+    judged,
+    offpolicy_plan,
+    run_offpolicy,
 )
 from batchtune.measure.execute import Runner, run_until_finished
 from batchtune.measure.one_run import execute_run
@@ -81,6 +90,10 @@ class BranchedRuns:
     runs_skipped: int
     wall_s: float
     other_runs: int = 0  # runs in the store from other branch settings: neither read nor counted
+    offpolicy: OffPolicyBranches | None = None  # staleness / updates per batch, measure/branched_async.py
+
+    def of(self, label: str) -> list[RunData]:
+        return [r for r in self.branches if r.record.candidate == label]
 
 
 def branched_store(results_dir: str | Path) -> ResultsStore:
@@ -192,7 +205,7 @@ def run_branched(
     store = branched_store(recipe.run.results_dir)
     if not read_only:
         failed_starts.reopen(store, progress)  # a trainer that could not start: not data
-    plan = plan_candidates(recipe)
+    plan = offpolicy_plan(recipe, plan_candidates(recipe))
     by_label = plan.by_label()
     main = [by_label[lab] for lab in plan.main]
     ref = by_label[plan.reference]
@@ -224,17 +237,20 @@ def run_branched(
         skipped: dict[int, tuple[str, ...]] = {}
         unread: dict[int, str] = {}
         prev_lo = 0  # index in main of the last batch within tolerance at the previous checkpoint
+        last: tuple[AtCheckpoint, dict[int, bool]] | None = None  # the last checkpoint read, verdicts
         for c in ckpts:
             try:
                 at = AtCheckpoint(recipe, store, run, policy, ref, c, float(np.interp(c, ts, tv)), ckpt_dir)
             except NoProgress as exc:  # a plateau or noise at this checkpoint: read the others
                 unread[c] = str(exc)
                 continue
+            last = (at, {})
             tested, prev_lo = search_batches(
-                len(main), partial(at.within, main), recipe.branch.search, prev_lo
+                len(main), partial(judged, at, main, last[1]), recipe.branch.search, prev_lo
             )
             skipped[c] = tuple(main[i].label for i in range(1, len(main)) if i not in tested)
             locals_.append(at.local_critical())
+        off = None if last is None else run_offpolicy(last[0], plan, main, candidate_index(last[1]))
     if not locals_:
         raise NoProgress("; ".join(unread.values()))
     # only the runs these settings asked for: a results_dir may also hold the runs of other branch
@@ -243,18 +259,9 @@ def run_branched(
     branches = tuple(RunData(r, tuple(store.steps(r.run_id))) for r in mine if r is not None)
     others = len(store.runs()) - len(branches) - 1
     return BranchedRuns(
-        plan=plan,
-        trunk=trunk,
-        checkpoints=tuple(c for c in ckpts if c not in unread),
-        locals=tuple(locals_),
-        branches=branches,
-        skipped=skipped,
-        unread=unread,
-        runs_done=run.done,
-        runs_skipped=run.skipped,
-        wall_s=time.perf_counter() - t0,
-        other_runs=others,
-    )
+        plan, trunk, tuple(c for c in ckpts if c not in unread), tuple(locals_), branches, skipped, unread,
+        run.done, run.skipped, time.perf_counter() - t0, other_runs=others, offpolicy=off,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -277,38 +284,14 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
     recipe = branched_recipe(recipe)
     t = recipe.target
     by_label = runs.plan.by_label()
-    cands = []
-    for lab in runs.plan.main:
-        cand = by_label[lab]
-        mine = [r for r in runs.branches if r.record.candidate == lab]
-        if lab == runs.plan.reference:
-            mine.append(runs.trunk)
-        steps = [s for r in mine for s in r.steps]
-        cost = sum(r.record.samples - origin(r.record.run_id) for r in mine)
-        cands.append(
-            CandidateEfficiency(
-                label=lab,
-                prompts=cand.prompts,
-                group_size=cand.group_size,
-                lr=cand.lr,
-                lr_rule=cand.lr_rule,
-                family="main",
-                estimate=None,
-                verdict=None,
-                n_runs=len(mine),
-                failures=tuple(
-                    f"{r.record.run_id}: {r.record.status} ({r.record.reason})"
-                    for r in mine
-                    if r.record.status in FAILED_STATUSES
-                ),
-                gen_s_per_step=float(np.median([s.gen_s for s in steps])) if steps else 0.0,
-                train_s_per_step=float(np.median([s.train_s for s in steps])) if steps else 0.0,
-                other_s_per_step=float(np.median([s.other_s for s in steps])) if steps else 0.0,
-                samples_consumed=int(cost),
-                wall_s=sum(r.record.wall_s for r in mine),
-                critic_lr=cand.critic_lr,
-            )
-        )
+    trunk = {runs.plan.reference: [runs.trunk]}
+    cands = [efficiency_of(by_label[lab], [*runs.of(lab), *trunk.get(lab, [])]) for lab in runs.plan.main]
+    o = runs.offpolicy
+    off = (
+        []
+        if o is None
+        else [OffPolicyInput(efficiency_of(by_label[k], runs.of(k)), o.base, v) for k, v in o.ratios.items()]
+    )
     ts, tv = runs.trunk.curve(t.metric)
     # a checkpoint whose controls made no progress: not read, but its controls were paid for
     unread_samples = sum(
@@ -335,8 +318,9 @@ def analyse_branched(recipe: Recipe, runs: BranchedRuns) -> BranchedSummary:
             ),
             *([other_runs_note(runs.other_runs)] if runs.other_runs else []),
         ],
-        unread_samples=unread_samples,
+        unread_samples=unread_samples + (o.samples if o is not None else 0),
         unit=recipe.sample_unit,
+        offpolicy=off,
     )
 
 

@@ -174,8 +174,15 @@ def _ranked_branched(
     from batchtune.analysis.branched.summary import with_schedule
     from batchtune.measure.branched import thin_evidence, unmeasured
 
+    joint = None
+    if has_async_knobs(cfg) and branched.runs.offpolicy is not None:  # off-policy branches: rank them
+        from batchtune.measure.branched import branched_store
+        from batchtune.workflow.joint import joint_for, with_pick
+
+        joint, thr = joint_for(cfg, branched_store(cfg.run.results_dir), eff, thr)
     rec = recommend(eff, thr, unmeasured=unmeasured(branched), caveats=thin_evidence(branched))
-    return with_schedule(rec, branched.summary, cfg.target.tolerance)
+    rec = with_schedule(rec, branched.summary, cfg.target.tolerance)
+    return rec if joint is None else with_pick(rec, joint, cfg)
 
 
 def plot_time(plots_dir: Path, rec: Recommendation) -> Path:

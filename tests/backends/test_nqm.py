@@ -289,3 +289,25 @@ def test_simulated_generation_model_memory_and_train_time():
     small, large = (gen.generate(GenRequest(c, 8, 32, 64, "fixed")).peak_mem_bytes for c in (8, 128))
     assert large > small > 0
     assert gen.train_step_s(64, 96) == pytest.approx(0.05 + 0.001 * 64)
+
+
+def test_staleness_and_updates_per_batch_change_the_dynamics_and_k0_u1_is_unchanged():
+    """backends/nqm_async.py's dynamics run for real: the gradient at the weights of k updates ago,
+    each batch's noise reused by u updates; k = 0, u = 1 is the on-policy run, record for record."""
+    import dataclasses
+
+    recipe = _recipe()
+    base = _spec(recipe)
+    plain = _run(base)
+
+    def at(k: int, u: int):
+        cand = dataclasses.replace(base.candidate, staleness=k, updates_per_batch=u)
+        return _run(dataclasses.replace(base, candidate=cand))
+
+    assert at(0, 1) == plain
+    stale, reused = at(2, 1), at(0, 2)
+    # the first update sees the same gradient (the history starts at theta_0); later ones do not
+    assert stale[0].metrics["loss"] == plain[0].metrics["loss"]
+    assert stale[2].metrics["loss"] != plain[2].metrics["loss"]
+    assert reused[0].metrics["loss"] != plain[0].metrics["loss"]
+    assert reused[0].train_s == 2 * plain[0].train_s and len(reused) == len(plain)

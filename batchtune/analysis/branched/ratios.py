@@ -183,6 +183,8 @@ def _crossing(c: BranchCurve, start_value: float, level: float, higher_is_better
     )
 
 
+crossing = _crossing  # a branch's crossing of a level, from its checkpoint (measure/branched_async.py)
+
 ADOPT, REJECT, MORE = "adopt", "reject", "more"
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from batchtune.analysis.branched.offpolicy import OffPolicyInput, offpolicy_estimates
 from batchtune.analysis.branched.progress import ProgressFit, extrapolate_to_target, fit_progress
 from batchtune.analysis.branched.ratios import LocalCritical
 from batchtune.analysis.branched.schedule import ScheduleCandidate, Segment, compare_schedule
@@ -94,6 +95,7 @@ def summarise_branched(
     notes: Sequence[str] = (),
     unread_samples: float = 0.0,
     unit: str = "samples",
+    offpolicy: Sequence[OffPolicyInput] = (),
 ) -> BranchedSummary:
     """R(B) per candidate from the local ratios (module docstring), then the usual assessment.
 
@@ -103,7 +105,8 @@ def summarise_branched(
     R(B0) is read or extrapolated from; default the trunk itself. The trunk's cost is its own.
     ``notes`` (the caller's, e.g. a checkpoint it could not read) come first; ``unread_samples``:
     what such checkpoints' controls spent, counted with the branches. ``unit``: what samples count
-    ("tokens" for a pre-training recipe), carried by the efficiency for its readers.
+    ("tokens" for a pre-training recipe), carried by the efficiency for its readers. ``offpolicy``:
+    off-policy branches, each paired with its on-policy batch seed by seed (analysis/branched/offpolicy.py).
     """
     if not locals_:
         raise AnalysisError("a branched probe needs at least one checkpoint with finished branches")
@@ -128,6 +131,7 @@ def summarise_branched(
     ck = [lc.checkpoint_samples for lc in locals_]
     w = segment_weights(ck, r0)
     out: list[CandidateEfficiency] = []
+    seen: dict[str, dict[int, tuple[float, bool]]] = {}  # label -> seed -> (ratio to R(B0), censored)
     for c in cands:
         b = float(c.batch_responses)
         per_seed: dict[int, list[tuple[float, float, bool]]] = {}  # (weight, ratio or bound, censored)
@@ -154,6 +158,7 @@ def summarise_branched(
             else:  # measured only at checkpoints at or past R(B0) (no trunk left to weigh): plain mean
                 ratio = float(np.mean(rr))
             censored = any(p[2] for p in parts) or not math.isfinite(ratio)
+            seen.setdefault(c.label, {})[s] = (ratio, censored)
             crossings.append(
                 TargetCrossing(None, True, r0 * ratio if math.isfinite(ratio) else r0)
                 if censored
@@ -162,6 +167,9 @@ def summarise_branched(
             ids.append(s)
         est = estimate_over_seeds(crossings, confidence=confidence, seed_ids=ids, statistic=GEOMETRIC_MEAN)
         out.append(dataclasses.replace(c, estimate=est, family="main"))
+    off, off_notes = offpolicy_estimates(offpolicy, seen, r0, confidence)
+    out += off
+    notes += off_notes
     eff = assess(
         out,
         metric=metric,
