@@ -9,14 +9,13 @@ steps is converted with ``samples = step * prompts * group_size`` unless it logs
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from batchtune.errors import InputError
-from batchtune.records import RunRecord, StepRecord, candidate_label
+from batchtune.records import RunRecord, StepRecord
 
 # ---- what the log may not say ---------------------------------------------------------------------
 
@@ -103,31 +102,6 @@ def merge_keys(*keysets: LogKeys) -> LogKeys:
         metrics={n: cat(ks.metrics.get(n, ()) for ks in keysets) for n in names},
         **{f: cat(getattr(ks, f) for ks in keysets) for f in KEY_FIELDS},  # type: ignore[arg-type]
     )
-
-
-def _resolve(name: str, alternatives: tuple[str, ...], present: set[str], strict: bool, where: str) -> str:
-    """The key of ``present`` that ``alternatives`` select, or "" (an error when ``strict``)."""
-    for alt in alternatives:
-        if alt in present:
-            return alt
-        if any(c in alt for c in "*?["):
-            hits = sorted(k for k in present if fnmatch.fnmatchcase(k, alt))
-            if len(hits) == 1:
-                return hits[0]
-            if len(hits) > 1:
-                if strict:
-                    raise InputError(
-                        f"{where}: {name}={alt!r} matches {len(hits)} keys ({', '.join(hits[:6])}); "
-                        f"name one, e.g. {name}={hits[0]}"
-                    )
-                continue  # ambiguous default: try the next alternative
-    if strict and alternatives:
-        close = sorted(present)[:8]
-        raise InputError(
-            f"{where}: no log key {' or '.join(map(repr, alternatives))} for {name}; "
-            f"keys include {', '.join(close)}"
-        )
-    return ""
 
 
 # ---- imported runs ----------------------------------------------------------------------------------
@@ -269,110 +243,3 @@ def merge_by_step(entries: Iterable[StepEntry]) -> list[StepEntry]:
                 e.step, old.values, e.where, e.samples if e.samples is not None else old.samples
             )
     return [merged[k] for k in sorted(merged)]
-
-
-def build_run(
-    entries: Sequence[StepEntry], info: RunInfo, keys: LogKeys, source: str, default_run_id: str
-) -> ImportedRun:
-    """Convert one run's logged steps into StepRecords (samples in responses, cumulative counters)."""
-    if not entries:
-        raise InputError(f"{source}: no logged steps to import")
-    P, G = info.prompts, info.group_size
-    if P <= 0 or G <= 0:
-        raise InputError(
-            f"{source}: the log does not say the batch; give prompts and group_size "
-            "(verl: data.train_batch_size and rollout.n; TRL: see docs/import-logs.md)"
-        )
-    run_id = safe_run_id(info.run_id or default_run_id)
-    present: set[str] = set()
-    for e in entries:
-        present.update(e.values)
-
-    def pick(name: str, alts: tuple[str, ...]) -> str:
-        return _resolve(name, alts, present, name in keys.required, source)
-
-    metric_keys = {name: pick(name, alts) for name, alts in keys.metrics.items()}
-    metric_keys = {n: k for n, k in metric_keys.items() if k}
-    grad_key = pick("grad_norm", keys.grad_norm)
-    critic_key = pick("critic_grad_norm", keys.critic_grad_norm)
-    lr_key = pick("lr", keys.lr)
-    step_key = pick("step_s", keys.step_s)
-    len_key = pick("response_length", keys.response_length)
-    gen_keys = [k for k in keys.gen_s if k in present]
-    train_keys = [k for k in keys.train_s if k in present]
-    if "gen_s" in keys.required and not gen_keys:
-        pick("gen_s", keys.gen_s)
-    if "train_s" in keys.required and not train_keys:
-        pick("train_s", keys.train_s)
-    if lr_key == "" and info.lr <= 0:
-        raise InputError(f"{source}: the log has no learning rate; give the run's lr")
-
-    # LR at steps that do not log it (verl's step-0 validation line): the last one known, else the first
-    logged_lrs = [e.values[lr_key] for e in entries if lr_key and lr_key in e.values]
-    lr = info.lr if info.lr > 0 or not logged_lrs else logged_lrs[0]
-    steps: list[StepRecord] = []
-    prev_samples = 0
-    counted = 0  # samples whose tokens are counted: up to the last entry with a mean length
-    tokens = 0.0
-    for e in entries:
-        v = e.values
-        samples = e.samples if e.samples is not None else e.step * (info.samples_per_step or P * G)
-        if samples < prev_samples:
-            raise InputError(f"{e.where}: samples go backwards ({samples} after {prev_samples})")
-        if "tokens" in v and len_key == "":
-            tokens = v["tokens"]
-        elif len_key in v:
-            if info.samples_per_step and info.samples_per_step < P * G:
-                # TRL: one generation of P*G responses feeds several logged optimiser steps, and an
-                # entry's mean length averages the generations since the last entry: those that
-                # began (at a multiple of P*G samples) in between
-                gens = math.ceil(samples / (P * G) - 1e-9) - math.ceil(counted / (P * G) - 1e-9)
-                tokens += v[len_key] * P * G * max(gens, 0)
-            else:
-                tokens += v[len_key] * (samples - counted)
-            counted = samples
-        lr = v.get(lr_key, lr) if lr_key else lr
-        gen_s = sum((v[k] for k in gen_keys if k in v and math.isfinite(v[k])), 0.0)
-        train_s = sum((v[k] for k in train_keys if k in v and math.isfinite(v[k])), 0.0)
-        other_s = 0.0
-        if step_key in v and math.isfinite(v[step_key]):
-            other_s = max(0.0, v[step_key] - gen_s - train_s)
-        metrics = {name: v[k] for name, k in metric_keys.items() if k in v}
-        if keys.keep_all:
-            for k, x in v.items():
-                metrics.setdefault(k, x)
-        steps.append(
-            StepRecord(
-                run_id=run_id,
-                step=e.step,
-                samples=int(samples),
-                tokens=int(round(tokens)),
-                lr=float(lr),
-                prompts=P,
-                group_size=G,
-                seed=info.seed,
-                metrics=metrics,
-                grad_norm=v.get(grad_key) if grad_key else None,
-                critic_grad_norm=v.get(critic_key) if critic_key else None,
-                gen_s=gen_s,
-                train_s=train_s,
-                other_s=other_s,
-            )
-        )
-        prev_samples = samples
-    run_lr = info.lr if info.lr > 0 else max(s.lr for s in steps)
-    if not run_lr > 0:
-        raise InputError(f"{source}: run {run_id!r} logs an lr of 0 at every step; give the run's --lr")
-    return ImportedRun(
-        run_id=run_id,
-        candidate=info.candidate or candidate_label(P, G),
-        prompts=P,
-        group_size=G,
-        seed=info.seed,
-        lr=run_lr,
-        steps=tuple(steps),
-        source=source,
-        critic_lr=info.critic_lr or None,
-        staleness=info.staleness,
-        updates_per_batch=info.updates_per_batch,
-    )

@@ -28,7 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from batchtune.errors import InputError
-from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, as_number, build_run
+from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, as_number
+from batchtune.integrations.convert import build_run
 
 
 def read_log_text(path: Path) -> str:

@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from batchtune.errors import InputError
-from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, build_run, merge_keys
+from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, merge_keys
+from batchtune.integrations.convert import build_run
 from batchtune.integrations.openrlhf import OPENRLHF_KEYS
 from batchtune.integrations.trl import TRL_KEYS
 from batchtune.integrations.verl import VERL_KEYS

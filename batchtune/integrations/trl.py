@@ -20,15 +20,8 @@ import re
 from pathlib import Path
 
 from batchtune.errors import InputError
-from batchtune.integrations.common import (
-    ImportedRun,
-    LogKeys,
-    RunInfo,
-    StepEntry,
-    as_number,
-    build_run,
-    merge_by_step,
-)
+from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, as_number, merge_by_step
+from batchtune.integrations.convert import build_run
 from batchtune.integrations.emit_async import async_split, trl_async
 from batchtune.integrations.emit_base import (
     UNKNOWN_LR_NOTE,

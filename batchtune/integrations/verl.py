@@ -16,15 +16,8 @@ import json
 from pathlib import Path
 
 from batchtune.errors import InputError
-from batchtune.integrations.common import (
-    ImportedRun,
-    LogKeys,
-    RunInfo,
-    StepEntry,
-    as_number,
-    build_run,
-    merge_by_step,
-)
+from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, as_number, merge_by_step
+from batchtune.integrations.convert import build_run
 from batchtune.integrations.emit_async import VERL_MODULES, VERL_V1, async_split, node_layout, verl_async
 from batchtune.integrations.emit_base import (
     UNKNOWN_LR_NOTE,

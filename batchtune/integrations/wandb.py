@@ -23,10 +23,10 @@ from batchtune.integrations.common import (
     RunInfo,
     StepEntry,
     as_number,
-    build_run,
     merge_by_step,
     merge_keys,
 )
+from batchtune.integrations.convert import build_run
 from batchtune.integrations.logs_generic import read_log_text
 from batchtune.integrations.openrlhf import OPENRLHF_KEYS
 from batchtune.integrations.trl import TRL_KEYS
