@@ -71,28 +71,17 @@ def _tau(
             gen_trace=gen_trace,
             train_trace=[x * u for x in upd_trace],
         ).step_time_s
-    if k == 0:
-        est = predict_pipeline(
-            "sync",
-            batch_responses=1,
-            gen_time_s=gen,
-            train_time_s=upd * u,
-            sync_time_s=sync,
-            updates_per_batch=u,
-        )
-    else:
-        est = predict_pipeline(
-            "async",
-            batch_responses=1,
-            gen_time_s=gen,
-            train_time_s=upd * u,
-            sync_time_s=sync,
-            staleness_bound=k * u,
-            in_flight_cap=None,
-            sync_every=u * sync_every,
-            updates_per_batch=u,
-        )
-    return est.step_time_s
+    return predict_pipeline(  # the sync closed form reads neither the bound nor sync_every
+        "sync" if k == 0 else "async",
+        batch_responses=1,
+        gen_time_s=gen,
+        train_time_s=upd * u,
+        sync_time_s=sync,
+        staleness_bound=k * u,
+        in_flight_cap=None,
+        sync_every=u * sync_every,
+        updates_per_batch=u,
+    ).step_time_s
 
 
 def prune_sweep(
