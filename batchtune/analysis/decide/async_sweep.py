@@ -58,22 +58,17 @@ def _tau(
     traces: tuple[Sequence[float], Sequence[float]] = ((), ()),
 ) -> float:
     gen_trace, upd_trace = traces
-    if k >= 1 and (gen_trace or upd_trace):  # the measured variation against the bounds
-        return simulate_pipeline(
+    if k == 0:  # the sync closed form
+        return predict_pipeline(
+            "sync",
             batch_responses=1,
             gen_time_s=gen,
             train_time_s=upd * u,
             sync_time_s=sync,
-            staleness_bound=k * u,
-            in_flight_cap=None,
-            sync_every=u * sync_every,
             updates_per_batch=u,
-            gen_trace=gen_trace,
-            train_trace=[x * u for x in upd_trace],
         ).step_time_s
-    return predict_pipeline(  # the sync closed form reads neither the bound nor sync_every
-        "sync" if k == 0 else "async",
-        batch_responses=1,
+    return simulate_pipeline(  # predict_pipeline("async") is this without traces; with them, the
+        batch_responses=1,  # measured variation plays against the bounds
         gen_time_s=gen,
         train_time_s=upd * u,
         sync_time_s=sync,
@@ -81,6 +76,8 @@ def _tau(
         in_flight_cap=None,
         sync_every=u * sync_every,
         updates_per_batch=u,
+        gen_trace=gen_trace,
+        train_trace=[x * u for x in upd_trace],
     ).step_time_s
 
 
