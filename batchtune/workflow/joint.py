@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from batchtune.measure.async_topup import has_async_knobs, run_knobs, top_up_lines
+from batchtune.measure.async_topup import run_knobs, top_up_lines
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from batchtune.analysis.decide.recommend import Recommendation, ThroughputModel
     from batchtune.analysis.sample.efficiency import SampleEfficiency
 
-__all__ = ["has_async_knobs", "joint_for", "run_knobs", "with_pick"]  # the first two live in measure
+__all__ = ["joint_for", "with_pick"]
 
 
 def joint_for(

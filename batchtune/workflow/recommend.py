@@ -19,9 +19,9 @@ from batchtune.analysis.sample.efficiency import SampleEfficiency
 from batchtune.analysis.system.profile import analyse_throughput
 from batchtune.errors import AnalysisError, InputError, NotRanked, ThroughputMissing
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
+from batchtune.measure.async_topup import has_async_knobs
 from batchtune.recipe.schema import Recipe
 from batchtune.records import ResultsStore, RunRecord
-from batchtune.workflow.joint import has_async_knobs
 from batchtune.workflow.loading import load, results_is_a_folder
 from batchtune.workflow.pretrain import check_pretrain_ranking, emit_pretrain_pick
 

@@ -1,6 +1,7 @@
 """import-logs reads the trainers' async timing keys (names from the installed sources: verl 0.9.1 V1
 trainer_base.py and fully_async, trl 1.16 AsyncGRPOTrainer, OpenRLHF 0.11.2) under the names the
-built-in async run records, so an imported async run feeds the joint decision (workflow/joint.run_knobs)."""
+built-in async run records, so an imported async run feeds the joint decision
+(measure/async_topup.run_knobs)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 
 from batchtune.integrations.common import RunInfo
 from batchtune.integrations.readers import import_runs, read_log
+from batchtune.measure.async_topup import run_knobs
 from batchtune.records import ResultsStore
-from batchtune.workflow.joint import run_knobs
 
 
 def _verl_log(tmp_path, fully_async: bool):
