@@ -20,7 +20,7 @@ from pathlib import Path
 
 from batchtune.measure.probe import analyse_store, run_probe
 from batchtune.recipe.load import load_recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 from batchtune.workflow.recommend import recommend_for_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

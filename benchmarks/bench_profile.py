@@ -19,7 +19,7 @@ from pathlib import Path
 
 from batchtune.measure.profile import run_profile
 from batchtune.recipe.load import load_recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]
 

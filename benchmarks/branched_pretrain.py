@@ -35,7 +35,7 @@ import numpy as np
 
 from batchtune.measure.pretrain_probe import load_grid_curves, run_pretrain_probe
 from batchtune.recipe.load import load_recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 from batchtune.workflow import probe as run_probe
 from batchtune.workflow.recommend import recommend_for_recipe
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from batchtune.cli import app
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny-pretrain.toml"

@@ -38,7 +38,7 @@ from batchtune.analysis.pretrain.grid import GridAnalysis, GridCurve, analyse_gr
 from batchtune.analysis.pretrain.synth import SynthLaw, ThreePhaseES, synth_curves
 from batchtune.measure.pretrain_refine import refine_grid
 from batchtune.recipe.load import recipe_from_dict
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 GRID = [256 * 2**i for i in range(10)]
 DEFAULT_BUDGET = 8  # probe.refine_max_batches

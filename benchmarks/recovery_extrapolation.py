@@ -37,7 +37,7 @@ from regret_tiny import CACHE, exhaustive_truth  # noqa: E402
 from batchtune.analysis.branched.progress import extrapolate_to_target  # noqa: E402
 from batchtune.analysis.sample.curves import samples_to_target  # noqa: E402
 from batchtune.analysis.sample.efficiency import RunData  # noqa: E402
-from batchtune.records import ResultsStore  # noqa: E402
+from batchtune.records.store import ResultsStore  # noqa: E402
 
 # the tiny runs log every 256 samples: a trunk of 1024 has 3 points in its last half, too few to fit
 TRUNKS = {"nqm": [1024, 2048, 3072, 4096], "tiny-grpo": [2048, 3072, 4096], "tiny-ppo": [2048, 3072, 4096]}

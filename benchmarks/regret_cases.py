@@ -30,7 +30,8 @@ from batchtune.measure.probe import load_run_data, run_probe
 from batchtune.measure.profile import run_profile
 from batchtune.recipe.load import load_recipe
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore, RunRecord, StepRecord, candidate_label
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import RunRecord, StepRecord, candidate_label
 from batchtune.workflow.recommend import recommend_for_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

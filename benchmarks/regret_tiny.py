@@ -23,7 +23,7 @@ from regret_cases import CaseResult, _result
 from batchtune.measure.probe import run_probe
 from batchtune.measure.profile import run_profile
 from batchtune.recipe.load import load_recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 from batchtune.workflow.recommend import recommend_for_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from batchtune.cli import app
 from batchtune.recipe.load import load_recipe
-from batchtune.records import ResultsStore, RunRecord, StepRecord
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import RunRecord, StepRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 ASYNC = ROOT / "recipes" / "tiny-grpo-async.toml"

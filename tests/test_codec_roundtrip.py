@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from batchtune import codec
 from batchtune.errors import InputError
-from batchtune.records import ModelInfo, RunRecord, StepRecord, ThroughputPoint, to_json
+from batchtune.records.files import to_json
+from batchtune.records.types import ModelInfo, RunRecord, StepRecord, ThroughputPoint
 
 FLOATS = st.floats(allow_nan=True, allow_infinity=True)
 TEXT = st.one_of(st.sampled_from(["nan", "inf", "-inf", "Infinity", "null", "1e3", ""]), st.text(max_size=12))

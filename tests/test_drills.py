@@ -24,7 +24,7 @@ import pytest
 from batchtune.measure.plan import plan_candidates, run_id
 from batchtune.measure.probe import reference_band, run_probe
 from batchtune.recipe.load import load_recipe, shipped_recipes
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 from tests.drill_kit import (
     alive,
     kill_mid_probe,

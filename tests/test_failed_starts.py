@@ -11,7 +11,10 @@ import sys
 from typer.testing import CliRunner
 
 from batchtune.cli import app
-from batchtune.records import ResultsStore, atomic_write_text, to_json
+from batchtune.records.files import atomic_write_text, to_json
+
+# A stand-in trainer: pure Python, one JSON line per step. Without the file named by the `ENV_OK`
+from batchtune.records.store import ResultsStore
 
 # A stand-in trainer: pure Python, one JSON line per step. Without the file named by the `ENV_OK`
 # marker it fails at import, as verl does when it is not installed; P = 4 runs out of memory at its

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from batchtune.cli import app
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 
 def _write_sweep(path, rng):

@@ -25,7 +25,7 @@ from batchtune.measure.profile import (
     run_profile,
 )
 from batchtune.recipe.load import load_recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 TINY_SWEEP = [
     "generation.backend=transformers",

@@ -8,7 +8,9 @@ import multiprocessing as mp
 import pytest
 
 from batchtune.errors import InputError
-from batchtune.records import ResultsStore, RunRecord, StepRecord, ThroughputPoint, read_jsonl
+from batchtune.records.files import read_jsonl
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import RunRecord, StepRecord, ThroughputPoint
 
 
 def _step(i: int, run_id: str = "P4xG8-s0") -> StepRecord:

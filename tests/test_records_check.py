@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from batchtune.cli import app
 from batchtune.errors import InputError
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 SETS = ["--set", "candidates.prompts=[1, 4, 16]", "--set", "budget.seeds=[0, 1]"]
 RUN = "P4xG8-s1"

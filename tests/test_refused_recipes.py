@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from batchtune.cli import app
 from batchtune.measure.probe import check_manifest
 from batchtune.recipe.load import load_recipe, shipped_recipes
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 NQM = str(shipped_recipes()["nqm"])
 

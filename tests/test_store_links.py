@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from batchtune.cli import app
 from batchtune.errors import InputError
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 RUN = "P1xG8-s0"  # the first run the NQM recipe's probe claims
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from batchtune.analysis.decide.recommend import contention_note
 from batchtune.cli import app
 from batchtune.recipe.load import shipped_recipes
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 NQM = str(shipped_recipes()["nqm"])
 SMALL = [

@@ -56,7 +56,8 @@ from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec, checkpoint_
 from batchtune.errors import BatchtuneError, RecipeError
 from batchtune.integrations.common import RunInfo
 from batchtune.integrations.readers import STREAMABLE, read_log
-from batchtune.records import StepRecord, atomic_write_text
+from batchtune.records.files import atomic_write_text
+from batchtune.records.types import StepRecord
 
 POLL_S = 0.2  # how often the log and the process are checked
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL

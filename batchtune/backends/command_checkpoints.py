@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchtune.backends.spec import RunFailed, RunSpec
-from batchtune.records import StepRecord
+from batchtune.records.types import StepRecord
 
 CHECKPOINT_META = "batchtune-checkpoint.json"  # in <checkpoint_dir>/ckpt-<samples>/: where it lies
 

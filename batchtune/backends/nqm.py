@@ -54,7 +54,7 @@ from batchtune.backends.spec import (
 )
 from batchtune.errors import BackendError, UnsafeCheckpoint
 from batchtune.recipe.schema import NQMConfig, OptimizerConfig, Recipe
-from batchtune.records import StepRecord
+from batchtune.records.types import StepRecord
 
 # ---- the simulated time model ---------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from batchtune.backends.checkpoint_file import read_state
 from batchtune.backends.pretrain_data import eval_batch, make_data, stream
 from batchtune.backends.spec import RunFailed, RunSpec, branch_seed, checkpoint_path
 from batchtune.recipe.schema import Recipe
-from batchtune.records import StepRecord
+from batchtune.records.types import StepRecord
 
 # (hidden, intermediate, layers, heads): we choose; xs trains ~1M tokens in about a minute on 2 cores
 SIZES = {"xs": (64, 192, 2, 4), "s": (128, 384, 4, 4), "m": (256, 768, 6, 8)}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ModelInfo, StepRecord
+from batchtune.records.types import ModelInfo, StepRecord
 
 
 @dataclass(frozen=True)

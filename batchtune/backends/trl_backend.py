@@ -35,7 +35,7 @@ from typing import Any
 
 from batchtune.backends.spec import OutOfMemory, RunFailed, RunSpec
 from batchtune.errors import BackendError, BatchtuneError, RecipeError
-from batchtune.records import StepRecord
+from batchtune.records.types import StepRecord
 
 BOS_TEXT = "<bos>"  # prefixed to tiny-model prompts: TRL encodes them without special tokens
 

@@ -17,7 +17,7 @@ from batchtune.cli.app import (
     handle_errors,
     recipes_app,
 )
-from batchtune.records import atomic_write_text
+from batchtune.records.files import atomic_write_text
 
 
 @recipes_app.command("list")

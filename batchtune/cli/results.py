@@ -28,7 +28,7 @@ from batchtune.cli.app import (
 )
 from batchtune.errors import BatchtuneError
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
-from batchtune.records import atomic_write_text
+from batchtune.records.files import atomic_write_text
 
 if TYPE_CHECKING:
     from batchtune.workflow.imports import ImportOutcome

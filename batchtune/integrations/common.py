@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from batchtune.errors import InputError
-from batchtune.records import RunRecord, StepRecord
+from batchtune.records.types import RunRecord, StepRecord
 
 # ---- what the log may not say ---------------------------------------------------------------------
 
@@ -173,7 +173,7 @@ class ImportedRun:
 
 
 def divergence(steps: Sequence[StepRecord]) -> str | None:
-    """Why a logged run counts as diverged, as a probe run that diverged does (records.FAILED_STATUSES:
+    """Why a logged run counts as diverged, as a probe run that diverged does (records.types.FAILED_STATUSES:
     left out of every estimate and bound, reported as a failure): its gradient norm, or a metric it
     logged finite before, is nan or inf at a step and at every later step that logs it, to the end
     of the log. A lone non-finite value that a later step recovers from (an fp16 loss-scale skip) is

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from batchtune.errors import InputError
 from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, safe_run_id
-from batchtune.records import StepRecord, candidate_label
+from batchtune.records.types import StepRecord, candidate_label
 
 
 def _resolve(name: str, alternatives: tuple[str, ...], present: set[str], strict: bool, where: str) -> str:

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from batchtune.errors import InputError
-from batchtune.records import atomic_write_text
+from batchtune.records.files import atomic_write_text
 
 
 def sig3(x: float) -> float:

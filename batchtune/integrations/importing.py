@@ -17,7 +17,7 @@ from batchtune.integrations.common import RunInfo
 from batchtune.integrations.readers import ImportResult, import_runs, read_log
 from batchtune.recipe.load import apply_overrides, recipe_from_dict
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 
 def parse_mapping(items: Sequence[str]) -> dict[str, str]:

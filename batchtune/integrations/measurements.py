@@ -27,7 +27,7 @@ from batchtune.errors import AnalysisError, InputError
 from batchtune.recipe.ranges import NONNEG, POS, Range
 from batchtune.recipe.schema import TargetConfig
 from batchtune.recipe.tables import read_table
-from batchtune.records import candidate_label
+from batchtune.records.types import candidate_label
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from batchtune.errors import InputError
 from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 FORMATS = ("jsonl", "csv", "verl", "trl", "tensorboard", "wandb")
 STREAMABLE = ("jsonl", "csv", "verl")  # line-oriented: can be read while the trainer still writes

@@ -7,7 +7,7 @@ from typing import Any
 
 from batchtune.measure.plan import plan_candidates, run_id
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 
 def why_not_ranked(message: str, store: ResultsStore, cfg: Recipe, eff: Any) -> str:

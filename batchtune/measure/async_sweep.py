@@ -26,7 +26,8 @@ from batchtune.analysis.decide.async_sweep import SweepCell, prune_sweep
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.measure.plan import Plan, run_id
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore, atomic_write_text
+from batchtune.records.files import atomic_write_text
+from batchtune.records.store import ResultsStore
 
 SWEEP_FILE = "async_sweep.json"
 TIMED_STEPS = 8  # per main candidate; the first (warm-up) is left out

@@ -33,7 +33,9 @@ from batchtune.measure.plan import Plan, run_id
 from batchtune.measure.sequential import extra_seed
 from batchtune.measure.stop_rule import NO_BAND, StopPolicy, stop_policy
 from batchtune.recipe.schema import Recipe
-from batchtune.records import FAILED_STATUSES, ResultsStore, atomic_write_text
+from batchtune.records.files import atomic_write_text
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import FAILED_STATUSES
 
 if TYPE_CHECKING:
     from batchtune.analysis.decide.async_joint import Knobs

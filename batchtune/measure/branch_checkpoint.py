@@ -40,7 +40,8 @@ from batchtune.errors import InputError
 from batchtune.measure.sequential import extra_seed
 from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
-from batchtune.records import FAILED_STATUSES, ResultsStore, RunRecord
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import FAILED_STATUSES, RunRecord
 
 CONTROL_WINDOWS = 1.25  # the control runs past its window so the fit at the window's end is interior
 

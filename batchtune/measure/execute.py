@@ -32,7 +32,10 @@ from batchtune.events import ProbeEvents
 from batchtune.measure import ray_executor
 from batchtune.measure.plan import run_id
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore, RunRecord
+from batchtune.records.store import ResultsStore
+
+# execute_run(recipe, results_dir, candidate, seed, base_lr, reference_batch, policy[, rid, spec_extra],
+from batchtune.records.types import RunRecord
 
 # execute_run(recipe, results_dir, candidate, seed, base_lr, reference_batch, policy[, rid, spec_extra],
 # events=, parallel_runs=)

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from batchtune.errors import BackendError
 from batchtune.events import ProbeEvents
-from batchtune.records import ResultsStore, RunRecord, failed_before_training
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import RunRecord, failed_before_training
 
 
 def _named(records: Sequence[RunRecord]) -> str:

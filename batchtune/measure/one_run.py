@@ -21,8 +21,9 @@ from batchtune.measure.guards import check_metric_present
 from batchtune.measure.plan import run_id, run_record
 from batchtune.measure.stop_rule import RunCurve, StopPolicy, budget_reason, stop_reason
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore, RunRecord, StepRecord
 from batchtune.records.paths import contained
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import RunRecord, StepRecord
 
 Emit = Callable[..., None]
 

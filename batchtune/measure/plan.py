@@ -15,7 +15,7 @@ from batchtune.analysis.sample.lr import scaled_lr
 from batchtune.backends.spec import Candidate
 from batchtune.errors import RecipeError
 from batchtune.recipe.schema import Recipe
-from batchtune.records import RunRecord, candidate_label
+from batchtune.records.types import RunRecord, candidate_label
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from batchtune.measure.pretrain_refine import RefineRound, refine_grid
 from batchtune.measure.probe import check_manifest
 from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
-from batchtune.records import FAILED_STATUSES, ResultsStore
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import FAILED_STATUSES
 
 
 @dataclass(frozen=True)

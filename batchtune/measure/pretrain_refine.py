@@ -28,7 +28,8 @@ from batchtune.analysis.pretrain.batch import BatchEstimate
 from batchtune.analysis.pretrain.grid import GridAnalysis
 from batchtune.analysis.pretrain.refine import FINE_STEP, batches_to_add
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore, atomic_write_text
+from batchtune.records.files import atomic_write_text
+from batchtune.records.store import ResultsStore
 
 REFINE_FILE = "refine.json"
 MAX_ROUNDS = 8  # a guard only: the spacing halves in log each round, so a doubling grid needs 2

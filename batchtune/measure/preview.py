@@ -27,7 +27,7 @@ from batchtune.measure import contention
 from batchtune.measure.async_sweep import sweep_decision
 from batchtune.measure.plan import Plan, plan_candidates, run_id
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 # timed by default; "command" starts a whole trainer
 IN_PROCESS_BACKENDS = ("torch", "nqm", "trl", "pretrain")

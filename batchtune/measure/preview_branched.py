@@ -35,7 +35,7 @@ from batchtune.measure.preview import (
     timing_source,
 )
 from batchtune.recipe.schema import Recipe
-from batchtune.records import failed_before_training
+from batchtune.records.types import failed_before_training
 
 
 @dataclass(frozen=True)

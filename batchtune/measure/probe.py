@@ -32,7 +32,10 @@ from batchtune.measure.stop_rule import NO_BAND, band_of, stop_policy
 from batchtune.recipe.checks import another_recipe
 from batchtune.recipe.load import recipe_from_dict
 from batchtune.recipe.schema import PretrainConfig, Recipe
-from batchtune.records import ResultsStore, failed_before_training
+from batchtune.records.store import ResultsStore
+
+# Recipe sections whose change makes earlier runs incomparable with new ones.
+from batchtune.records.types import failed_before_training
 
 # Recipe sections whose change makes earlier runs incomparable with new ones.
 _RUN_DEFINING = ("model", "task", "algorithm", "optimizer", "lr_scaling", "nqm", "target")

@@ -38,7 +38,8 @@ from batchtune.errors import BackendError
 from batchtune.events import SweepProgress
 from batchtune.measure import contention
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore, ThroughputPoint
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import ThroughputPoint
 
 __all__ = [
     "ModeProfile",

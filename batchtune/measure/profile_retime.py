@@ -29,7 +29,7 @@ from batchtune.analysis.system.contention import is_contended
 from batchtune.analysis.system.profile import SIMULATED_DEVICE, ProfileResult
 from batchtune.errors import InputError
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ThroughputPoint
+from batchtune.records.types import ThroughputPoint
 
 
 @dataclass(frozen=True)

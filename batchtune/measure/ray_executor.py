@@ -42,7 +42,9 @@ from batchtune.errors import BackendError, BatchtuneError, InputError
 from batchtune.events import ProbeEvents
 from batchtune.measure.plan import run_id, run_record
 from batchtune.recipe.schema import Recipe, RunConfig
-from batchtune.records import ResultsStore, RunRecord, atomic_write_text
+from batchtune.records.files import atomic_write_text
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import RunRecord
 
 JOB_BACKENDS = frozenset({"command"})  # trainers that may start Ray themselves: Ray Jobs, not tasks
 POLL_S = 0.5  # how often in-flight tasks and jobs are checked

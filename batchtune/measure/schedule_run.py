@@ -28,7 +28,8 @@ from batchtune.errors import InputError
 from batchtune.measure.one_run import execute_run
 from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
-from batchtune.records import FAILED_STATUSES, ResultsStore, StepRecord
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import FAILED_STATUSES, StepRecord
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from batchtune.measure.execute import RunFn, run_jobs
 from batchtune.measure.plan import Plan, run_id
 from batchtune.measure.stop_rule import NO_BAND, StopPolicy, stop_policy
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 
 def extra_seed(recipe: Recipe, round_: int) -> int:

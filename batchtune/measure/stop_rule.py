@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from batchtune.analysis.sample.curves import samples_to_target, target_confirmed
 from batchtune.analysis.sample.efficiency import SampleEfficiency
 from batchtune.recipe.schema import Recipe
-from batchtune.records import StepRecord
+from batchtune.records.types import StepRecord
 
 NO_BAND = (math.inf, math.inf)  # (samples, seconds): no reference band (yet)
 

@@ -18,33 +18,3 @@ Modules: ``types`` (the record dataclasses and run statuses), ``store`` (``Resul
 ``check`` (a sealed run is the run batchtune wrote), ``files`` (atomic writes, JSON lines, locks) and
 ``paths`` (every path written stays inside the results directory).
 """
-
-from batchtune.records.files import atomic_write_text, naming, read_jsonl, to_json
-from batchtune.records.store import ResultsStore, RunWriter
-from batchtune.records.types import (
-    FAILED_STATUSES,
-    RUN_STATUSES,
-    ModelInfo,
-    RunRecord,
-    StepRecord,
-    ThroughputPoint,
-    candidate_label,
-    failed_before_training,
-)
-
-__all__ = [
-    "FAILED_STATUSES",
-    "RUN_STATUSES",
-    "ModelInfo",
-    "ResultsStore",
-    "RunRecord",
-    "RunWriter",
-    "StepRecord",
-    "ThroughputPoint",
-    "atomic_write_text",
-    "candidate_label",
-    "failed_before_training",
-    "naming",
-    "read_jsonl",
-    "to_json",
-]

@@ -15,7 +15,7 @@ from rich.table import Table
 from batchtune.analysis.decide.check import FAIL, INSUFFICIENT, PASS, SKIPPED, WARN, CheckResult
 from batchtune.errors import BatchtuneError
 from batchtune.integrations.trainer_configs import TrainerConfig
-from batchtune.records import naming
+from batchtune.records.files import naming
 from batchtune.report.json import num
 
 STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", SKIPPED: "dim", INSUFFICIENT: "magenta"}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from batchtune.records import naming
+from batchtune.records.files import naming
 
 if TYPE_CHECKING:
     from batchtune.analysis.system.hardware import RooflinePrediction

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from batchtune.analysis.pretrain.refine import refine_note
-from batchtune.records import naming
+from batchtune.records.files import naming
 
 
 def _k(x: float | None) -> str:

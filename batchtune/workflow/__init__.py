@@ -17,7 +17,9 @@ from batchtune.analysis.system.profile import ProfileResult
 from batchtune.errors import InputError
 from batchtune.events import ProbeEvents, SweepProgress
 from batchtune.recipe.schema import Recipe
-from batchtune.records import FAILED_STATUSES, ResultsStore, atomic_write_text
+from batchtune.records.files import atomic_write_text
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import FAILED_STATUSES
 from batchtune.workflow.loading import load, results_is_a_folder
 from batchtune.workflow.recommend import plot_skipped, plot_time, recommend_from_args
 from batchtune.workflow.study import Preview, ProbeOutcome, study_for

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from batchtune.measure.async_topup import run_knobs, top_up_lines
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 if TYPE_CHECKING:
     from batchtune.analysis.decide.async_rank import JointDecision

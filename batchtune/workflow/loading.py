@@ -11,7 +11,7 @@ from batchtune.errors import InputError
 from batchtune.measure.probe_size import resolved
 from batchtune.recipe.load import DEFAULT_RECIPE, apply_overrides, load_recipe, recipe_from_dict
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 
 def load(

@@ -21,7 +21,8 @@ from batchtune.errors import AnalysisError, InputError, NotRanked, ThroughputMis
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
 from batchtune.measure.async_topup import has_async_knobs
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore, RunRecord
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import RunRecord
 from batchtune.workflow.loading import load, results_is_a_folder
 from batchtune.workflow.pretrain import check_pretrain_ranking, emit_pretrain_pick
 

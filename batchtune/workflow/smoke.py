@@ -10,7 +10,7 @@ from typing import Any
 
 from batchtune.errors import AnalysisError, InputError
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 from batchtune.workflow.loading import load
 from batchtune.workflow.recommend import recommend_for_recipe
 
@@ -121,7 +121,7 @@ def smoke(recipe: str | None, overrides: list[str], results: str | None) -> Smok
 
 
 def _stop_at_failure(kind: str, info: dict[str, Any]) -> None:
-    from batchtune.records import FAILED_STATUSES
+    from batchtune.records.types import FAILED_STATUSES
 
     if kind == "end" and info.get("status") in FAILED_STATUSES:
         raise _FirstRunFailed(info)
@@ -168,7 +168,7 @@ def _smoke_branches(cfg: Recipe) -> tuple[str, Any]:
     from batchtune.measure.one_run import execute_run
     from batchtune.measure.plan import plan_candidates
     from batchtune.measure.stop_rule import StopPolicy
-    from batchtune.records import FAILED_STATUSES
+    from batchtune.records.types import FAILED_STATUSES
 
     problem = backends.checkpoint_problem(cfg)
     if problem is not None:  # before any trainer starts

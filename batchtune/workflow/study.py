@@ -61,7 +61,7 @@ def _branched_probe(cfg: Recipe, progress: ProbeEvents | None) -> BranchedProbeR
 def _pretrain_grid_probe(cfg: Recipe, progress: ProbeEvents | None) -> PretrainProbeResult:
     """The token-batch grid, analysed, with B_opt and B_min drawn against the target loss."""
     from batchtune.measure.pretrain_probe import run_pretrain_probe
-    from batchtune.records import ResultsStore
+    from batchtune.records.store import ResultsStore
     from batchtune.report.pretrain_grid import plot_bopt_bmin
 
     result = run_pretrain_probe(cfg, progress, refine=True)  # + the refinement rounds (probe.refine)

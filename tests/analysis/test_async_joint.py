@@ -11,7 +11,7 @@ from batchtune.analysis.decide.async_joint import Knobs, joint_decision, joint_t
 from batchtune.analysis.decide.recommend import recommend, throughput_from_probe
 from batchtune.analysis.sample.assess import analyse_runs
 from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency
-from batchtune.records import RunRecord, StepRecord
+from batchtune.records.types import RunRecord, StepRecord
 
 # label -> (P, k, u, samples at which eval_reward crosses 0.9 for seeds 0 and 1, gen_s, train_s per step)
 CASES = {

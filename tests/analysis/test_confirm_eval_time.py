@@ -13,7 +13,7 @@ from batchtune.analysis.decide.recommend import recommend, throughput_from_probe
 from batchtune.analysis.sample.assess import analyse_runs
 from batchtune.analysis.sample.efficiency import RunData
 from batchtune.analysis.sample.evals import EvalCost, eval_cost, evals_to
-from batchtune.records import RunRecord, StepRecord
+from batchtune.records.types import RunRecord, StepRecord
 
 EVAL_S, EVERY = 2.0, 64  # one evaluation: 2 s of held-out generation, every 64 responses
 

@@ -10,7 +10,7 @@ import pytest
 from batchtune.analysis.sample.assess import analyse_runs
 from batchtune.analysis.sample.efficiency import RunData
 from batchtune.errors import MetricMissingError, RunsFailed
-from batchtune.records import RunRecord, StepRecord
+from batchtune.records.types import RunRecord, StepRecord
 
 TRUE_R = {2: 1000.0, 4: 1020.0, 16: 3000.0}  # prompts -> responses to reach 0.5 (G = 8)
 

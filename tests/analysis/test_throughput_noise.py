@@ -8,7 +8,7 @@ import pytest
 
 from batchtune.analysis.decide.ranking import rank_time_to_target
 from batchtune.analysis.decide.throughput_noise import pick_under_noise, point_spread, step_spread
-from batchtune.records import ThroughputPoint
+from batchtune.records.types import ThroughputPoint
 
 TIE = 0.03
 

@@ -18,7 +18,7 @@ from batchtune.backends.torch_rl import TorchRLBackend, grpo
 from batchtune.codec import from_dict
 from batchtune.measure.plan import plan_candidates, run_record
 from batchtune.recipe.load import load_recipe
-from batchtune.records import RunRecord
+from batchtune.records.types import RunRecord
 
 BASE = [
     "model.pretrain_steps=50",

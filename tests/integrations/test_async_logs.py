@@ -12,7 +12,7 @@ import pytest
 from batchtune.integrations.common import RunInfo
 from batchtune.integrations.readers import import_runs, read_log
 from batchtune.measure.async_topup import run_knobs
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 
 def _verl_log(tmp_path, fully_async: bool):

@@ -12,7 +12,7 @@ from batchtune.errors import InputError
 from batchtune.integrations.common import RunInfo
 from batchtune.integrations.logs_generic import read_table
 from batchtune.integrations.readers import import_runs, read_log
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 CSV = """run,prompts,group_size,lr,seed,step,reward,grad_norm,note
 a,4,8,0.001,0,1,0.10,1.5,warm

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from batchtune.cli import app
 from batchtune.integrations.common import divergence
-from batchtune.records import ResultsStore, StepRecord
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import StepRecord
 
 
 def _steps(*values: float, grad: float | None = None) -> list[StepRecord]:

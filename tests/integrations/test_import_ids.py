@@ -10,7 +10,7 @@ import numpy as np
 from typer.testing import CliRunner
 
 from batchtune.cli import app
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 
 def _trl_run(out_dir: Path, ckpt: int, rng: np.random.Generator, step_time: float) -> Path:

@@ -12,7 +12,7 @@ from batchtune.errors import RecipeError
 from batchtune.measure.async_sweep import _load, _save, decide, pruned_plan
 from batchtune.measure.plan import plan_candidates
 from batchtune.recipe.load import load_recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 ASYNC = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny-grpo-async.toml")
 AUTO = ["probe.async_sweep=auto", "probe.staleness=[0]", "probe.updates_per_batch=[]"]

@@ -19,7 +19,8 @@ from batchtune.measure.probe import analyse_store
 from batchtune.measure.stop_rule import NO_BAND, stop_policy
 from batchtune.recipe.load import load_recipe
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore, RunRecord, StepRecord
+from batchtune.records.store import ResultsStore
+from batchtune.records.types import RunRecord, StepRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 ASYNC = ROOT / "recipes" / "tiny-grpo-async.toml"

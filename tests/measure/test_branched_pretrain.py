@@ -16,7 +16,7 @@ from batchtune.measure.branched import branched_recipe, branched_store, run_bran
 from batchtune.measure.plan import plan_candidates
 from batchtune.measure.probe import check_manifest
 from batchtune.recipe.load import load_recipe, shipped_recipes
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 BRANCHED = str(shipped_recipes()["tiny-pretrain-branched"])
 GRID = str(shipped_recipes()["tiny-pretrain"])

@@ -21,7 +21,7 @@ from batchtune.measure.pretrain_refine import (
     refine_grid,
 )
 from batchtune.recipe.load import recipe_from_dict
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 LAW = SynthLaw()
 GRID = [256 * 2**i for i in range(8)]  # 256 .. 32,768 tokens, doubling

@@ -17,7 +17,7 @@ from batchtune.errors import InputError
 from batchtune.measure import contention, profile_retime
 from batchtune.measure.profile import run_profile
 from batchtune.recipe.load import load_recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 from batchtune.report.profile import render_profile
 from tests.test_profile import FAKE_SWEEP, FakeGeneration
 

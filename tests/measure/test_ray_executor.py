@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from batchtune.cli import app
 from batchtune.recipe.load import shipped_recipes
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 NQM = str(shipped_recipes()["nqm"])
 # a small NQM probe for the fast test: 2 batches x 2 seeds to an early target (~200 steps each)

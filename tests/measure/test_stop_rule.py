@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from batchtune.measure.stop_rule import RunCurve, StopPolicy, stop_reason
-from batchtune.records import StepRecord
+from batchtune.records.types import StepRecord
 
 POLICY = StopPolicy("reward", 0.5, True, 0.0, max_samples=1000, stop_at_target=True, band_samples=math.inf)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchtune.analysis.decide.ranking import Ranking
-from batchtune.records import ThroughputPoint
+from batchtune.records.types import ThroughputPoint
 
 DRAWS = 4000
 HOLDS = 0.95  # below this share of draws the pick and its rivals are "within throughput noise"

@@ -26,7 +26,7 @@ from batchtune.analysis.sample.noise import (
 )
 from batchtune.analysis.sample.ratio import Verdict, classify, ratio_to_reference
 from batchtune.errors import AnalysisError
-from batchtune.records import FAILED_STATUSES
+from batchtune.records.types import FAILED_STATUSES
 
 
 def assess(

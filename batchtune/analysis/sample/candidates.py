@@ -17,7 +17,7 @@ from batchtune.analysis.sample.efficiency import CandidateEfficiency, RunData
 from batchtune.analysis.sample.evals import eval_cost
 from batchtune.analysis.sample.seeds import estimate_over_seeds
 from batchtune.errors import AnalysisError, MetricMissingError, RunsFailed
-from batchtune.records import FAILED_STATUSES, RunRecord
+from batchtune.records.types import FAILED_STATUSES, RunRecord
 
 
 def _family(label: str, record: RunRecord, main_g: int) -> str:

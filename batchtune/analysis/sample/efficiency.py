@@ -16,7 +16,7 @@ from batchtune.analysis.sample.evals import NO_EVALS, EvalCost
 from batchtune.analysis.sample.noise import GradNormSlope, NoiseScale
 from batchtune.analysis.sample.ratio import Verdict
 from batchtune.analysis.sample.seeds import TargetEstimate
-from batchtune.records import RunRecord, StepRecord
+from batchtune.records.types import RunRecord, StepRecord
 
 FAMILIES = ("main", "group_sweep", "fixed_lr", "offpolicy")  # offpolicy: -k{k}u{u} (plan.py)
 

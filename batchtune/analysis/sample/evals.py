@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from batchtune.records import StepRecord
+from batchtune.records.types import StepRecord
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from batchtune.records import ThroughputPoint
+from batchtune.records.types import ThroughputPoint
 
 # other processes keeping this many CPU cores busy on average (or this fraction of the machine's cores,
 # whichever is more) while a profile was timed make it "contended": its times are slower than the

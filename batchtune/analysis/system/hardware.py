@@ -26,7 +26,7 @@ from batchtune.analysis.system.roofline import (
 from batchtune.codec import to_jsonable
 from batchtune.errors import AnalysisError
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ModelInfo
+from batchtune.records.types import ModelInfo
 
 SIMULATED_DEVICE = "no hardware (simulated times)"  # backends.nqm.SimulatedGeneration.device_name
 

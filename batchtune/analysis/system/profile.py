@@ -28,7 +28,7 @@ from batchtune.analysis.system.throughput import (
 from batchtune.codec import to_jsonable
 from batchtune.errors import AnalysisError
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ModelInfo, ThroughputPoint
+from batchtune.records.types import ModelInfo, ThroughputPoint
 
 # ---- results ------------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from batchtune.backends.spec import RunSpec
 from batchtune.recipe.schema import Recipe
-from batchtune.records import StepRecord
+from batchtune.records.types import StepRecord
 
 __all__ = ["TorchRLBackend"]
 

@@ -58,7 +58,7 @@ from batchtune.backends.torch_rl.trainer import (
     make_learner,
     setup_run,
 )
-from batchtune.records import StepRecord
+from batchtune.records.types import StepRecord
 
 POLL_S = 0.2  # how often a blocked side looks at the other's health and the stop flag
 JOIN_S = 5.0

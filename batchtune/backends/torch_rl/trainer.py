@@ -28,7 +28,7 @@ from batchtune.backends.torch_rl.ppo import PPOLearner
 from batchtune.backends.torch_rl.rollout import Rollout, chunks, generate
 from batchtune.backends.torch_rl.tasks import Example, Task, make_task
 from batchtune.backends.torch_rl.warmstart import warm_start_state
-from batchtune.records import StepRecord
+from batchtune.records.types import StepRecord
 
 
 class PromptSampler:
