@@ -17,7 +17,6 @@ _spec.loader.exec_module(import_graph)
 NOT_YET_SPLIT_FUNCTIONS = {
     "batchtune/analysis/decide/ranking.py:rank_time_to_target",
     "batchtune/analysis/branched/summary.py:summarise_branched",
-    "batchtune/measure/preview_branched.py:branched_plan_preview",
     "batchtune/backends/torch_rl/trainer.py:_train",
     "batchtune/analysis/branched/schedule.py:compare_schedule",
     "batchtune/analysis/branched/ratios.py:local_critical_batch",

@@ -11,7 +11,11 @@ its level), so the plan gives upper bounds from the recipe alone (measure/branch
   windows of W_B = max(W, min_steps x B), in whole steps), every control as long as the longest
   branch of its checkpoint (a slow control runs on that far);
 - the batches the search can reach at one checkpoint: all of them for branch.search = "all"; for
-  "bisect" the most its binary search can test (``bisect_worst``), taken as the dearest.
+  "bisect" the most its binary search can test (``bisect_worst``), taken as the dearest;
+- a recipe with staleness / reuse knobs (measure/branched_async.py): per (k, u) cell the auto sweep
+  keeps, a branch per seed (at most the most seeds) at the last checkpoint, at the batch the search
+  adopts there, taken as the dearest, each to its longest; a step at u updates priced as u whole
+  steps of its batch (generation included, so an upper bound).
 
 Wall time comes from a few steps of each batch timed alone, as for the grid (measure/preview.py);
 runs of one round share the machine ``run.workers`` at a time, the trunk runs alone.
@@ -19,13 +23,18 @@ runs of one round share the machine ``run.workers`` at a time, the trunk runs al
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import cache
 
+from batchtune.backends.spec import Candidate
+from batchtune.measure.async_sweep import sweep_decision
+from batchtune.measure.async_topup import has_async_knobs
 from batchtune.measure.branch_checkpoint import CONTROL_WINDOWS
 from batchtune.measure.branched import branched_recipe, branched_store, checkpoint_positions
-from batchtune.measure.plan import plan_candidates
+from batchtune.measure.branched_async import offpolicy_of
+from batchtune.measure.plan import Plan, plan_candidates
 from batchtune.measure.preview import (
     IN_PROCESS_BACKENDS,
     UNTIMED,
@@ -53,6 +62,22 @@ class BranchCost:
     eval_s: float
     setup_s: float
     branch_s_max: float  # one branch to its longest; nan = not timed
+
+
+OFFPOLICY_POINTS = 1  # the (checkpoint, batch) points off-policy branches run at (branched_async.py)
+
+
+@dataclass(frozen=True)
+class OffPolicyCost:
+    """One staleness / reuse cell's off-policy branches (measure/branched_async.py), at most."""
+
+    cell: str  # k{k}u{u}: the label suffix of each main candidate's off-policy candidate
+    staleness: int
+    updates_per_batch: int
+    batches: int  # the main batches it can run at (the one the search adopts at the last checkpoint)
+    runs_max: int  # OFFPOLICY_POINTS x the most seeds a batch is branched at
+    longest_samples: int  # one branch at the dearest of those batches
+    branch_s_max: float  # one branch to its longest, its step priced at u updates; nan = not timed
 
 
 @dataclass(frozen=True)
@@ -86,6 +111,9 @@ class BranchedPlanPreview:
     mode: str = "branched"
     unit: str = "samples"  # what the samples count: "tokens" for a pre-training recipe
     other_cores_busy: float = math.nan  # CPU cores other processes used while timing (contention.py)
+    offpolicy: tuple[OffPolicyCost, ...] = ()  # a recipe with staleness / reuse knobs: counted in the totals
+    offpolicy_samples_max: int = 0
+    offpolicy_s_max: float = 0.0
 
     @property
     def branched(self) -> bool:
@@ -116,81 +144,145 @@ def _steps(samples: float, batch: int) -> int:
     return max(1, math.ceil(samples / batch))
 
 
+@dataclass(frozen=True)
+class _Priced:
+    """The timed steps a preview prices its runs with, and the recipe's evaluation period."""
+
+    timed: dict[str, tuple[float, float, float]]
+    every: int
+
+    def run_s(self, label: str, samples: int, batch: int, step_factor: float = 1.0) -> float:
+        """One run of ``label`` for ``samples`` at ``batch``; each step ``step_factor`` times dearer."""
+        step_s, eval_s, setup_s = self.timed.get(label, UNTIMED)
+        evals = evals_per_run(samples, batch, self.every) - 1
+        return setup_s + _steps(samples, batch) * step_s * step_factor + evals * eval_s
+
+
+def _longest(recipe: Recipe, n: int) -> tuple[int, int]:
+    """(W_B, a branch's longest) at a batch of ``n``: max_window_factor windows, in whole steps."""
+    br = recipe.branch
+    w = max(br.window_samples, br.min_steps * n)
+    return w, _steps(br.max_window_factor * w, n) * n
+
+
+def _branch_rows(recipe: Recipe, others: list[Candidate], branches: int, price: _Priced) -> list[BranchCost]:
+    rows = []
+    for cand in others:
+        n = cand.batch_responses
+        w, longest = _longest(recipe, n)
+        step_s, eval_s, setup_s = price.timed.get(cand.label, UNTIMED)
+        rows.append(
+            BranchCost(
+                cand.label, cand.prompts, cand.group_size, n, cand.lr, w, _steps(w, n), longest, branches,
+                step_s, eval_s, setup_s, price.run_s(cand.label, longest, n),
+            )  # fmt: skip
+        )
+    return rows
+
+
+def _offpolicy_rows(
+    recipe: Recipe, plan: Plan, main: list[Candidate], seeds_max: int, price: _Priced
+) -> list[OffPolicyCost]:
+    """One row per staleness / reuse cell the branched probe can run (measure/branched_async.py):
+    its branches at the last checkpoint read, at whichever main batch the search adopts there (the
+    dearest taken), one per seed that batch is branched at (seeds_max at most)."""
+    by = plan.by_label()
+    cells: dict[str, list[tuple[Candidate, Candidate]]] = {}
+    for base in main:
+        for lab in offpolicy_of(plan, base.label):
+            cells.setdefault(lab[len(base.label) + 1 :], []).append((base, by[lab]))
+    m = max(1, recipe.algorithm.mini_batches)
+    rows = []
+    for cell, pairs in cells.items():
+        longest = max(_longest(recipe, base.batch_responses)[1] for base, _ in pairs)
+        # a step at u updates: every update as dear as the base's whole step (generation included)
+        secs = []
+        for base, o in pairs:
+            n = base.batch_responses
+            secs.append(price.run_s(base.label, _longest(recipe, n)[1], n, max(1.0, o.updates_per_batch / m)))
+        k, u = pairs[0][1].staleness, pairs[0][1].updates_per_batch
+        rows.append(OffPolicyCost(cell, k, u, len(pairs), OFFPOLICY_POINTS * seeds_max, longest, max(secs)))
+    return rows
+
+
+def _offpolicy_note(swept: bool) -> str:
+    text = (
+        "off-policy branches: at the last checkpoint read, from the batch the search adopts there, one "
+        "per (k, u) cell and seed it is branched at; bounded at the dearest batch and the most seeds, "
+        "each to its longest, a step at u updates priced as u whole steps"
+    )
+    if swept:
+        text += "; the auto sweep may prune cells before they run (measure/async_sweep.py)"
+    return text + "; R(B, k, u) = R(B) x the paired ratio to the k = 0 branch (docs/branched.md)"
+
+
+def _controls(recipe: Recipe, rows: list[BranchCost], dearest: list[BranchCost], b0: int) -> int:
+    """One control's most samples at one checkpoint: it covers 1.25 windows of any batch tested
+    (not only the dearest) and runs on as far as the longest branch where it is slow to reach the
+    level."""
+    w_max = max([recipe.branch.window_samples, *(r.window_samples for r in rows)])
+    longest_max = max([0, *(r.longest_samples for r in dearest)])
+    return _steps(max(CONTROL_WINDOWS * w_max, longest_max), b0) * b0
+
+
+def _plan_of(recipe: Recipe, time_steps: int) -> tuple[Plan, tuple[str, ...]]:
+    """The plan as the branched probe runs it: with the auto sweep, less the cells it prunes (a
+    stored decision, or one from timing the main candidates now when the plan times steps)."""
+    plan = plan_candidates(recipe)
+    if not plan.offpolicy or not has_async_knobs(recipe):
+        return plan, ()
+    timed = time_steps != 0 and recipe.backend.training in IN_PROCESS_BACKENDS
+    sweep = sweep_decision(recipe, plan, save=False, time=timed)
+    if sweep is None or not sweep.pruned:
+        return plan, tuple(sweep.lines()) if sweep is not None else ()
+    kept = tuple(lab for lab in plan.offpolicy if lab not in set(sweep.pruned))
+    return dataclasses.replace(plan, offpolicy=kept), tuple(sweep.lines())
+
+
 def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> BranchedPlanPreview:
     recipe = branched_recipe(recipe)  # a pre-training recipe: token batches, its eval loss and budget
-    pretrain = recipe.study.pretrain
-    plan = plan_candidates(recipe)
+    backend = recipe.backend.training
+    if time_steps is None:
+        time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
+    plan, sweep_notes = _plan_of(recipe, time_steps)
     by_label = plan.by_label()
     main = [by_label[lab] for lab in plan.main]
     ref = by_label[plan.reference]
     b0 = ref.batch_responses
     br = recipe.branch
-    every = recipe.pretrain.eval_every_tokens if pretrain else recipe.task.eval_every_samples
+    every = recipe.pretrain.eval_every_tokens if recipe.study.pretrain else recipe.task.eval_every_samples
     ckpts = checkpoint_positions(recipe, b0)
     seeds_max = max(br.max_seeds, br.confirm_seeds, len(recipe.budget.seeds))
     others = main[1:]
     k = len(others) if br.search == "all" else min(len(others), bisect_worst(len(main)))
-    backend = recipe.backend.training
-    if time_steps is None:
-        time_steps = 3 if backend in IN_PROCESS_BACKENDS else 0
     timed, notes, other_cores = time_candidates(recipe, main, time_steps)
-
-    def run_s(label: str, samples: int, batch: int) -> float:
-        step_s, eval_s, setup_s = timed.get(label, UNTIMED)
-        return setup_s + _steps(samples, batch) * step_s + (evals_per_run(samples, batch, every) - 1) * eval_s
-
-    rows = []
-    for cand in others:
-        n = cand.batch_responses
-        w = max(br.window_samples, br.min_steps * n)
-        longest = _steps(br.max_window_factor * w, n) * n
-        step_s, eval_s, setup_s = timed.get(cand.label, UNTIMED)
-        rows.append(
-            BranchCost(
-                cand.label,
-                cand.prompts,
-                cand.group_size,
-                n,
-                cand.lr,
-                w,
-                _steps(w, n),
-                longest,
-                len(ckpts) * seeds_max,
-                step_s,
-                eval_s,
-                setup_s,
-                run_s(cand.label, longest, n),
-            )  # fmt: skip
-        )
+    notes = [*sweep_notes, *notes]
+    price = _Priced(timed, every)
+    rows = _branch_rows(recipe, others, len(ckpts) * seeds_max, price)
     dearest = sorted(rows, key=lambda r: r.longest_samples, reverse=True)[:k]
-    # a control covers 1.25 windows of any batch tested (not only the dearest) and runs on as far as
-    # the longest branch where it is slow to reach the level
-    w_max = max([br.window_samples, *(r.window_samples for r in rows)])
-    longest_max = max([0, *(r.longest_samples for r in dearest)])
-    control = _steps(max(CONTROL_WINDOWS * w_max, longest_max), b0) * b0
+    control = _controls(recipe, rows, dearest, b0)
+    off = _offpolicy_rows(recipe, plan, main, seeds_max, price)
+    off_samples = sum(r.runs_max * r.longest_samples for r in off)
+    off_s = sum(r.runs_max * r.branch_s_max for r in off)
     per_ckpt = seeds_max * (control + sum(r.longest_samples for r in dearest))
-    total = ckpts[-1] + len(ckpts) * per_ckpt
-    trunk_s = run_s(ref.label, ckpts[-1], b0)
+    total = ckpts[-1] + len(ckpts) * per_ckpt + off_samples
+    trunk_s = price.run_s(ref.label, ckpts[-1], b0)
     # a control is a chain of segments (a longer window, a slow control run on), each with its start
-    segments = 1 + 2 * k
     setup0 = timed.get(ref.label, UNTIMED)[2]
-    control_s = run_s(ref.label, control, b0) + (segments - 1) * setup0
-    total_s = trunk_s + len(ckpts) * seeds_max * (control_s + sum(r.branch_s_max for r in dearest))
+    control_s = price.run_s(ref.label, control, b0) + 2 * k * setup0
+    total_s = trunk_s + len(ckpts) * seeds_max * (control_s + sum(r.branch_s_max for r in dearest)) + off_s
     workers = max(1, min(recipe.run.workers, seeds_max))  # a round: a run per seed (docs/branched.md)
-    # rounds are of varying size (a confirmation seed's is two runs, a slow control's extension
-    # often one), so only one run at a time is a bound on the wall time; runs at once shorten it
-    one_run = _steps(recipe.budget.max_samples, b0) * b0
-    timing = timing_source(time_steps, backend, "batch", other_cores)
     if time_steps > 0 and workers > 1:
+        # rounds are of varying size (a confirmation seed's is two runs, a slow control's extension
+        # often one), so only one run at a time is a bound on the wall time; runs at once shorten it
         notes.append(
             f"the wall time is for one run at a time: with run.workers = {recipe.run.workers}, up to "
             f"{workers} runs of a round go at once and shorten it where they do not share cores"
         )
-    notes.append(
-        "upper bounds: every batch the search can reach at its most seeds, every branch and control to "
-        "its longest; a branch stops once it reaches its level, most batches are adopted or rejected on "
-        "the planned seeds, and the search usually tests fewer batches (docs/branched.md, measured costs)"
-    )
+    if off:
+        notes.append(_offpolicy_note(recipe.probe.async_sweep == "auto"))
+    notes.append(_BOUNDS)
+    one_run = _steps(recipe.budget.max_samples, b0) * b0
     gpus = recipe.hardware.num_gpus if recipe.hardware.device == "cuda" else 0
     return BranchedPlanPreview(
         source=recipe.source,
@@ -208,7 +300,7 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         control_samples_max=control,
         trunk_s=trunk_s,
         workers=workers,
-        timing_source=timing,
+        timing_source=timing_source(time_steps, backend, "batch", other_cores),
         timed_steps=time_steps,
         total_samples_max=total,
         wall_s_max=total_s,
@@ -223,4 +315,14 @@ def branched_plan_preview(recipe: Recipe, time_steps: int | None = None) -> Bran
         notes=tuple(notes),
         unit=recipe.sample_unit,
         other_cores_busy=other_cores,
+        offpolicy=tuple(off),
+        offpolicy_samples_max=off_samples,
+        offpolicy_s_max=off_s,
     )
+
+
+_BOUNDS = (
+    "upper bounds: every batch the search can reach at its most seeds, every branch and control to "
+    "its longest; a branch stops once it reaches its level, most batches are adopted or rejected on "
+    "the planned seeds, and the search usually tests fewer batches (docs/branched.md, measured costs)"
+)

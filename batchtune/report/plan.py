@@ -133,6 +133,8 @@ def branched_plan_summary(preview: Any, run_it: str) -> list[str]:
         f"full run at the reference {p.reference} ({p.reference_run_samples:,} {u}); the grid of "
         f"this recipe: {p.grid_samples_max:,} at most ({grid_x:.1f}x)",
     ]
+    if p.offpolicy:
+        lines.append(_offpolicy_line(p))
     if math.isfinite(p.wall_s_max):
         lines.append(
             f"Predicted wall time here: {fmt_time(p.wall_s_max)} with every branch to its longest, one "
@@ -143,6 +145,18 @@ def branched_plan_summary(preview: Any, run_it: str) -> list[str]:
         "search asks for"
     )
     return lines + _closing(p, reused, run_it)
+
+
+def _offpolicy_line(p: Any) -> str:
+    """The off-policy branches' share of a branched plan (measure/preview_branched.py)."""
+    cells = ", ".join(f"{c.cell} ({c.runs_max} x {c.longest_samples:,})" for c in p.offpolicy)
+    text = (
+        f"Off-policy branches (cell: runs x {p.unit} at most): {cells}; "
+        f"{sum(c.runs_max for c in p.offpolicy)} runs, {p.offpolicy_samples_max:,} {p.unit} at most"
+    )
+    if math.isfinite(p.offpolicy_s_max):
+        text += f", {fmt_time(p.offpolicy_s_max)} of the wall time"
+    return text + " (in the budget above)"
 
 
 def render_plan(console: Console, preview: Any, run_it: str, choice: str = "") -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from batchtune.measure.branch_checkpoint import branch_id
 from batchtune.measure.branched import branched_store, run_branched_probe
+from batchtune.measure.preview_branched import branched_plan_preview
 from batchtune.recipe.load import load_recipe
 from batchtune.workflow.recommend import recommend_for_recipe
 
@@ -26,8 +27,12 @@ def _recipe(tmp: Path, *more: str):
 
 def test_branches_at_k_0_and_2_run_are_stored_resumed_and_ranked(tmp_path: Path) -> None:
     cfg = _recipe(tmp_path, "probe.staleness=[0, 2]")
+    plan = branched_plan_preview(cfg, 0)
     first = run_branched_probe(cfg)
     off = first.runs.offpolicy
+    # the plan's bound holds: the off-policy branches spent no more than it said, the probe neither
+    assert off is not None and 0 < off.samples <= plan.offpolicy_samples_max
+    assert first.summary.probe_samples <= plan.total_samples_max
     assert off is not None and off.checkpoint == first.runs.checkpoints[-1]
     label = f"{off.base}-k2u1"
     # every seed its on-policy batch was branched at (planned, and any confirmation seed)
@@ -59,3 +64,33 @@ def test_a_recipe_without_async_knobs_plans_the_same_branches(tmp_path: Path) ->
     on_policy = {r.run_id for r in branched_store(tmp_path / "stale").runs() if "-k" not in r.run_id}
     assert on_policy == ids  # off-policy branches only add to the on-policy ones
     assert stale.summary.locals == sync.summary.locals
+
+
+def test_plan_shows_the_off_policy_branches_cost_in_its_totals(tmp_path: Path) -> None:
+    """`plan` of a branched recipe with staleness knobs counts the off-policy branches (runs,
+    samples, seconds) before anything runs, in the text and in --json; a sync recipe has none."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from batchtune.cli.app import app
+
+    sync = branched_plan_preview(_recipe(tmp_path / "s"), 0)
+    stale = branched_plan_preview(_recipe(tmp_path / "k", "probe.staleness=[0, 1, 2]"), 0)
+    assert sync.offpolicy == () and sync.offpolicy_samples_max == 0
+    assert [c.cell for c in stale.offpolicy] == ["k1u1", "k2u1"]
+    seeds_max = stale.seeds_max
+    for c in stale.offpolicy:
+        # a branch per seed at the most seeds, each to the longest branch of the dearest batch (here
+        # the reference's and P16's: 2 windows of 512)
+        assert c.runs_max == seeds_max and c.longest_samples == 1024 and c.batches == 3
+    assert stale.offpolicy_samples_max == 2 * seeds_max * 1024
+    assert stale.total_samples_max == sync.total_samples_max + stale.offpolicy_samples_max
+    args = [a for s in [*SETS, "probe.staleness=[0, 2]"] for a in ("--set", s)]
+    base = ["plan", "recipes/nqm.toml", "-r", str(tmp_path / "cli"), *args, "--time-steps", "1"]
+    out = CliRunner().invoke(app, [*base, "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert [c["cell"] for c in data["offpolicy"]] == ["k2u1"] and data["offpolicy_s_max"] > 0
+    text = CliRunner().invoke(app, base).stdout
+    assert "Off-policy branches (cell: runs x samples at most): k2u1" in text
