@@ -240,3 +240,22 @@ def test_check_carries_the_evidences_own_weak_evidence_warning_as_a_note(tmp_pat
     assert res.exit_code == EXAMPLES["verl/ppo_trainer.yaml"], res.output
     notes = json.loads(res.output)["notes"]
     assert "the evidence's own pick rests on thin evidence: P16xG8's R rests on one seed" in " ".join(notes)
+
+
+def test_tolerance_options_reach_the_check_and_bad_ones_are_refused(tmp_path: Path, monkeypatch) -> None:
+    """--lr-tolerance -1 divided by zero inside the LR check (an internal error); the tolerances are
+    now built and checked by the workflow, and an error still leaves its JUnit report."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    legacy = ["check", "examples/ci/openrlhf/train_ppo_ray_legacy.sh", "--results", EVIDENCE]
+    wide = CliRunner().invoke(app, [*legacy, "--lr-tolerance", "5", "--json"])
+    assert wide.exit_code == 0, wide.output  # its LR fails at the default 0.25, not within 1+5
+    junit = tmp_path / "j.xml"
+    bad = [("--lr-tolerance", "-1"), ("--time-tolerance", "nan"), ("--waste-tolerance", "-0.5")]
+    for option, value in bad:
+        res = CliRunner().invoke(app, [*legacy, option, value, "--junit", str(junit)])
+        assert res.exit_code == 2, res.output
+        assert f"{option} {value}: give a finite number >= 0" in res.stderr
+        assert "internal error" not in res.output + res.stderr
+        error = ET.parse(junit).getroot().find("testsuite/testcase/error")
+        assert error is not None and error.get("type") == "batchtune.bad_input"

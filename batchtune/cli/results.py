@@ -153,16 +153,21 @@ def check(
     With $GITHUB_STEP_SUMMARY set, appends a Markdown summary there and prints ::error/::warning
     annotations on the config's lines. See docs/ci.md.
     """
-    import dataclasses as dc
-
-    from batchtune.analysis.decide.check import CheckTolerances
     from batchtune.report import check as report
     from batchtune.workflow import ci as workflow_ci
 
-    given = {"lr": lr_tolerance, "time": time_tolerance, "waste": waste_tolerance}
-    tol = dc.replace(CheckTolerances(), **{k: v for k, v in given.items() if v is not None})
     try:
-        tc, result = workflow_ci.check(config, fmt, results, measurements, baseline, tol, lr_rule)
+        tc, result = workflow_ci.check(
+            config,
+            fmt=fmt,
+            results=results,
+            measurements=measurements,
+            baseline=baseline,
+            lr_rule=lr_rule,
+            lr_tolerance=lr_tolerance,
+            time_tolerance=time_tolerance,
+            waste_tolerance=waste_tolerance,
+        )
     except (BatchtuneError, UnicodeDecodeError, OSError) as exc:  # a CI gate must not leave an
         error = (  # earlier run's report in place: this one says why it could not run
             exc

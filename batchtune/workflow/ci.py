@@ -3,28 +3,51 @@ Inputs in, a result object out, no printing. `smoke` is in workflow/smoke.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from batchtune.errors import AnalysisError, InputError
 from batchtune.workflow.recommend import recommend_from_args
+
+if TYPE_CHECKING:
+    from batchtune.analysis.decide.check import CheckResult, CheckTolerances
+    from batchtune.integrations.trainer_configs import TrainerConfig
 
 # ---- check ---------------------------------------------------------------------------------------
 
 LR_RULES_CHECKABLE = ("sqrt", "linear", "none")
 
 
+def tolerances(
+    lr: float | None = None, time: float | None = None, waste: float | None = None
+) -> CheckTolerances:
+    """The check's tolerances: the defaults, each replaced by its option where one is given
+    (`--lr-tolerance`, `--time-tolerance`, `--waste-tolerance`). Each is a finite number >= 0."""
+    from batchtune.analysis.decide.check import CheckTolerances
+
+    given = {"lr": lr, "time": time, "waste": waste}
+    for name, value in given.items():
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise InputError(f"--{name}-tolerance {value:g}: give a finite number >= 0 (1+x bounds a ratio)")
+    return dataclasses.replace(CheckTolerances(), **{k: v for k, v in given.items() if v is not None})
+
+
 def check(
     config: Path,
-    fmt: str,
-    results: str | None,
-    measurements: Path | None,
-    baseline: Path | None,
-    tolerances: Any = None,
+    *,
+    fmt: str = "auto",
+    results: str | None = None,
+    measurements: Path | None = None,
+    baseline: Path | None = None,
     lr_rule: str = "auto",
-) -> tuple[Any, Any]:
-    """Check a trainer config against a probe's results; returns (TrainerConfig, CheckResult).
+    lr_tolerance: float | None = None,
+    time_tolerance: float | None = None,
+    waste_tolerance: float | None = None,
+) -> tuple[TrainerConfig, CheckResult]:
+    """Check a trainer config against a probe's results (or a measurements file), with the
+    tolerances the options give (`tolerances`); returns (TrainerConfig, CheckResult).
 
     Evidence that cannot support an estimate (AnalysisError) becomes an "insufficient" check, so the
     caller still writes its JUnit and summary, and exits 3."""
@@ -33,7 +56,6 @@ def check(
         INSUFFICIENT,
         CheckItem,
         CheckResult,
-        CheckTolerances,
         check_concurrency,
         check_lr,
         check_time,
@@ -41,7 +63,7 @@ def check(
     )
     from batchtune.integrations.trainer_configs import read_trainer_config
 
-    tol = tolerances or CheckTolerances()
+    tol = tolerances(lr=lr_tolerance, time=time_tolerance, waste=waste_tolerance)
     if (results is None) == (measurements is None):
         raise InputError("give the evidence: --results DIR (a probe's results) or --measurements FILE")
     if lr_rule not in ("auto", *LR_RULES_CHECKABLE):
