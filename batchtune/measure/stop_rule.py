@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from batchtune.analysis.sample.curves import samples_to_target, target_confirmed
+from batchtune.analysis.sample.curves import confirmed_crossing
 from batchtune.analysis.sample.efficiency import SampleEfficiency
 from batchtune.recipe.schema import Recipe
 from batchtune.records.types import StepRecord
@@ -98,14 +98,11 @@ def stop_reason(policy: StopPolicy, curve: RunCurve, step: StepRecord, unit: str
     if bad:
         return "diverged", f"{', '.join(bad)} not finite at step {step.step}"
     if policy.stop_at_target and curve.reached and step.metrics.get(policy.metric) is not None:
-        crossing = samples_to_target(
-            curve.samples,
-            curve.values,
-            policy.target,
-            higher_is_better=policy.higher_is_better,
-            ema_alpha=policy.ema_alpha,
+        # 25% past R (target_confirmed): no end-of-curve bias
+        crossing = confirmed_crossing(
+            curve.samples, curve.values, policy.target, higher_is_better=policy.higher_is_better
         )
-        if target_confirmed(crossing):  # 25% past R: no end-of-curve bias
+        if crossing is not None:
             return "reached_target", f"reached the target at {crossing.samples_to_target:.0f} {unit}"
     train_time_s = curve.totals["gen_s"] + curve.totals["train_s"] + step.step * policy.other_s_per_step
     if step.samples >= policy.band_samples and train_time_s >= policy.band_time_s:

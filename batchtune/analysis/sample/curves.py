@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.signal import lfilter
 
-from batchtune.analysis.sample.monotone import monotone_crossing, noise_sd
+from batchtune.analysis.sample.monotone import crossing_floor, monotone_crossing, noise_sd
 from batchtune.errors import AnalysisError
 
 CROSSING_METHODS = ("isotonic", "running_best")
@@ -173,6 +173,36 @@ def target_confirmed(crossing: TargetCrossing, *, margin: float = CONFIRM_MARGIN
     if crossing.censored or crossing.samples_to_target is None:
         return False
     return crossing.max_samples >= (1.0 + margin) * crossing.samples_to_target
+
+
+# crossing_floor bounds the crossing from below exactly; this slack only guards the float rounding
+# of the root solve, so the shortcut below can never skip a crossing that would be confirmed
+_FLOOR_SLACK = 1e-9
+
+
+def confirmed_crossing(
+    samples: ArrayLike,
+    metric: ArrayLike,
+    target: float,
+    *,
+    higher_is_better: bool = True,
+    margin: float = CONFIRM_MARGIN,
+) -> TargetCrossing | None:
+    """The isotonic crossing if `target_confirmed`, else None: the same decision as
+    ``target_confirmed(samples_to_target(...))``, at the cost of the isotonic fit alone on most calls.
+
+    A probe asks this after every evaluation once a run has reached the target. The cubic and its
+    root are needed only when the fit's lower bound on R (`crossing_floor`) leaves confirmation
+    possible, i.e. when samples >= (1 + margin) x that bound; before that the run is not 25% past
+    any R the cubic could give.
+    """
+    s, m = clean_curve(samples, metric)
+    sign = 1.0 if higher_is_better else -1.0
+    floor = crossing_floor(s, sign * m, sign * target)
+    if floor is None or not float(s[-1]) >= (1.0 + margin) * floor * (1.0 - _FLOOR_SLACK):
+        return None
+    crossing = samples_to_target(s, m, target, higher_is_better=higher_is_better)
+    return crossing if target_confirmed(crossing, margin=margin) else None
 
 
 def _running_best_crossing(

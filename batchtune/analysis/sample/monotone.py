@@ -59,14 +59,11 @@ def block_knots(samples: np.ndarray, fitted: np.ndarray) -> tuple[np.ndarray, np
     return centres, fitted[starts], samples[starts]
 
 
-def monotone_crossing(samples: np.ndarray, metric: np.ndarray, target: float) -> float | None:
-    """Samples where the monotone (isotonic + PCHIP) fit of an increasing metric reaches `target`.
-
-    `samples` sorted ascending, `metric` finite, higher is better (negate both metric and target
-    for a loss). None when the fit never reaches the target (censored). When the first block
-    already meets it, the first logged samples (the crossing happened before the first point).
-    Points that share a samples value are averaged first, so the knots are strictly increasing.
-    """
+def _crossing_knots(
+    samples: np.ndarray, metric: np.ndarray, target: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """The isotonic fit's knots (`block_knots`) and the first knot meeting `target`; None if none does.
+    Points that share a samples value are averaged first, so the knots are strictly increasing."""
     s = np.asarray(samples, dtype=float)
     m = np.asarray(metric, dtype=float)
     xs, inv, cnt = np.unique(s, return_inverse=True, return_counts=True)
@@ -75,7 +72,36 @@ def monotone_crossing(samples: np.ndarray, metric: np.ndarray, target: float) ->
     if fitted[-1] < target:
         return None
     centres, values, firsts = block_knots(xs, fitted)
-    k = int(np.argmax(values >= target))
+    return centres, values, firsts, int(np.argmax(values >= target))
+
+
+def crossing_floor(samples: np.ndarray, metric: np.ndarray, target: float) -> float | None:
+    """A lower bound on `monotone_crossing` from the isotonic fit alone, without the cubic.
+
+    None exactly when `monotone_crossing` is None. Otherwise the crossing lies between the knot
+    before the first knot that meets the target and that knot (PCHIP is monotone between knots
+    and the root is bracketed there), so that earlier knot's samples bound it from below; when
+    the first knot meets the target, the bound is the crossing itself (the first samples).
+    """
+    knots = _crossing_knots(samples, metric, target)
+    if knots is None:
+        return None
+    centres, _, firsts, k = knots
+    return float(firsts[0]) if k == 0 else float(centres[k - 1])
+
+
+def monotone_crossing(samples: np.ndarray, metric: np.ndarray, target: float) -> float | None:
+    """Samples where the monotone (isotonic + PCHIP) fit of an increasing metric reaches `target`.
+
+    `samples` sorted ascending, `metric` finite, higher is better (negate both metric and target
+    for a loss). None when the fit never reaches the target (censored). When the first block
+    already meets it, the first logged samples (the crossing happened before the first point).
+    Points that share a samples value are averaged first, so the knots are strictly increasing.
+    """
+    knots = _crossing_knots(samples, metric, target)
+    if knots is None:
+        return None
+    centres, values, firsts, k = knots
     if k == 0:
         return float(firsts[0])
     if centres.size == 2:
