@@ -11,10 +11,10 @@ from batchtune.analysis.system.pipeline import (
     closed_form_time,
     min_staleness_bound,
     predict_pipeline,
-    shared_device,
     simulate_pipeline,
     split_times,
 )
+from batchtune.analysis.system.shared_device import C_MAX, fit_contention, shared_device
 from batchtune.errors import AnalysisError
 
 GEN_BOUND = dict(gen_time_s=10.0, train_time_s=4.0, sync_time_s=1.0)  # rollout is the slow side
@@ -189,3 +189,22 @@ def test_a_trace_of_varying_times() -> None:
     assert tight.batch_time_s > loose.batch_time_s
     with pytest.raises(AnalysisError, match="gen_trace"):
         simulate_pipeline(staleness_bound=1, **dict(varied, gen_trace=[math.nan]))  # type: ignore[arg-type]
+
+
+def test_fit_contention_by_hand_and_back() -> None:
+    # a one-step-off pair run (bound 1, cap 2) measured at gen 1.5 s and train 0.9 s per batch against
+    # 1.0 and 0.6 alone, sync 0.1 s: the rollout never stops (1.5 s a batch), the trainer is busy
+    # 1.0 s of each 1.5 (f = 2/3) and the rollout busy all of the trainer's time (f = 1), so
+    # 1.5 = 1.0 / (1 - 2/3 (1 - 1/c)) gives c = 2 and 0.9 = 0.6 / (1 - (1 - 1/c)) gives c = 1.5
+    kw = dict(batch_responses=8, staleness_bound=1, in_flight_cap=2, sync_pauses_rollout=False)
+    c = fit_contention(alone=(1.0, 0.6), overlapped=(1.5, 0.9), sync_time_s=0.1, **kw)  # type: ignore[arg-type]
+    assert c == pytest.approx((2.0, 1.5))
+    back = shared_device(contention=c, gen_time_s=1.0, train_time_s=0.6, sync_time_s=0.1, **kw)  # type: ignore[arg-type]
+    assert back.batch_time_s == pytest.approx(1.5, rel=1e-4)  # the fitted factors reproduce the run
+    # no slower than alone, or never overlapped (strict alternation): 1; beyond what overlap explains: the cap
+    assert fit_contention(alone=(1.0, 0.6), overlapped=(0.9, 0.6), sync_time_s=0.1, **kw) == (1.0, 1.0)  # type: ignore[arg-type]
+    alt = dict(kw, staleness_bound=0)
+    assert fit_contention(alone=(1.0, 0.6), overlapped=(2.0, 1.2), sync_time_s=0.1, **alt) == (1.0, 1.0)  # type: ignore[arg-type]
+    assert fit_contention(alone=(1.0, 0.6), overlapped=(50.0, 0.6), sync_time_s=0.1, **kw)[0] == C_MAX  # type: ignore[arg-type]
+    with pytest.raises(AnalysisError, match="busy times"):
+        fit_contention(alone=(0.0, 0.6), overlapped=(1.0, 0.6), sync_time_s=0.1, **kw)  # type: ignore[arg-type]

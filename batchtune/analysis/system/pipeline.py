@@ -45,7 +45,7 @@ class PipelineEstimate:
     batch_time_s: float = math.nan  # wall seconds per rollout batch (= step_time_s * u)
     method: str = "closed_form"  # "closed_form" | "simulation"
     # simulation only: share of the rollout's busy time during which the trainer is busy too, and
-    # the other way round (what two processes on one device slow each other by; see shared_device)
+    # the other way round (what two processes on one device slow each other by; see shared_device.py)
     rollout_overlap_frac: float = math.nan
     trainer_overlap_frac: float = math.nan
 
@@ -292,40 +292,6 @@ def _steady(
     return _estimate("async", batch, period, gen, train, sync_per_batch, lag, u, "simulation")
 
 
-def shared_device(
-    *,
-    contention: float | tuple[float, float],
-    batch_responses: int,
-    gen_time_s: float,
-    train_time_s: float,
-    sync_time_s: float,
-    iterations: int = 100,
-    **kw: object,
-) -> PipelineEstimate:
-    """The async pipeline with both sides on one device (two processes on the CPU cores), from
-    stage times measured ALONE and a measured ``contention`` factor c >= 1: the stage's time with
-    a second process busy beside it over its time alone (one for both sides, or (gen, train)).
-    A stage runs at speed 1 while the other side idles and 1 / c while it is busy, so with f the
-    share of its (stretched) time overlapped, time = time_alone / (1 - f (1 - 1 / c)); f comes
-    from the simulation at those times, and the fixed point is found by damped iteration.
-    ``kw``: simulate_pipeline's bounds and counts."""
-    c_gen, c_train = contention if isinstance(contention, tuple) else (contention, contention)
-    for c in (c_gen, c_train):
-        if not (math.isfinite(c) and c >= 1.0):
-            raise AnalysisError(f"contention must be a finite factor >= 1, not {c}")
-    g, t = gen_time_s, train_time_s
-    args = dict(batch_responses=batch_responses, sync_time_s=sync_time_s, **kw)
-    est = simulate_pipeline(gen_time_s=g, train_time_s=t, **args)  # type: ignore[arg-type]
-    for _ in range(iterations):
-        g_new = gen_time_s / (1.0 - est.rollout_overlap_frac * (1.0 - 1.0 / c_gen))
-        t_new = train_time_s / (1.0 - est.trainer_overlap_frac * (1.0 - 1.0 / c_train))
-        if abs(g_new - g) <= 1e-6 * g and abs(t_new - t) <= 1e-6 * max(t, 1e-12):
-            break
-        g, t = 0.5 * (g + g_new), 0.5 * (t + t_new)
-        est = simulate_pipeline(gen_time_s=g, train_time_s=t, **args)  # type: ignore[arg-type]
-    return est
-
-
 def predict_pipeline(
     mode: str,
     *,
@@ -339,10 +305,15 @@ def predict_pipeline(
     updates_per_batch: int = 1,
     rollout_gpus: int | None = None,
     train_gpus: int | None = None,
+    gen_trace: Sequence[float] = (),
+    train_trace: Sequence[float] = (),
 ) -> PipelineEstimate:
     """Steady-state step time, throughput, idle fractions and staleness of one pipeline (module
     docstring). ``rollout_gpus`` / ``train_gpus`` only check the split (``split_times`` turns
-    all-GPU timings into per-side ones); ``sync`` and ``one_step_off`` sync once per batch."""
+    all-GPU timings into per-side ones); ``sync`` and ``one_step_off`` sync once per batch.
+    ``gen_trace`` / ``train_trace``: measured per-batch times, played through the simulation in
+    ``async`` (simulate_pipeline's); the closed forms of ``sync`` and ``one_step_off`` take the
+    constants (for ``sync`` a trace's mean is exact: its batch time is a sum)."""
     u = updates_per_batch
     _check(batch_responses, gen_time_s, train_time_s, sync_time_s, sync_every, u)
     for name, g in (("rollout_gpus", rollout_gpus), ("train_gpus", train_gpus)):
@@ -358,6 +329,8 @@ def predict_pipeline(
             in_flight_cap=in_flight_cap,
             sync_every=sync_every,
             updates_per_batch=u,
+            gen_trace=gen_trace,
+            train_trace=train_trace,
         )
     period = closed_form_time(
         mode,
