@@ -133,3 +133,30 @@ def test_the_split_of_the_cluster_is_ranked_and_said_to_be_modelled(tmp_path: Pa
     assert "GPU split of 8 GPUs" in text and "modelled, not measured" in text
     one = json.loads(_recommend(results, "--json", "--gpus", "1").stdout)
     assert one["async_decision"]["gpu_split"] is None
+
+
+def test_recommend_plays_the_sweeps_timed_steps_and_says_so(tmp_path: Path) -> None:
+    results = _store(tmp_path / "r", [], ASYNC_RUNS)
+    before = json.loads(_recommend(results, "--json").stdout)["async_decision"]
+    cells = {
+        lab: {"staleness": k, "updates_per_batch": u, "step_time_s": 0.1, "kept": True, "reason": ""}
+        for lab, (_, k, u, *_rest) in ASYNC_RUNS.items()
+        if "-k" in lab
+    }
+    sweep = {
+        "cells": cells, "times": {"P2xG8": [0.1, 0.05]}, "source": "timed here",
+        "traces": {"P2xG8": {"gen": [0.05, 0.05, 0.05, 0.25], "train": [0.05] * 4}},
+    }  # fmt: skip
+    (results / "async_sweep.json").write_text(json.dumps(sweep))
+    after = json.loads(_recommend(results, "--json").stdout)["async_decision"]
+
+    def row(d: dict, name: str) -> dict:
+        return next(r for r in d["candidates"] if r["name"] == name and r["in_flight_batches"] is None)
+
+    assert row(before, "P2xG8-k1u1")["step_times"] == "mean"
+    traced = row(after, "P2xG8-k1u1")
+    assert traced["step_times"] == "trace"
+    assert traced["responses_per_s"] < row(before, "P2xG8-k1u1")["responses_per_s"]  # a slow batch stalls
+    assert row(after, "P4xG8-k1u1")["step_times"] == "mean"  # no timed steps at B = 32
+    assert row(after, "P2xG8")["time_to_target_s"] == row(before, "P2xG8")["time_to_target_s"]
+    assert any("timed steps' own times" in n for n in after["notes"])

@@ -148,6 +148,12 @@ def _load(store: ResultsStore) -> SweepDecision | None:
     return SweepDecision(cells, times, str(data["source"]), traces)
 
 
+def stored_traces(store: ResultsStore) -> dict[str, Trace]:
+    """The timed steps' own times per main label, as the results directory keeps them ({}: none)."""
+    d = _load(store)
+    return dict(d.traces) if d is not None else {}
+
+
 def _save(store: ResultsStore, d: SweepDecision) -> None:
     data: dict[str, Any] = {
         "cells": {lab: dataclasses.asdict(c) for lab, c in d.cells.items()},

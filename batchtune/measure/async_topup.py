@@ -149,6 +149,7 @@ def estimates(
     from batchtune.analysis.decide.async_topup import best_times
     from batchtune.analysis.decide.recommend import throughput_from_probe
     from batchtune.errors import AnalysisError
+    from batchtune.measure.async_sweep import stored_traces
 
     parallel: dict[str, int] = {}
     for r in store.runs():
@@ -160,7 +161,7 @@ def estimates(
         thr = throughput_from_probe(eff.candidates, recipe.generation.other_s_per_step, parallel)
         decision = joint_decision(
             eff, thr, run_knobs(store), mini_batches=a.mini_batches, two_process=two,
-            sync_every=a.sync_every if two else 1,
+            sync_every=a.sync_every if two else 1, traces=stored_traces(store),
         )  # fmt: skip
     except AnalysisError:  # nothing to rank yet (no timed on-policy estimate): no contender
         return {}, seeds

@@ -202,6 +202,8 @@ def joint_to_dict(decision: JointDecision) -> dict[str, Any]:
                 "rollout_idle_frac": num(c.rollout_idle_frac),
                 "time_to_target_s": num(c.t),
                 "time_to_target_ci_s": [num(c.t_lo), num(c.t_hi)],
+                # "trace": measured steps' own times played through the simulation; "mean": their means
+                "step_times": c.step_times,
             }
         )
     return {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from batchtune.measure.async_sweep import stored_traces
 from batchtune.measure.async_topup import run_knobs, top_up_lines
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
@@ -38,6 +39,7 @@ def joint_for(
         two_process=two,
         sync_every=a.sync_every if two else 1,
         cluster_gpus=gpus,
+        traces=stored_traces(store),
     )
     top = top_up_lines(store)  # what the probe's seed top-up ran, and why
     if top:

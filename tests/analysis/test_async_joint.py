@@ -11,6 +11,7 @@ from batchtune.analysis.decide.async_joint import Knobs, joint_decision, joint_t
 from batchtune.analysis.decide.recommend import recommend, throughput_from_probe
 from batchtune.analysis.sample.assess import analyse_runs
 from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency
+from batchtune.analysis.system.pipeline import simulate_pipeline
 from batchtune.records.types import RunRecord, StepRecord
 
 # label -> (P, k, u, samples at which eval_reward crosses 0.9 for seeds 0 and 1, gen_s, train_s per step)
@@ -103,3 +104,24 @@ def test_a_bound_the_sync_interval_breaks_is_not_ranked() -> None:
     d = joint_decision(eff, thr, _knobs(), mini_batches=1, two_process=True, sync_every=3)
     assert "P2xG8-k1u1" not in {r.label for r in d.rows}  # k = 1 needs sync_every <= 2
     assert d.status == "one mode"
+
+
+def test_the_sweeps_timed_steps_reach_the_async_rows() -> None:
+    # the auto sweep's timed steps of P2xG8 (gen 1, 1, 1, 5 s, train 0.5 s per update), scaled to the
+    # rows' means (gen 1.0 s: 0.5, 0.5, 0.5, 2.5 s), are played through the simulation
+    eff = _efficiency()
+    thr = throughput_from_probe(eff.candidates, 0.0)
+    traces = {"P2xG8": ((1.0, 1.0, 1.0, 5.0), (0.5,) * 4)}
+    d = joint_decision(eff, thr, _knobs(sync_s=0.0), mini_batches=1, two_process=False, traces=traces)
+    plain = joint_decision(eff, thr, _knobs(sync_s=0.0), mini_batches=1, two_process=False)
+    a = next(r.choice for r in d.rows if r.label == "P2xG8-k1u1" and r.choice.in_flight_cap is None)
+    a0 = next(r.choice for r in plain.rows if r.label == "P2xG8-k1u1" and r.choice.in_flight_cap is None)
+    sim = simulate_pipeline(
+        batch_responses=16, gen_time_s=1.0, train_time_s=0.5, sync_time_s=0.0, staleness_bound=1,
+        gen_trace=(0.5, 0.5, 0.5, 2.5), train_trace=(0.5,) * 4,
+    )  # fmt: skip
+    assert a.step_times == "trace" and a0.step_times == "mean"
+    assert a.responses_per_s == pytest.approx(sim.responses_per_s) and a.responses_per_s < a0.responses_per_s
+    sync = {r.label: r.choice for r in d.rows if r.choice.mode == "sync"}
+    assert sync["P2xG8"] == next(r.choice for r in plain.rows if r.label == "P2xG8")  # means: unchanged
+    assert any("4 timed steps' own times" in n for n in d.notes)

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from batchtune.analysis.decide.async_rank import REstimate, StageTimes, async_verdict, rank_async
+from batchtune.analysis.system.pipeline import simulate_pipeline
 from batchtune.errors import AnalysisError
 
 TIMES = {64: StageTimes(gen_time_s=10.0, train_update_s=4.0, sync_time_s=1.0)}
@@ -83,3 +84,32 @@ def test_async_beating_sync_at_its_u_still_loses_to_sync_at_another() -> None:
     assert "reuse does not pay" in lines[-2]
     assert lines[-1].startswith("async does not pay: it beats sync at u=2 (T x0.724)")
     assert "sync at u=1 is faster still" in lines[-1]
+
+
+def test_measured_step_times_change_async_t_as_the_simulation_says() -> None:
+    # generation 0.5, 0.5, 0.5, 2.5 s (mean 1.0), training 0.9 s per update. With the means every
+    # async k ties at max(1.0, 0.9) = 1.0 s per batch; played as a trace, the slow batch stalls the
+    # trainer at k = 1 (1.30 s) and a deeper queue absorbs it (k = 2: 1.08 s, k = 4: 1.00 s)
+    est = [REstimate(8, k, 1, 800, 700, 900) for k in (0, 1, 2, 4)]
+    mean = rank_async(est, {8: StageTimes(1.0, 0.9, 0.0)}, staleness_unit="steps")
+    traced = StageTimes(1.0, 0.9, 0.0, gen_trace=(0.5, 0.5, 0.5, 2.5), train_trace=(0.9,) * 4)
+    trace = rank_async(est, {8: traced}, staleness_unit="steps")
+    by_mean = {r.staleness: r for r in mean}
+    by_trace = {r.staleness: r for r in trace}
+    for k in (1, 2, 4):
+        sim = simulate_pipeline(
+            batch_responses=8, gen_time_s=1.0, train_time_s=0.9, sync_time_s=0.0, staleness_bound=k,
+            gen_trace=(0.5, 0.5, 0.5, 2.5), train_trace=(0.9,) * 4,
+        )  # fmt: skip
+        assert by_trace[k].t == pytest.approx(800 / (8 / sim.batch_time_s))
+        assert by_trace[k].step_times == "trace" and by_mean[k].step_times == "mean"
+        assert by_mean[k].t == pytest.approx(100.0)  # 800 responses at 8 per 1.0 s
+    assert [round(by_trace[k].t / 100, 2) for k in (1, 2, 4)] == [1.30, 1.08, 1.00]
+    assert [r.staleness for r in mean][:1] == [1] and [r.staleness for r in trace][:1] == [4]
+    # sync takes the means either way (its batch time is a sum): 1.0 + 0.9
+    assert by_trace[0].t == by_mean[0].t == pytest.approx(190.0) and by_trace[0].step_times == "mean"
+    # only the trace's shape is taken: a trace at twice the level gives the same rows
+    doubled = StageTimes(1.0, 0.9, 0.0, gen_trace=(1.0, 1.0, 1.0, 5.0), train_trace=(1.8,) * 4)
+    assert [r.t for r in rank_async(est, {8: doubled}, staleness_unit="steps")] == pytest.approx(
+        [r.t for r in trace]
+    )

@@ -16,6 +16,12 @@ never reached the target, as in the main ranking). Stage times per batch B:
   recipe whose off-policy runs ran in one process measured no overlap: the async rows then assume
   the sides overlap freely with no sync cost (said in the notes), a best case.
 
+Where the auto sweep timed the on-policy candidate at B (``async_sweep.json``), its timed steps' own
+times go with these times: the async rows play them, scaled to the rows' means, through the pipeline
+simulation, so a slow batch stalls a short queue as it did in the timing (each row's ``step_times``
+says "trace"); elsewhere they take the means ("mean"). Sync rows take the means either way (a sync
+batch time is a sum, which the mean gives exactly).
+
 ``async_rank.rank_async`` ranks (mode, B, k, u, split, cap) with k in trainer steps; caps that
 cannot bind (k + 1 batches or more) are the "k alone" row. ``joint_throughput`` gives the main
 ranking each candidate's best-row throughput, so its one ranking covers both modes. Pure, no I/O.
@@ -43,6 +49,8 @@ from batchtune.analysis.decide.async_split import rank_splits
 from batchtune.analysis.decide.recommend import ThroughputModel
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.errors import AnalysisError
+
+Trace = tuple[Sequence[float], Sequence[float]]  # (gen s per batch, train s per update), in order
 
 # batches generated or generating, not yet taken (the pipeline model's count; None: the staleness bound
 # alone): 2, 3, 5 are the trainer's queues of 1, 2, 4 finished batches (one more being generated)
@@ -96,6 +104,7 @@ def _stage_times(
     knobs: Mapping[str, Knobs],
     mini_batches: int,
     two_process: bool,
+    traces: Mapping[str, Trace],
 ) -> tuple[dict[int, StageTimes], dict[int, StageTimes], list[str]]:
     """(sync-row times, async-row times) per batch, and what they assumed (module docstring)."""
     cands = [c for c in eff.candidates if c.label in knobs]
@@ -112,7 +121,13 @@ def _stage_times(
         b = c.batch_responses
         gen = (c.gen_s_per_step if t.gen_s is None else t.gen_s) + (t.other_s or 0.0)
         upd = (c.train_s_per_step if t.train_s is None else t.train_s) / mini_batches
-        sync_t[b] = StageTimes(gen, upd, kn.sync_s)
+        gt, tt = traces.get(c.label, ((), ()))
+        sync_t[b] = StageTimes(gen, upd, kn.sync_s, tuple(gt), tuple(tt))
+        if gt or tt:
+            notes.append(
+                f"B={b}: the async rows play {c.label}'s {max(len(gt), len(tt))} timed steps' own times "
+                "(async_sweep.json) through the pipeline simulation, scaled to the rows' mean times"
+            )
         at_b = [x for x in cands if x.batch_responses == b]
         stale = [x for x in at_b if knobs[x.label].staleness >= 1]
         if not two_process or not stale:
@@ -122,7 +137,10 @@ def _stage_times(
         fg = _ratio([x.gen_s_per_step for x in stale], _median([x.gen_s_per_step for x in fresh]))
         ft = _ratio([_per_update(x, knobs) for x in stale], _median([_per_update(x, knobs) for x in fresh]))
         syncs = [knobs[x.label].sync_s for x in stale if knobs[x.label].sync_s > 0]
-        async_t[b] = StageTimes(gen * fg, upd * ft, statistics.median(syncs) if syncs else kn.sync_s)
+        sync_a = statistics.median(syncs) if syncs else kn.sync_s
+        async_t[b] = dataclasses.replace(
+            sync_t[b], gen_time_s=gen * fg, train_update_s=upd * ft, sync_time_s=sync_a
+        )
         notes.append(
             f"B={b}: the async rows take gen x{fg:.2f} and train x{ft:.2f} of the on-policy runs' times, "
             "as the two-process runs measured them while both sides ran"
@@ -146,14 +164,17 @@ def joint_decision(
     sync_every: int = 1,
     in_flight_caps: Sequence[int | None] = IN_FLIGHT_CAPS,
     cluster_gpus: int = 0,
+    traces: Mapping[str, Trace] | None = None,
 ) -> JointDecision:
     """Rank every (mode, P, G, k, u, split, cap) of the main and off-policy candidates (module
     docstring). ``knobs``: label -> what its runs recorded; ``two_process``: the off-policy runs ran
     as rollout worker and trainer (their step times include the overlap's contention);
     ``sync_every``: trainer steps per weight sync of those runs. The probe's device is the one device
     (rollout and trainer share it); ``cluster_gpus`` >= 2: the splits of that many GPUs are ranked as
-    well, modelled from the one device's times (analysis/decide/async_split.py)."""
-    sync_t, async_t, notes = _stage_times(eff, thr, knobs, mini_batches, two_process)
+    well, modelled from the one device's times (analysis/decide/async_split.py). ``traces``: main
+    label -> its timed steps' own (gen s per batch, train s per update), in order (the auto sweep's):
+    the async rows play them through the simulation (module docstring)."""
+    sync_t, async_t, notes = _stage_times(eff, thr, knobs, mini_batches, two_process, traces or {})
     ests: list[REstimate] = []
     who: dict[tuple[int, int, int], CandidateEfficiency] = {}
     for c in eff.candidates:

@@ -14,7 +14,9 @@ Units of k: ``staleness_unit="updates"`` (the NQM's delay d, the pipeline model'
 ``"steps"``: the built-in trainer's k, in trainer steps (rollout batches), as verl and prime-rl count
 it; a bound of k steps is k * u updates, and ``sync_every`` (trainer steps) is sync_every * u updates.
 ``async_times``: the per-side times the async rows use when they differ from the sync rows' (on one
-shared device, what the two-process runs measured while both sides ran).
+shared device, what the two-process runs measured while both sides ran). Where those times carry
+the measured steps' own times (``StageTimes.gen_trace`` / ``train_trace``), the async rows play them
+through the simulation (``step_times = "trace"``), else they take the means (``"mean"``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from batchtune.analysis.system.pipeline import predict_pipeline, split_times
+from batchtune.analysis.system.pipeline import PipelineEstimate, predict_pipeline, split_times
 from batchtune.errors import AnalysisError
 
 
@@ -42,6 +44,11 @@ class StageTimes:
     gen_time_s: float  # one rollout batch of B responses, on all GPUs
     train_update_s: float  # one optimiser update on B responses, on all GPUs
     sync_time_s: float
+    # measured steps' own times in order (gen s per batch, train s per update), or (): the async rows
+    # play them through the simulation, scaled so their means are the rows' times (only their shape
+    # is taken: a slow batch stalls a short queue, a deeper one absorbs it)
+    gen_trace: tuple[float, ...] = ()
+    train_trace: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,7 @@ class AsyncChoice:
     t: float  # predicted time-to-target, seconds
     t_lo: float
     t_hi: float
+    step_times: str = "mean"  # "trace": the measured steps' own times played through the simulation
 
 
 @dataclass(frozen=True)
@@ -142,12 +150,48 @@ class JointDecision:
     splits: SplitRanking | None = None  # the user's cluster, split rollout:train, modelled
 
 
+def _shaped(trace: Sequence[float], to_mean: float) -> tuple[float, ...]:
+    """``trace`` scaled so that its mean is ``to_mean`` (its shape kept); () without one."""
+    m = sum(trace) / len(trace) if trace else 0.0
+    return tuple(x * to_mean / m for x in trace) if m > 0 else ()
+
+
+def _async_estimate(
+    est: REstimate, atimes: StageTimes, st: _Setting, g: int, cap: int | None
+) -> PipelineEstimate:
+    u, k = est.updates_per_batch, est.staleness
+    gen, train = split_times(
+        gen_time_all_s=atimes.gen_time_s,
+        train_time_all_s=atimes.train_update_s * u,
+        total_gpus=st.total_gpus,
+        rollout_gpus=g,
+        gen_scaling=st.gen_scaling,
+        train_scaling=st.train_scaling,
+    )
+    return predict_pipeline(
+        "async",
+        batch_responses=est.batch,
+        gen_time_s=gen,
+        train_time_s=train,
+        sync_time_s=atimes.sync_time_s,
+        staleness_bound=k * u if st.steps else k,
+        in_flight_cap=cap,
+        sync_every=u * st.sync_every if st.steps else u,
+        updates_per_batch=u,
+        rollout_gpus=g,
+        train_gpus=st.total_gpus - g,
+        gen_trace=_shaped(atimes.gen_trace, gen),
+        train_trace=_shaped(atimes.train_trace, train),
+    )
+
+
 def _choices(est: REstimate, times: StageTimes, atimes: StageTimes, st: _Setting) -> list[AsyncChoice]:
     u, k = est.updates_per_batch, est.staleness
     out = []
     configs: list[tuple[int | None, int | None]] = (
         [(None, None)] if k == 0 else [(g, c) for g in st.splits for c in st.caps]
     )
+    traced = bool(atimes.gen_trace or atimes.train_trace)
     for g, cap in configs:
         if g is None:
             e = predict_pipeline(
@@ -159,27 +203,7 @@ def _choices(est: REstimate, times: StageTimes, atimes: StageTimes, st: _Setting
                 updates_per_batch=u,
             )
         else:
-            gen, train = split_times(
-                gen_time_all_s=atimes.gen_time_s,
-                train_time_all_s=atimes.train_update_s * u,
-                total_gpus=st.total_gpus,
-                rollout_gpus=g,
-                gen_scaling=st.gen_scaling,
-                train_scaling=st.train_scaling,
-            )
-            e = predict_pipeline(
-                "async",
-                batch_responses=est.batch,
-                gen_time_s=gen,
-                train_time_s=train,
-                sync_time_s=atimes.sync_time_s,
-                staleness_bound=k * u if st.steps else k,
-                in_flight_cap=cap,
-                sync_every=u * st.sync_every if st.steps else u,
-                updates_per_batch=u,
-                rollout_gpus=g,
-                train_gpus=st.total_gpus - g,
-            )
+            e = _async_estimate(est, atimes, st, g, cap)
         th = e.responses_per_s
         out.append(
             AsyncChoice(
@@ -196,6 +220,7 @@ def _choices(est: REstimate, times: StageTimes, atimes: StageTimes, st: _Setting
                 t=est.r / th,
                 t_lo=est.r_lo / th,
                 t_hi=est.r_hi / th,
+                step_times="trace" if traced and g is not None else "mean",
             )
         )
     return out

@@ -20,6 +20,7 @@ would move. Pure, no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
@@ -91,7 +92,7 @@ def rank_splits(
     fit_g, fit_t = fitted_scaling(one_device)
     a_g, a_t = (1.0 if fit_g is None else fit_g), (1.0 if fit_t is None else fit_t)
     all_gpus = {  # the times on all N GPUs, which rank_async splits as time x (N / g)^a
-        b: StageTimes(t.gen_time_s / n**a_g, t.train_update_s / n**a_t, t.sync_time_s)
+        b: dataclasses.replace(t, gen_time_s=t.gen_time_s / n**a_g, train_update_s=t.train_update_s / n**a_t)
         for b, t in one_device.items()
     }
     ranked = rank_async(
