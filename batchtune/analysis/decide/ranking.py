@@ -18,15 +18,11 @@ sigmas ``(down, up) / z`` from its interval, whose mean is ``log T + sqrt(2/pi) 
 ``expected_time_s`` is ``T`` times the exponential of that shift (``T`` itself for a symmetric
 interval). An interval open above (some seeds, or a branched probe's branches, never reached the
 target in their budget) gives no skew shift: how much slower is unknown, and counting it as never
-would throw away candidates whose branch windows were merely short (on tiny-ppo a branched probe with
-512-sample windows picked the reference at regret 1.99 that way:
-benchmarks/out/superseded/branched_tiny_ppo_open_as_never.txt). Its point is then often a lower
+would throw away candidates whose branch windows were merely short. Its point is then often a lower
 bound (a branched probe's geometric mean holds a censored seed at the samples it reached), so it is
 ranked at its point times ``1 + open_margin`` (the recipe's tolerance): a candidate that was not
-measured to the target must beat a measured one by more than the tolerance to win. Ranked by the
-bare point, such a bound tied a measured batch and won on NQM at regret 1.52
-(benchmarks/out/superseded/branched_cost_seeds_stop21.txt, seed pair 2,3).
-benchmarks/out/regret.txt measures the rule against ground truth.
+measured to the target must beat a measured one by more than the tolerance to win (the cases behind
+both rules: docs/analysis-system-efficiency.md). benchmarks/out/regret.txt checks it on ground truth.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.stats import norm
@@ -142,6 +138,92 @@ def expected_time(
     return time_s * math.exp(math.sqrt(2 / math.pi) * (up - down) / z)
 
 
+class _Columns(NamedTuple):  # the checked inputs, one value per candidate; ref: the reference's index
+    names: list[str]
+    batch: np.ndarray
+    r: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    thr: np.ndarray
+    ref: int
+
+
+def _checked(names: Sequence[str], columns: Sequence[object], reference: str) -> _Columns:
+    """The inputs as arrays, or an ``AnalysisError`` naming the first bad one."""
+    names = [str(n) for n in names]
+    n = len(names)
+    if n == 0:
+        raise AnalysisError("no candidates to rank.")
+    if len(set(names)) != n:
+        raise AnalysisError(f"candidate names must be unique, got {names}.")
+    if reference not in names:
+        raise AnalysisError(f"reference {reference!r} is not among the candidates {names}.")
+    batch = _column("batch_responses", columns[0], n)
+    r = _column("samples_to_target", columns[1], n, allow_inf=True)
+    lo = _column("samples_ci_low", columns[2], n, allow_inf=True)
+    hi = _column("samples_ci_high", columns[3], n, allow_inf=True)
+    thr = _column("responses_per_s", columns[4], n)
+    for i, name in enumerate(names):
+        if not (lo[i] <= r[i] <= hi[i]) or math.isinf(lo[i]):
+            raise AnalysisError(
+                f"{name}: need finite ci_low <= samples_to_target <= ci_high, got "
+                f"{lo[i]:g} <= {r[i]:g} <= {hi[i]:g}."
+            )
+    ref = names.index(reference)
+    if math.isinf(r[ref]):
+        raise AnalysisError(
+            f"the reference {reference!r} never reached the target, so no ratio can be formed; "
+            "choose a reference that reached it (usually the smallest batch) or lower the target."
+        )
+    return _Columns(names, batch, r, lo, hi, thr, ref)
+
+
+def _row(
+    c: _Columns, i: int, halfwidths: list[tuple[float, float]], confidence: float, open_margin: float
+) -> dict[str, Any]:
+    """Candidate ``i``'s fields of a ``RankedCandidate``, all but its rank."""
+    sample_ratio = float(c.r[i] / c.r[c.ref])
+    throughput_ratio = float(c.thr[i] / c.thr[c.ref])
+    time_ratio = sample_ratio / throughput_ratio
+    if i == c.ref:
+        ratio_ci = (1.0, 1.0)
+    elif math.isinf(c.r[i]):  # censored: only a lower bound, from the samples it consumed
+        low = float(c.lo[i] / c.r[c.ref]) / throughput_ratio * math.exp(-halfwidths[c.ref][1])
+        ratio_ci = (low, math.inf)
+    else:
+        ratio_ci = _ratio_ci(time_ratio, halfwidths[i], halfwidths[c.ref])
+    return dict(
+        name=c.names[i],
+        batch_responses=float(c.batch[i]),
+        samples_to_target=float(c.r[i]),
+        samples_ci=(float(c.lo[i]), float(c.hi[i])),
+        responses_per_s=float(c.thr[i]),
+        time_to_target_s=float(c.r[i] / c.thr[i]),
+        time_ci_s=(float(c.lo[i] / c.thr[i]), float(c.hi[i] / c.thr[i])),
+        time_ratio=time_ratio,
+        time_ratio_ci=ratio_ci,
+        expected_time_s=expected_time(float(c.r[i] / c.thr[i]), halfwidths[i], confidence, open_margin),
+        sample_ratio=sample_ratio,
+        throughput_ratio=throughput_ratio,
+        is_reference=i == c.ref,
+    )
+
+
+def _in_rank_order(rows: list[dict[str, Any]], tie_margin: float) -> tuple[RankedCandidate, ...]:
+    """Expected time first, near-ties of the fastest by batch, censored last by their lower bound."""
+    finite = [row["expected_time_s"] for row in rows if not math.isinf(row["samples_to_target"])]
+    near = min(finite) * (1.0 + tie_margin) if finite else math.inf
+
+    def order(row: dict[str, Any]) -> tuple:
+        censored = math.isinf(row["samples_to_target"])
+        t = row["time_ci_s"][0] if censored else row["expected_time_s"]
+        if not censored and t <= near:  # a near-tie of the fastest: the smaller batch first
+            return (False, 0, row["batch_responses"], t, row["name"])
+        return (censored, 1, t, row["batch_responses"], row["name"])
+
+    return tuple(RankedCandidate(rank=k + 1, **row) for k, row in enumerate(sorted(rows, key=order)))
+
+
 def rank_time_to_target(
     names: Sequence[str],
     batch_responses: object,
@@ -169,88 +251,16 @@ def rank_time_to_target(
     in the reason's words ("tokens" for pre-training).
     The reference must have reached the target: every ratio is relative to it.
     """
-    names = [str(n) for n in names]
-    n = len(names)
-    if n == 0:
-        raise AnalysisError("no candidates to rank.")
-    if len(set(names)) != n:
-        raise AnalysisError(f"candidate names must be unique, got {names}.")
-    if reference not in names:
-        raise AnalysisError(f"reference {reference!r} is not among the candidates {names}.")
-    batch = _column("batch_responses", batch_responses, n)
-    r = _column("samples_to_target", samples_to_target, n, allow_inf=True)
-    lo = _column("samples_ci_low", samples_ci_low, n, allow_inf=True)
-    hi = _column("samples_ci_high", samples_ci_high, n, allow_inf=True)
-    thr = _column("responses_per_s", responses_per_s, n)
-    for i, name in enumerate(names):
-        if not (lo[i] <= r[i] <= hi[i]) or math.isinf(lo[i]):
-            raise AnalysisError(
-                f"{name}: need finite ci_low <= samples_to_target <= ci_high, got "
-                f"{lo[i]:g} <= {r[i]:g} <= {hi[i]:g}."
-            )
-    ref = names.index(reference)
-    if math.isinf(r[ref]):
-        raise AnalysisError(
-            f"the reference {reference!r} never reached the target, so no ratio can be formed; "
-            "choose a reference that reached it (usually the smallest batch) or lower the target."
-        )
-
-    halfwidths = [_log_halfwidths(r[i], lo[i], hi[i]) for i in range(n)]
-    rows: list[dict[str, Any]] = []
-    for i, name in enumerate(names):
-        is_ref = i == ref
-        sample_ratio = float(r[i] / r[ref])
-        throughput_ratio = float(thr[i] / thr[ref])
-        time_ratio = sample_ratio / throughput_ratio
-        if is_ref:
-            ratio_ci = (1.0, 1.0)
-        elif math.isinf(r[i]):  # censored: only a lower bound, from the samples it consumed
-            low = float(lo[i] / r[ref]) / throughput_ratio * math.exp(-halfwidths[ref][1])
-            ratio_ci = (low, math.inf)
-        else:
-            ratio_ci = _ratio_ci(time_ratio, halfwidths[i], halfwidths[ref])
-        rows.append(
-            dict(
-                name=name,
-                batch_responses=float(batch[i]),
-                samples_to_target=float(r[i]),
-                samples_ci=(float(lo[i]), float(hi[i])),
-                responses_per_s=float(thr[i]),
-                time_to_target_s=float(r[i] / thr[i]),
-                time_ci_s=(float(lo[i] / thr[i]), float(hi[i] / thr[i])),
-                time_ratio=time_ratio,
-                time_ratio_ci=ratio_ci,
-                expected_time_s=expected_time(float(r[i] / thr[i]), halfwidths[i], confidence, open_margin),
-                sample_ratio=sample_ratio,
-                throughput_ratio=throughput_ratio,
-                is_reference=is_ref,
-            )
-        )
-
-    finite = [rows[i]["expected_time_s"] for i in range(n) if not math.isinf(r[i])]
-    near = min(finite) * (1.0 + tie_margin) if finite else math.inf
-
-    def order(i: int) -> tuple:
-        censored = math.isinf(r[i])
-        t = rows[i]["time_ci_s"][0] if censored else rows[i]["expected_time_s"]
-        if not censored and t <= near:  # a near-tie of the fastest: the smaller batch first
-            return (False, 0, batch[i], t, names[i])
-        return (censored, 1, t, batch[i], names[i])
-
-    ranked = tuple(RankedCandidate(rank=k + 1, **rows[i]) for k, i in enumerate(sorted(range(n), key=order)))
+    columns = (batch_responses, samples_to_target, samples_ci_low, samples_ci_high, responses_per_s)
+    c = _checked(names, columns, reference)
+    halfwidths = [_log_halfwidths(c.r[i], c.lo[i], c.hi[i]) for i in range(len(c.names))]
+    rows = [_row(c, i, halfwidths, confidence, open_margin) for i in range(len(c.names))]
+    ranked = _in_rank_order(rows, tie_margin)
     winner = ranked[0]
     if winner.censored:  # unreachable: the reference is finite; kept as an internal invariant
         raise AssertionError("a censored candidate ranked first")
-    reason = _reason(ranked, winner, halfwidths, names, noun)
-    quicker = [c for c in ranked if not c.censored and c.expected_time_s < winner.expected_time_s]
-    if quicker:  # the tie rule decided: say so, with the figures
-        q = min(quicker, key=lambda c: c.expected_time_s)
-        reason += (
-            f" {q.name}'s expected time is {q.expected_time_s / winner.expected_time_s:.3f}x the winner's, "
-            f"within the {tie_margin:.0%} tie margin: near-ties go to the smaller batch, so that noise in "
-            "the throughput profile cannot flip the pick."
-        )
-    high, against = regret_bound(ranked, winner, halfwidths, names)
+    reason = _reason(ranked, winner, halfwidths, c.names, noun, tie_margin)
+    high, against = regret_bound(ranked, winner, halfwidths, c.names)
     return Ranking(
         candidates=ranked,
         reference=reference,
@@ -331,8 +341,10 @@ def _reason(
     halfwidths: list[tuple[float, float]],
     names: list[str],
     noun: str = "responses",
+    tie_margin: float = 0.0,
 ) -> str:
-    """Why the winner won, in docs/method.md §1 terms: responses (``noun``) needed vs throughput."""
+    """Why the winner won, in docs/method.md §1 terms: responses (``noun``) needed vs throughput,
+    and, when the tie rule decided it, the quicker candidate that lost to a smaller batch."""
     if winner.is_reference:
         parts = [f"{winner.name} (the reference) reaches the target soonest."]
     else:
@@ -377,4 +389,12 @@ def _reason(
     censored = [c.name for c in ranked if c.censored]
     if censored:
         parts.append(f"Never reached the target (ranked last): {', '.join(censored)}.")
+    quicker = [c for c in ranked if not c.censored and c.expected_time_s < winner.expected_time_s]
+    if quicker:
+        q = min(quicker, key=lambda c: c.expected_time_s)
+        parts.append(
+            f"{q.name}'s expected time is {q.expected_time_s / winner.expected_time_s:.3f}x the winner's, "
+            f"within the {tie_margin:.0%} tie margin: near-ties go to the smaller batch, so that noise in "
+            "the throughput profile cannot flip the pick."
+        )
     return " ".join(parts)
