@@ -79,6 +79,119 @@ def segment_weights(checkpoints: Sequence[float], end: float) -> np.ndarray:
     return w if w.sum() > 0 else np.ones_like(c)
 
 
+def _reference_samples(
+    ref_s: np.ndarray,
+    ref_v: np.ndarray,
+    *,
+    metric: str,
+    target: float,
+    higher_is_better: bool,
+    confidence: float,
+    unit: str,
+) -> tuple[tuple[float, float, float], bool, str | None]:
+    """R(B0) (point, low, high) read or extrapolated from the reference's curve, whether it was
+    extrapolated, and the note that says so (None when read)."""
+    r0, lo0, hi0 = extrapolate_to_target(
+        ref_s, ref_v, target, higher_is_better=higher_is_better, confidence=confidence
+    )
+    extrapolated = r0 > float(np.max(ref_s)) or lo0 != hi0
+    if not math.isfinite(r0):
+        raise AnalysisError(
+            f"the trunk's {metric} does not trend towards {target} (no finite extrapolation): lengthen "
+            "branch.trunk_samples or check the target"
+        )
+    if not extrapolated:
+        return (r0, lo0, hi0), False, None
+    note = (
+        f"R(B0) {r0:,.0f} [{lo0:,.0f}, {hi0:,.0f}] {unit} is extrapolated from the trunk and its own "
+        f"seed's control (which stopped at {float(np.max(ref_s)):,.0f}): metric linear in log({unit}); "
+        "the interval runs from where that curve stopped to the latest of three curve forms, and every "
+        "absolute R, time and full-run figure carries it (ratios between batches do not)"
+    )
+    return (r0, lo0, hi0), True, note
+
+
+def _seed_parts(
+    c: CandidateEfficiency, w: np.ndarray, locals_: Sequence[LocalCritical], reference: str
+) -> dict[int, list[tuple[float, float, bool]]]:
+    """Per seed, (segment weight, ratio or bound, censored) at each checkpoint that branched ``c``'s
+    batch; the reference's ratio is 1, once, for every seed any checkpoint branched it at."""
+    b = float(c.batch_responses)
+    if c.label == reference:
+        return {s: [(1.0, 1.0, False)] for s in sorted({s for lc in locals_ for s in lc.ratios.get(b, {})})}
+    per_seed: dict[int, list[tuple[float, float, bool]]] = {}
+    for wi, lc in zip(w, locals_, strict=True):
+        for s, (r, cens) in lc.observed(b).items():
+            per_seed.setdefault(s, []).append((wi, r, cens))
+    return per_seed
+
+
+def _seed_ratio(parts: list[tuple[float, float, bool]]) -> tuple[float, bool]:
+    """One seed's ratio to R(B0), its checkpoints' ratios weighted by their segments, and whether
+    it is censored (a bound at some checkpoint, or failed)."""
+    if any(p[0] > 0 for p in parts):  # a checkpoint past R(B0) weighs nothing: not even a bound
+        parts = [p for p in parts if p[0] > 0]
+    ww = np.array([p[0] for p in parts])
+    rr = np.array([p[1] for p in parts])
+    if not np.all(np.isfinite(rr)):
+        ratio = math.inf
+    elif np.sum(ww) > 0:
+        ratio = float(np.sum(ww * rr) / np.sum(ww))
+    else:  # measured only at checkpoints at or past R(B0) (no trunk left to weigh): plain mean
+        ratio = float(np.mean(rr))
+    return ratio, any(p[2] for p in parts) or not math.isfinite(ratio)
+
+
+def _estimates(
+    cands: Sequence[CandidateEfficiency],
+    locals_: Sequence[LocalCritical],
+    w: np.ndarray,
+    *,
+    reference: str,
+    r0: float,
+    confidence: float,
+) -> tuple[list[CandidateEfficiency], dict[str, dict[int, tuple[float, bool]]], list[str]]:
+    """Each branched candidate with R(B) over its seeds (a geometric mean), the per-seed (ratio to
+    R(B0), censored) by label that the off-policy pairing reads, and a note per candidate left out."""
+    out: list[CandidateEfficiency] = []
+    seen: dict[str, dict[int, tuple[float, bool]]] = {}
+    notes: list[str] = []
+    for c in cands:
+        per_seed = _seed_parts(c, w, locals_, reference)
+        if not per_seed:
+            notes.append(f"{c.label} was not branched (the search bracketed the critical batch without it)")
+            continue
+        crossings, ids = [], []
+        for s, parts in sorted(per_seed.items()):
+            ratio, censored = _seed_ratio(parts)
+            seen.setdefault(c.label, {})[s] = (ratio, censored)
+            crossings.append(
+                TargetCrossing(None, True, r0 * ratio if math.isfinite(ratio) else r0)
+                if censored
+                else TargetCrossing(r0 * ratio, False, r0 * ratio)
+            )
+            ids.append(s)
+        est = estimate_over_seeds(crossings, confidence=confidence, seed_ids=ids, statistic=GEOMETRIC_MEAN)
+        out.append(dataclasses.replace(c, estimate=est, family="main"))
+    return out, seen, notes
+
+
+def _progress_at_target(
+    locals_: Sequence[LocalCritical], r0: float, confidence: float
+) -> tuple[ProgressFit | None, tuple[float, float, float] | None, str | None]:
+    """The local critical batch against samples and its prediction at R(B0), or why there is none."""
+    try:
+        progress = fit_progress(
+            [lc.checkpoint_samples for lc in locals_],
+            [lc.point for lc in locals_],
+            [lc.interval for lc in locals_],
+            confidence=confidence,
+        )
+        return progress, progress.predict(r0), None
+    except AnalysisError as exc:
+        return None, None, f"critical batch against progress: {exc}"
+
+
 def summarise_branched(
     trunk_samples: np.ndarray,
     trunk_values: np.ndarray,
@@ -112,64 +225,21 @@ def summarise_branched(
         raise AnalysisError("a branched probe needs at least one checkpoint with finished branches")
     notes = list(notes)
     ref_s, ref_v = reference_curve if reference_curve is not None else (trunk_samples, trunk_values)
-    r0, lo0, hi0 = extrapolate_to_target(
-        ref_s, ref_v, target, higher_is_better=higher_is_better, confidence=confidence
+    (r0, lo0, hi0), extrapolated, note = _reference_samples(
+        ref_s,
+        ref_v,
+        metric=metric,
+        target=target,
+        higher_is_better=higher_is_better,
+        confidence=confidence,
+        unit=unit,
     )
-    extrapolated = r0 > float(np.max(ref_s)) or lo0 != hi0
-    if not math.isfinite(r0):
-        raise AnalysisError(
-            f"the trunk's {metric} does not trend towards {target} (no finite extrapolation): lengthen "
-            "branch.trunk_samples or check the target"
-        )
-    if extrapolated:
-        notes.append(
-            f"R(B0) {r0:,.0f} [{lo0:,.0f}, {hi0:,.0f}] {unit} is extrapolated from the trunk and its own "
-            f"seed's control (which stopped at {float(np.max(ref_s)):,.0f}): metric linear in log({unit}); "
-            "the interval runs from where that curve stopped to the latest of three curve forms, and every "
-            "absolute R, time and full-run figure carries it (ratios between batches do not)"
-        )
-    ck = [lc.checkpoint_samples for lc in locals_]
-    w = segment_weights(ck, r0)
-    out: list[CandidateEfficiency] = []
-    seen: dict[str, dict[int, tuple[float, bool]]] = {}  # label -> seed -> (ratio to R(B0), censored)
-    for c in cands:
-        b = float(c.batch_responses)
-        per_seed: dict[int, list[tuple[float, float, bool]]] = {}  # (weight, ratio or bound, censored)
-        for wi, lc in zip(w, locals_, strict=True):
-            for s, (r, cens) in lc.observed(b).items():
-                per_seed.setdefault(s, []).append((wi, r, cens))
-        if c.label == reference:
-            per_seed = {
-                s: [(1.0, 1.0, False)] for s in sorted({s for lc in locals_ for s in lc.ratios.get(b, {})})
-            }
-        if not per_seed:
-            notes.append(f"{c.label} was not branched (the search bracketed the critical batch without it)")
-            continue
-        crossings, ids = [], []
-        for s, parts in sorted(per_seed.items()):
-            if any(p[0] > 0 for p in parts):  # a checkpoint past R(B0) weighs nothing: not even a bound
-                parts = [p for p in parts if p[0] > 0]
-            ww = np.array([p[0] for p in parts])
-            rr = np.array([p[1] for p in parts])
-            if not np.all(np.isfinite(rr)):
-                ratio = math.inf
-            elif np.sum(ww) > 0:
-                ratio = float(np.sum(ww * rr) / np.sum(ww))
-            else:  # measured only at checkpoints at or past R(B0) (no trunk left to weigh): plain mean
-                ratio = float(np.mean(rr))
-            censored = any(p[2] for p in parts) or not math.isfinite(ratio)
-            seen.setdefault(c.label, {})[s] = (ratio, censored)
-            crossings.append(
-                TargetCrossing(None, True, r0 * ratio if math.isfinite(ratio) else r0)
-                if censored
-                else TargetCrossing(r0 * ratio, False, r0 * ratio)
-            )
-            ids.append(s)
-        est = estimate_over_seeds(crossings, confidence=confidence, seed_ids=ids, statistic=GEOMETRIC_MEAN)
-        out.append(dataclasses.replace(c, estimate=est, family="main"))
+    notes += [note] if note else []
+    w = segment_weights([lc.checkpoint_samples for lc in locals_], r0)
+    out, seen, left_out = _estimates(cands, locals_, w, reference=reference, r0=r0, confidence=confidence)
     off, off_notes = offpolicy_estimates(offpolicy, seen, r0, confidence)
     out += off
-    notes += off_notes
+    notes += left_out + off_notes
     eff = assess(
         out,
         metric=metric,
@@ -180,19 +250,13 @@ def summarise_branched(
         reference=reference,
     )
     eff = dataclasses.replace(eff, notes=(*eff.notes, *notes), scale_ci=(lo0 / r0, hi0 / r0), unit=unit)
-    progress = at_target = None
-    try:
-        progress = fit_progress(
-            ck, [lc.point for lc in locals_], [lc.interval for lc in locals_], confidence=confidence
-        )
-        at_target = progress.predict(r0)
-    except AnalysisError as exc:
-        eff = dataclasses.replace(eff, notes=(*eff.notes, f"critical batch against progress: {exc}"))
-    trunk_cost = float(np.max(trunk_samples))
+    progress, at_target, why_not = _progress_at_target(locals_, r0, confidence)
+    if why_not is not None:
+        eff = dataclasses.replace(eff, notes=(*eff.notes, why_not))
     return BranchedSummary(
         efficiency=eff,
         locals=tuple(locals_),
-        trunk_samples=trunk_cost,
+        trunk_samples=float(np.max(trunk_samples)),
         branch_samples=float(sum(lc.branch_samples for lc in locals_)) + unread_samples,
         reference_samples_to_target=(r0, lo0, hi0),
         extrapolated=extrapolated,
