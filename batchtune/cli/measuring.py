@@ -29,6 +29,7 @@ from batchtune.cli.shown import (
     not_estimated,
     plot_lines,
     probe_notes,
+    refinement_json,
     say_choice,
     show_profile,
 )
@@ -108,6 +109,7 @@ def probe(
                 **eff,
                 "notes": notes,
                 **branched_json(result),
+                **refinement_json(result),
             }
         )
         exit_if_not_estimated(not_estimated(result.efficiency))

@@ -53,6 +53,17 @@ def plot_lines(result: ProbeResult | BranchedProbeResult) -> None:
         console.print(f"Note: {note}", highlight=False, markup=False)
 
 
+def refinement_json(result: ProbeResult | BranchedProbeResult) -> dict[str, Any]:
+    """A grid probe's refinement rounds (measure/rl_refine.py) for --json; {} when it ran none."""
+    import dataclasses
+
+    from batchtune.measure.probe import ProbeResult
+
+    if not isinstance(result, ProbeResult) or not result.refinement:
+        return {}
+    return {"refinement": [dataclasses.asdict(r) for r in result.refinement]}
+
+
 def branched_json(result: ProbeResult | BranchedProbeResult) -> dict[str, Any]:
     from batchtune.measure.branched import BranchedProbeResult
 

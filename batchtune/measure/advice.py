@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from batchtune.measure.plan import plan_candidates, run_id
+from batchtune.measure.plan import run_id
+from batchtune.measure.rl_refine import stored_plan
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
 
@@ -47,7 +48,7 @@ def why_not_ranked(message: str, store: ResultsStore, cfg: Recipe, eff: Any) -> 
             f"batchtune probe RECIPE --set target.value={t.value:g} --results NEW_DIR"
         )
     try:
-        plan = plan_candidates(cfg)
+        plan = stored_plan(cfg, store)  # with the candidates refinement rounds added
     except Exception:  # noqa: BLE001 - the advice is best effort; the error stands as it is
         return message
     planned = [run_id(c, s) for c in plan.candidates for s in cfg.budget.seeds]

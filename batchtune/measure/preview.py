@@ -77,9 +77,9 @@ class PlanPreview:
     wall_s_left_max: float = math.nan  # the same bound for the runs not yet finished (a rerun's cost)
     unit: str = "samples"  # what the samples columns count: "tokens" for the pre-training grid
     other_cores_busy: float = math.nan  # CPU cores other processes used while timing (contention.py)
-    # the pre-training grid's refinement rounds, at most (measure/pretrain_refine.py; 0 = none)
+    # the refinement rounds, at most (measure/pretrain_refine.py, rl_refine.py; 0 = none), in the
     refine_runs_max: int = 0
-    refine_tokens_max: int = 0
+    refine_tokens_max: int = 0  # grid's unit: tokens for pre-training, samples for RL
 
     @property
     def branched(self) -> bool:
@@ -365,12 +365,10 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     if not recipe.study.pretrain and plan.offpolicy:
         notes.append(_offpolicy_cost(costs, set(plan.offpolicy), total_samples, total_run_s))
     notes.append(bound_note)
-    refine_runs = 0
-    if recipe.study.pretrain:  # the refinement rounds' cost, bounded (measure/pretrain_refine.py)
-        from batchtune.measure.pretrain_refine import plan_note, refine_bound
+    from batchtune.measure.rl_refine import refinement_note  # the rounds' cost, bounded
 
-        notes.append(plan_note(recipe, max((c.run_s_max for c in costs), default=math.nan)))
-        refine_runs = refine_bound(recipe)[1]
+    refine_note, refine_runs = refinement_note(recipe, max((c.run_s_max for c in costs), default=math.nan))
+    notes += [refine_note] if refine_note else []
     return PlanPreview(
         source=recipe.source,
         results_dir=str(recipe.run.results_dir),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from batchtune.analysis.sample.assess import analyse_runs
 from batchtune.analysis.sample.efficiency import RunData, SampleEfficiency
 from batchtune.backends import lifeguard
+from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, BackendError, InputError, MetricMissingError, RecipeError
 from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts, preflight
@@ -27,6 +29,7 @@ from batchtune.measure.execute import run_jobs
 from batchtune.measure.guards import check_target_range
 from batchtune.measure.one_run import execute_run
 from batchtune.measure.plan import Plan, plan_candidates, run_id
+from batchtune.measure.rl_refine import RLRefineRound, read_rounds, refine_rounds, rounds_note, stored_plan
 from batchtune.measure.sequential import add_seeds, with_extra_seeds
 from batchtune.measure.stop_rule import NO_BAND, band_of, stop_policy
 from batchtune.recipe.checks import another_recipe
@@ -60,6 +63,7 @@ class ProbeResult:
     wall_s: float
     plot_path: Path | None = None  # the learning-curve plot, drawn by the workflow
     notes: tuple[str, ...] = ()  # e.g. a plot that could not be written (a read-only directory)
+    refinement: tuple[RLRefineRound, ...] = ()  # rounds that added P between grid points (rl_refine.py)
 
 
 def _defining(recipe: Recipe) -> dict[str, Any]:
@@ -117,10 +121,17 @@ def load_run_data(store: ResultsStore) -> list[RunData]:
     ]
 
 
-def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None) -> SampleEfficiency:
+def analyse_store(
+    store: ResultsStore, recipe: Recipe, plan: Plan | None = None, *, planned_only: bool = False
+) -> SampleEfficiency:
+    """The sample efficiency of the store's runs (``planned_only``: only ``plan``'s candidates at
+    the planned seeds, budget.seeds: what a refinement round decides from, measure/rl_refine.py)."""
     if store.runs_dir.exists() and not store.runs_dir.is_dir():
         raise InputError(f"{store.runs_dir} is a file, not the runs folder: move it away")
     runs = load_run_data(store)
+    if planned_only and plan is not None:
+        labels, seeds = set(plan.by_label()), set(recipe.budget.seeds)
+        runs = [r for r in runs if r.record.candidate in labels and r.record.seed in seeds]
     if not runs:
         branched = store.root / "branched"  # measure.branched's store: its runs are read in that mode
         if not recipe.study.branched and branched.is_dir() and any(branched.iterdir()):
@@ -142,6 +153,8 @@ def analyse_store(store: ResultsStore, recipe: Recipe, plan: Plan | None = None)
         if other is None:
             raise
         raise InputError(other) from None
+    note = rounds_note(read_rounds(store))
+    eff = eff if not note or planned_only else dataclasses.replace(eff, notes=(*eff.notes, note))
     return with_extra_seeds(eff, runs, recipe.budget.seeds)
 
 
@@ -234,6 +247,11 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
             raise
         band = stop_policy(recipe, reference_band(store, recipe, plan))
         done += run_jobs(execute_run, recipe, store, ref_b, rest, band, progress)
+        refinement, plan, n = refine_rounds(
+            recipe, store, plan, _round_analysis(store, recipe), _round_runner(recipe, store, progress)
+        )
+        done += n
+        plan = plan if refinement else stored_plan(recipe, store, plan)  # rounds of an earlier probe
         policy = lambda: stop_policy(recipe, reference_band(store, recipe, plan))  # noqa: E731
         done += add_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
         done += add_async_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
@@ -246,4 +264,28 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
         runs_skipped=len(jobs) - len(todo),
         wall_s=time.perf_counter() - t0,
         notes=(note,) if note else (),
+        refinement=refinement,
     )
+
+
+def _round_analysis(store: ResultsStore, recipe: Recipe) -> Callable[[Plan], SampleEfficiency]:
+    return lambda plan: analyse_store(store, recipe, plan, planned_only=True)
+
+
+def _round_runner(
+    recipe: Recipe, store: ResultsStore, progress: ProgressFn | None
+) -> Callable[[Plan, list[Candidate]], int]:
+    """Runs a refinement round's candidates at every planned seed, banded by the reference."""
+
+    def run(plan: Plan, cands: list[Candidate]) -> int:
+        jobs = [(c, s) for c in cands for s in recipe.budget.seeds]
+        todo = [(c, s) for c, s in jobs if not store.is_finished(run_id(c, s))]
+        if progress is not None and todo:
+            labels = ", ".join(c.label for c in cands)
+            phase = f"refinement between grid points: {labels}"
+            progress("plan", {"total": len(todo), "todo": len(todo), "max_samples": recipe.budget.max_samples,
+                              "phase": phase})  # fmt: skip
+        band = stop_policy(recipe, reference_band(store, recipe, plan))
+        return run_jobs(execute_run, recipe, store, plan.reference_batch, todo, band, progress)
+
+    return run

@@ -238,12 +238,12 @@ class ProbeConfig:
     # "auto": instead of the two lists, k in {0, 1, 2, 4} x u in {1, 2, 4} (multiples of mini_batches),
     # run only where the pipeline model says a (k, u) could beat the simpler ones (measure/async_sweep.py)
     async_sweep: str = ""
-    # adaptive refinement (measure/pretrain_refine.py): where a pre-training grid's B_opt sits
-    # between two grid points, the probe adds the batches between them (2^(1/2) steps, then
-    # 2^(1/4)) and runs them at every seed, until the spacing there is 2^(1/4) or refine_max_batches
-    # batches were added (each costs len(budget.seeds) runs to the run budget); false = only name them
-    refine: bool = True
+    # adaptive refinement: where a pre-training grid's B_opt (measure/pretrain_refine.py) or an RL
+    # grid's 1+tol crossing (measure/rl_refine.py) sits between grid points, add batches there, every seed
+    refine: bool = True  # false = only name them (pre-training)
     refine_max_batches: int = 8
+    refine_rl: bool = False  # RL: off by default (docs/analysis-sample-efficiency.md, refinement)
+    refine_rl_max_candidates: int = 4
 
 
 @dataclass(frozen=True)

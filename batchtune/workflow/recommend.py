@@ -139,10 +139,10 @@ def _efficiency(cfg: Recipe, store: ResultsStore) -> tuple[SampleEfficiency, Bra
 
         branched = run_branched_probe(cfg, read_only=True)
         return branched.efficiency, branched
-    from batchtune.measure.plan import plan_candidates
     from batchtune.measure.probe import analyse_store
+    from batchtune.measure.rl_refine import stored_plan
 
-    plan = plan_candidates(cfg)
+    plan = stored_plan(cfg, store)  # the recipe's candidates and those its refinement rounds added
     labels = {r.candidate for r in store.runs()}
     use_plan = labels <= set(plan.by_label()) and plan.reference in labels
     return analyse_store(store, cfg, plan if use_plan else None), None

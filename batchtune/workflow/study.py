@@ -6,8 +6,10 @@
     pretrain-grid      measure.preview (tokens)   measure.pretrain_probe  no: B_opt and B_min per loss
     pretrain-branched  measure.preview_branched   measure.branched        yes (the probe's step times)
 
-Refinement (``probe.refine``, ``refines`` below): the pretrain-grid probe adds batches between grid
-points where B_opt sits between them (measure/pretrain_refine.py; its plan bounds the rounds' cost).
+Refinement (``refines`` below): the pretrain-grid probe adds batches between grid points where B_opt
+sits between them (``probe.refine``, measure/pretrain_refine.py), the rl-grid probe prompts where
+the critical batch's 1+tol crossing does (``probe.refine_rl``, measure/rl_refine.py; its runs are
+read from the store by the analysis and recommend); each plan bounds its rounds' cost.
 
 The workflow asks this map, never the recipe's strings; a new kind is one more row.
 """
@@ -82,7 +84,14 @@ class Study:
 
 
 _ROWS = (
-    Study(StudyKind.RL_GRID, _grid_preview, _grid_probe, profile_gen=True, ranked=True),
+    Study(
+        StudyKind.RL_GRID,
+        _grid_preview,
+        _grid_probe,
+        profile_gen=True,
+        ranked=True,
+        refines="the critical batch's 1+tol crossing",
+    ),
     Study(StudyKind.RL_BRANCHED, _branched_preview, _branched_probe, profile_gen=True, ranked=True),
     Study(
         StudyKind.PRETRAIN_GRID,
