@@ -37,7 +37,8 @@ from batchtune.backends.spec import Candidate
 from batchtune.errors import InputError
 from batchtune.measure.plan import Plan, lr_table, plan_candidates
 from batchtune.recipe.schema import Recipe
-from batchtune.records import ResultsStore, atomic_write_text
+from batchtune.records.files import atomic_write_text
+from batchtune.records.store import ResultsStore
 
 REFINE_FILE = "refine_rl.json"
 FINE_STEP = 2.0**0.25  # the goal: grid steps this fine need no more points

@@ -22,7 +22,7 @@ from batchtune.measure.rl_refine import (
     write_rounds,
 )
 from batchtune.recipe.load import load_recipe
-from batchtune.records import ResultsStore
+from batchtune.records.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[2]
 NQM = ROOT / "recipes" / "nqm.toml"
