@@ -82,11 +82,7 @@ def check(
             "evidence", INSUFFICIENT, "-", "-", f"not enough evidence in {source}: {exc}", "batch"
         )
         return tc, CheckResult((item,), None, "")
-    if rec.efficiency.unit == "tokens":
-        raise InputError(
-            f"{source} holds a pre-training probe (batches in tokens): check reads RL trainer configs "
-            "(verl, TRL, OpenRLHF); compare a pre-training config with `recommend --emit megatron` instead"
-        )
+    _refuse_pretraining(rec, source)
     eff, n = rec.efficiency, float(tc.batch_responses)
     value = eff.target if math.isfinite(eff.target) else None  # as JSON holds it (NaN: null)
     target = {"metric": eff.metric, "target": value, "higher_is_better": eff.higher_is_better}
@@ -101,9 +97,7 @@ def check(
     batches, times, unit = list(ranking.batches), list(ranking.times), ranking.unit
     ref = eff.get(eff.reference)
     notes += [f"the evidence's own pick rests on thin evidence: {why}" for why in rec.evidence]
-    rule = lr_rule if lr_rule != "auto" else ref.lr_rule if ref.lr_rule in LR_RULES_CHECKABLE else "sqrt"
-    if lr_rule == "auto" and ref.lr_rule not in LR_RULES_CHECKABLE:
-        notes.append(f"the results record LR rule {ref.lr_rule!r}: the sqrt rule is assumed (--lr-rule)")
+    rule = _lr_rule(lr_rule, ref.lr_rule, notes)
     predicted = interp_loglog(n, batches, times)
     why = (
         f"N = {n:g} is outside the measured batches {batches[0]:g}-{batches[-1]:g}"
@@ -117,6 +111,25 @@ def check(
         check_time(predicted, unit, base_value, base_unit, tol.time, why),
     )
     return tc, CheckResult(items, predicted, unit, tuple(notes), target)
+
+
+def _refuse_pretraining(rec: Any, source: str) -> None:
+    if rec.efficiency.unit == "tokens":
+        raise InputError(
+            f"{source} holds a pre-training probe (batches in tokens): check reads RL trainer configs "
+            "(verl, TRL, OpenRLHF); compare a pre-training config with `recommend --emit megatron` instead"
+        )
+
+
+def _lr_rule(asked: str, recorded: str, notes: list[str]) -> str:
+    """The LR rule to check against: the one asked for, else the results' own where it is checkable,
+    else sqrt (with a note saying so)."""
+    if asked != "auto":
+        return asked
+    if recorded in LR_RULES_CHECKABLE:
+        return recorded
+    notes.append(f"the results record LR rule {recorded!r}: the sqrt rule is assumed (--lr-rule)")
+    return "sqrt"
 
 
 def _baseline_notes(
