@@ -171,103 +171,143 @@ def train(spec: RunSpec) -> Iterator[StepRecord]:
             torch.cuda.empty_cache()
 
 
-def _train(spec: RunSpec) -> Iterator[StepRecord]:
-    recipe, cand, seed = spec.recipe, spec.candidate, spec.seed
-    task, lm, compute_dtype = setup_run(spec)
-    torch.manual_seed(seed)
-    sampler = PromptSampler(len(task.train), seed)
-    learner, critic_lr = make_learner(spec, lm)
+@dataclass
+class _Run:
+    """A sync run's parts and counters, carried across its steps."""
 
-    def record(step: int, samples: int, tokens: int, lr: float, metrics, **timing) -> StepRecord:
+    spec: RunSpec
+    task: Task
+    lm: LoadedModel
+    compute_dtype: torch.dtype
+    sampler: PromptSampler
+    learner: PPOLearner | GRPOLearner
+    critic_lr: float
+    epochs: int  # passes over the mini-batches per rollout batch (epochs_of)
+    counters: checkpoint.Counters
+    saves: list[int]  # sample counts still to checkpoint at
+
+    @property
+    def has_eval(self) -> bool:  # task.eval_size = 0: no held-out set, target the training reward
+        return len(self.task.eval) > 0
+
+    def record(self, lr: float, metrics: dict[str, float], **timing) -> StepRecord:
+        """The record of the step the counters are at."""
+        c, cand = self.counters, self.spec.candidate
         return StepRecord(
-            run_id=spec.run_id,
-            step=step,
-            samples=samples,
-            tokens=tokens,
-            lr=lr,
-            prompts=cand.prompts,
-            group_size=cand.group_size,
-            seed=seed,
-            metrics=metrics,
+            run_id=self.spec.run_id, step=c.step, samples=c.samples, tokens=c.tokens, lr=lr,
+            prompts=cand.prompts, group_size=cand.group_size, seed=self.spec.seed, metrics=metrics,
             **timing,
-        )
+        )  # fmt: skip
 
+
+def _start(spec: RunSpec) -> _Run:
+    """Set the run up: model, seeds, prompt sampler, learner, and (a branch) the trunk's state."""
+    task, lm, compute_dtype = setup_run(spec)
+    torch.manual_seed(spec.seed)
+    sampler = PromptSampler(len(task.train), spec.seed)
+    learner, critic_lr = make_learner(spec, lm)
+    epochs = epochs_of(spec)
     counters = checkpoint.Counters()
     if spec.resume_from is not None:  # a branch: the trunk's weights, optimiser and data position
-        counters = checkpoint.load(spec.resume_from, learner, sampler, seed)
-    step, samples, tokens, last_eval = counters.step, counters.samples, counters.tokens, counters.last_eval
-    saves = sorted(x for x in spec.save_at_samples if x > samples)
+        counters = checkpoint.load(spec.resume_from, learner, sampler, spec.seed)
+    saves = sorted(x for x in spec.save_at_samples if x > counters.samples)
+    return _Run(spec, task, lm, compute_dtype, sampler, learner, critic_lr, epochs, counters, saves)
 
-    has_eval = len(task.eval) > 0  # task.eval_size = 0: no held-out set, target the training reward
-    if has_eval and samples == 0:
+
+def _train(spec: RunSpec) -> Iterator[StepRecord]:
+    run = _start(spec)
+    if run.has_eval and run.counters.samples == 0:
         t0 = time.perf_counter()
-        eval_reward = evaluate(lm, task, spec, compute_dtype)
-        yield record(0, 0, 0, 0.0, {"eval_reward": eval_reward}, other_s=time.perf_counter() - t0)
-
-    max_samples = recipe.budget.max_samples
-    epochs, k = epochs_of(spec), cand.staleness
+        eval_reward = evaluate(run.lm, run.task, spec, run.compute_dtype)
+        yield run.record(0.0, {"eval_reward": eval_reward}, other_s=time.perf_counter() - t0)
+    max_samples = spec.recipe.budget.max_samples
     pending: deque[Batch] = deque()  # off-policy: generated up to k trainer steps ahead
-    generated = samples
-    while samples < max_samples:
-        step += 1
+    generated = run.counters.samples
+    while run.counters.samples < max_samples:
+        run.counters.step += 1
         gen_s = other_s = 0.0
-        while len(pending) <= k and generated < max_samples:
-            made = make_batch(lm, learner, task, spec, sampler, compute_dtype, step - 1)
+        while len(pending) <= spec.candidate.staleness and generated < max_samples:
+            made = make_batch(
+                run.lm, run.learner, run.task, spec, run.sampler, run.compute_dtype, run.counters.step - 1
+            )
             pending.append(made)
             generated += len(made.group)
             gen_s, other_s = gen_s + made.gen_s, other_s + made.other_s
         ready = pending.popleft()
-        group, rollout, rewards = ready.group, ready.rollout, ready.rewards
-
-        samples += len(group)
-        lengths = rollout.response_lengths
-        tokens += int(lengths.sum())
-        factor = warmup_factor(samples, recipe.optimizer.warmup_samples)
-        lr = cand.lr * factor
-
-        t0 = time.perf_counter()
-        if isinstance(learner, PPOLearner):
-            stats: UpdateStats = learner.update(
-                rollout, rewards, cand.group_size, lr, critic_lr * factor, step, compute_dtype,
-                ready.behaviour, epochs,
-            )  # fmt: skip
-        else:
-            stats = learner.update(
-                rollout, rewards, cand.group_size, lr, step, compute_dtype, ready.behaviour, epochs
-            )
-        _sync(lm)
-        train_s = time.perf_counter() - t0 - stats.ref_s
+        lr, stats, train_s = _update(run, ready)
+        metrics = _metrics(run, ready, stats)
         other_s += stats.ref_s
-
-        metrics = {
-            "reward": float(rewards.mean()),
-            "loss": stats.loss,
-            "response_len": float(lengths.float().mean()),
-            "clip_frac": stats.clip_frac,
-        }
-        if k > 0:  # the policy lag this batch was trained at (less than k while the queue fills)
-            metrics["staleness"] = float(step - 1 - ready.version)
-        if stats.kl is not None:
-            metrics["kl"] = stats.kl
-        if stats.value_loss is not None:
-            metrics["value_loss"] = stats.value_loss
-            metrics["critic_lr"] = critic_lr * factor
-        every = recipe.task.eval_every_samples
-        # on the grid of multiples of `every` (and at the end), so a run resumed from a checkpoint
-        # evaluates where the uninterrupted run does
-        due = every <= 0 or samples // every > last_eval // every
-        if has_eval and (due or samples >= max_samples):
-            t0 = time.perf_counter()
-            metrics["eval_reward"] = evaluate(lm, task, spec, compute_dtype)
-            other_s += time.perf_counter() - t0
-            last_eval = samples
-        while saves and samples >= saves[0]:  # saved before the yield: the caller may stop here
-            assert spec.checkpoint_dir is not None, "save_at_samples needs a checkpoint_dir"
-            path = checkpoint_path(spec.checkpoint_dir, saves.pop(0))
-            state = checkpoint.Counters(step, samples, tokens, last_eval)
-            checkpoint.save(path, learner, sampler, state, seed)
-        yield record(
-            step, samples, tokens, lr, metrics,
-            grad_norm=stats.grad_norm, critic_grad_norm=stats.critic_grad_norm,
+        other_s += _evaluate_if_due(run, metrics)
+        _save_due(run)  # before the yield: the caller may stop here
+        yield run.record(
+            lr, metrics, grad_norm=stats.grad_norm, critic_grad_norm=stats.critic_grad_norm,
             gen_s=gen_s, train_s=train_s, other_s=other_s,
         )  # fmt: skip
+
+
+def _update(run: _Run, ready: Batch) -> tuple[float, UpdateStats, float]:
+    """Count the batch in and train on it: the actor LR (after warmup), the update's stats and its
+    seconds (the reference log-probs' ``ref_s`` left out)."""
+    c, cand, recipe = run.counters, run.spec.candidate, run.spec.recipe
+    c.samples += len(ready.group)
+    c.tokens += int(ready.rollout.response_lengths.sum())
+    factor = warmup_factor(c.samples, recipe.optimizer.warmup_samples)
+    lr = cand.lr * factor
+    epochs = run.epochs
+    t0 = time.perf_counter()
+    if isinstance(run.learner, PPOLearner):
+        stats: UpdateStats = run.learner.update(
+            ready.rollout, ready.rewards, cand.group_size, lr, run.critic_lr * factor, c.step,
+            run.compute_dtype, ready.behaviour, epochs,
+        )  # fmt: skip
+    else:
+        stats = run.learner.update(
+            ready.rollout, ready.rewards, cand.group_size, lr, c.step, run.compute_dtype, ready.behaviour,
+            epochs,
+        )  # fmt: skip
+    _sync(run.lm)
+    return lr, stats, time.perf_counter() - t0 - stats.ref_s
+
+
+def _metrics(run: _Run, ready: Batch, stats: UpdateStats) -> dict[str, float]:
+    """The step's training metrics: reward, loss, lengths, and what the algorithm and knobs add."""
+    metrics = {
+        "reward": float(ready.rewards.mean()),
+        "loss": stats.loss,
+        "response_len": float(ready.rollout.response_lengths.float().mean()),
+        "clip_frac": stats.clip_frac,
+    }
+    if run.spec.candidate.staleness > 0:  # the policy lag this batch was trained at (< k while filling)
+        metrics["staleness"] = float(run.counters.step - 1 - ready.version)
+    if stats.kl is not None:
+        metrics["kl"] = stats.kl
+    if stats.value_loss is not None:
+        metrics["value_loss"] = stats.value_loss
+        factor = warmup_factor(run.counters.samples, run.spec.recipe.optimizer.warmup_samples)
+        metrics["critic_lr"] = run.critic_lr * factor
+    return metrics
+
+
+def _evaluate_if_due(run: _Run, metrics: dict[str, float]) -> float:
+    """Add ``eval_reward`` when an evaluation is due; its seconds (0 when none)."""
+    c, max_samples = run.counters, run.spec.recipe.budget.max_samples
+    every = run.spec.recipe.task.eval_every_samples
+    # on the grid of multiples of `every` (and at the end), so a run resumed from a checkpoint
+    # evaluates where the uninterrupted run does
+    due = every <= 0 or c.samples // every > c.last_eval // every
+    if not (run.has_eval and (due or c.samples >= max_samples)):
+        return 0.0
+    t0 = time.perf_counter()
+    metrics["eval_reward"] = evaluate(run.lm, run.task, run.spec, run.compute_dtype)
+    c.last_eval = c.samples
+    return time.perf_counter() - t0
+
+
+def _save_due(run: _Run) -> None:
+    """Checkpoint at each sample count in ``spec.save_at_samples`` the run has reached."""
+    c = run.counters
+    while run.saves and c.samples >= run.saves[0]:
+        assert run.spec.checkpoint_dir is not None, "save_at_samples needs a checkpoint_dir"
+        path = checkpoint_path(run.spec.checkpoint_dir, run.saves.pop(0))
+        state = checkpoint.Counters(c.step, c.samples, c.tokens, c.last_eval)
+        checkpoint.save(path, run.learner, run.sampler, state, run.spec.seed)
