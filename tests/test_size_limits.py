@@ -15,7 +15,6 @@ import_graph = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(import_graph)
 
 NOT_YET_SPLIT_FUNCTIONS = {
-    "batchtune/analysis/branched/schedule.py:compare_schedule",
     "batchtune/analysis/branched/ratios.py:local_critical_batch",
 }
 

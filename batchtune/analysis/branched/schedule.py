@@ -145,29 +145,13 @@ class Segment:
     local_critical: float
 
 
-def compare_schedule(
-    segments: Sequence[Segment],
-    candidates: Sequence[ScheduleCandidate],
-    *,
-    reference: str,
-    tol: float,
-    incumbent: str | None = None,
-) -> ScheduleComparison:
-    """The schedule over ``segments`` (in trunk order) and every fixed candidate with a throughput,
-    predicted from the measured ratios (module docstring).
-
-    ``incumbent``: the fixed batch the schedule starts from and is compared with (the ranking's
-    winner, so that the schedule departs from the recommendation only where a checkpoint says so);
-    default, or when it has no finite prediction here, the fixed batch of least predicted time."""
-    if not segments or any(not (math.isfinite(s.share) and s.share > 0) for s in segments):
-        raise AnalysisError("a schedule needs segments with a finite, positive share of R(B0)")
-    by = {c.label: c for c in candidates if c.responses_per_s > 0}
-    if reference not in by:
-        raise AnalysisError(f"the reference {reference} is not among the schedule's candidates")
-    b0 = float(by[reference].batch_responses)
-
-    rate: dict[str, list[float]] = {}  # label -> its ratio per segment (filled where not measured)
-    known: dict[str, list[bool]] = {}  # label -> measured at each segment's checkpoint
+def _rates(
+    segments: Sequence[Segment], by: Mapping[str, ScheduleCandidate], b0: float
+) -> tuple[dict[str, list[float]], dict[str, list[bool]]]:
+    """Per label, its ratio at each segment (where its checkpoint did not branch it, its mean over
+    those that did) and whether it was measured there; a batch no checkpoint branched is left out."""
+    rate: dict[str, list[float]] = {}
+    known: dict[str, list[bool]] = {}
     for c in by.values():
         n = float(c.batch_responses)
         vals = [1.0 if n == b0 else seg.ratios.get(n, math.nan) for seg in segments]
@@ -179,24 +163,37 @@ def compare_schedule(
         )
         rate[c.label] = [v if k else mean for v, k in zip(vals, ok, strict=True)]
         known[c.label] = ok
+    return rate, known
 
-    def outcome(plan: Sequence[str]) -> Outcome:
-        samples = [s.share * rate[lab][i] for i, (s, lab) in enumerate(zip(segments, plan, strict=True))]
-        steps = sum(x / by[lab].batch_responses for x, lab in zip(samples, plan, strict=True))
-        secs = sum(x / by[lab].responses_per_s for x, lab in zip(samples, plan, strict=True))
-        return Outcome(float(sum(samples)), float(steps), float(secs))
 
-    fixed = {lab: outcome([lab] * len(segments)) for lab in rate}
-    finite = [lab for lab in fixed if math.isfinite(fixed[lab].time_s)]
-    if not finite:
-        raise AnalysisError("no candidate has a finite predicted time: nothing to schedule")
-    best = incumbent if incumbent in finite else min(finite, key=lambda lab: fixed[lab].time_s)
+def _outcome(
+    plan: Sequence[str],
+    segments: Sequence[Segment],
+    rate: Mapping[str, list[float]],
+    by: Mapping[str, ScheduleCandidate],
+) -> Outcome:
+    """Samples, steps and seconds of ``plan`` (a label per segment)."""
+    samples = [s.share * rate[lab][i] for i, (s, lab) in enumerate(zip(segments, plan, strict=True))]
+    steps = sum(x / by[lab].batch_responses for x, lab in zip(samples, plan, strict=True))
+    secs = sum(x / by[lab].responses_per_s for x, lab in zip(samples, plan, strict=True))
+    return Outcome(float(sum(samples)), float(steps), float(secs))
+
+
+def _warmup_plan(
+    rate: Mapping[str, list[float]],
+    known: Mapping[str, list[bool]],
+    by: Mapping[str, ScheduleCandidate],
+    best: str,
+    tol: float,
+) -> list[str]:
+    """A label per segment: the batch that segment measured fastest per unit of progress when it
+    beats ``best`` by more than 1+tol, else ``best``; then made a warmup (module docstring)."""
 
     def per_progress(lab: str, i: int) -> float:
         return rate[lab][i] / by[lab].responses_per_s
 
     plan = []
-    for i in range(len(segments)):
+    for i in range(len(rate[best])):
         here = [lab for lab in rate if known[lab][i]]
         fastest = min(here, key=lambda lab: per_progress(lab, i), default=best)
         plan.append(fastest if per_progress(fastest, i) * (1 + tol) < per_progress(best, i) else best)
@@ -206,7 +203,16 @@ def compare_schedule(
     plan[-1] = max(plan[-1], best, key=lambda lab: size[lab])
     for i in range(len(plan) - 2, -1, -1):
         plan[i] = min(plan[i], plan[i + 1], key=lambda lab: size[lab])
-    sched = outcome(plan)
+    return plan
+
+
+def _stages(
+    segments: Sequence[Segment],
+    plan: Sequence[str],
+    rate: Mapping[str, list[float]],
+    by: Mapping[str, ScheduleCandidate],
+) -> tuple[list[BatchStage], float]:
+    """The plan as stages (consecutive segments of one batch merged) and the progress it ends at."""
     stages: list[BatchStage] = []
     done = progress = 0.0
     for i, (seg, lab) in enumerate(zip(segments, plan, strict=True)):
@@ -233,6 +239,37 @@ def compare_schedule(
             )
         done += spent
         progress += seg.share
+    return stages, progress
+
+
+def compare_schedule(
+    segments: Sequence[Segment],
+    candidates: Sequence[ScheduleCandidate],
+    *,
+    reference: str,
+    tol: float,
+    incumbent: str | None = None,
+) -> ScheduleComparison:
+    """The schedule over ``segments`` (in trunk order) and every fixed candidate with a throughput,
+    predicted from the measured ratios (module docstring).
+
+    ``incumbent``: the fixed batch the schedule starts from and is compared with (the ranking's
+    winner, so that the schedule departs from the recommendation only where a checkpoint says so);
+    default, or when it has no finite prediction here, the fixed batch of least predicted time."""
+    if not segments or any(not (math.isfinite(s.share) and s.share > 0) for s in segments):
+        raise AnalysisError("a schedule needs segments with a finite, positive share of R(B0)")
+    by = {c.label: c for c in candidates if c.responses_per_s > 0}
+    if reference not in by:
+        raise AnalysisError(f"the reference {reference} is not among the schedule's candidates")
+    rate, known = _rates(segments, by, float(by[reference].batch_responses))
+    fixed = {lab: _outcome([lab] * len(segments), segments, rate, by) for lab in rate}
+    finite = [lab for lab in fixed if math.isfinite(fixed[lab].time_s)]
+    if not finite:
+        raise AnalysisError("no candidate has a finite predicted time: nothing to schedule")
+    best = incumbent if incumbent in finite else min(finite, key=lambda lab: fixed[lab].time_s)
+    plan = _warmup_plan(rate, known, by, best, tol)
+    sched = _outcome(plan, segments, rate, by)
+    stages, progress = _stages(segments, plan, rate, by)
     f = fixed[best]
     return ScheduleComparison(
         stages=tuple(stages),
