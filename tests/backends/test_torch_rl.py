@@ -21,6 +21,7 @@ from batchtune.backends.torch_rl.grpo import group_advantages, minibatch_groups
 from batchtune.backends.torch_rl.ppo import gae
 from batchtune.backends.torch_rl.rollout import response_mask
 from batchtune.backends.torch_rl.tasks import char_reward, make_task
+from batchtune.backends.torch_rl.trainer import STAGE_TIMERS
 from batchtune.errors import BackendError
 from batchtune.recipe.load import load_recipe
 
@@ -61,8 +62,14 @@ def run(spec: RunSpec) -> list:
 
 
 def comparable(records) -> list:
-    """Records without wall-clock timings (which differ run to run)."""
-    return [dataclasses.replace(r, gen_s=0.0, train_s=0.0, other_s=0.0) for r in records]
+    """Records without wall-clock and CPU timings (which differ run to run)."""
+    return [
+        dataclasses.replace(
+            r, gen_s=0.0, train_s=0.0, other_s=0.0,
+            metrics={k: v for k, v in r.metrics.items() if k not in STAGE_TIMERS},
+        )  # fmt: skip
+        for r in records
+    ]
 
 
 def test_registered_as_torch():
@@ -98,6 +105,11 @@ def test_records_count_samples_tokens_and_eval_schedule(results):
         assert r.grad_norm is not None and r.grad_norm > 0 and r.critic_grad_norm is None
         assert (r.prompts, r.group_size, r.seed) == (2, 8, 0)
         assert r.gen_s > 0 and r.train_s > 0
+        # stage times under the async run's names: CPU within wall, the step's parts within its wall
+        timers = {k: r.metrics[k] for k in STAGE_TIMERS}
+        assert all(math.isfinite(v) and v >= 0 for v in timers.values()), timers
+        assert 0 < timers["gen_cpu_s"] <= r.gen_s * 1.05 + 1e-3 and timers["train_cpu_s"] > 0
+        assert r.gen_s + r.train_s + r.other_s <= timers["wall_s"] * 1.001 + 1e-4
 
 
 def test_lr_is_the_candidates_with_warmup_in_samples(results, monkeypatch):

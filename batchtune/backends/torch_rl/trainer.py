@@ -5,6 +5,14 @@ G responses each, score them, update (GRPO or PPO), evaluate on the held-out set
 the step's record. Step 0 is an evaluation before any update (samples = 0, lr = 0), so every
 candidate's curve starts from the same point. Determinism: the run's seed sets torch's global RNG
 (generation sampling) and the prompt generator; the warm start never touches either.
+
+Besides gen_s, train_s and other_s, each step's metrics carry its stage times under the names the
+async run (async_run.py) gives them: ``gen_cpu_s`` (the calling thread's CPU time over gen_s:
+generation and behaviour log-probs), ``train_cpu_s`` (over the update, reference log-probs
+included), ``wall_s`` (end to end, since the previous record) and ``outside_s`` (the caller's time
+with the previous record, inside this wall_s). A stage's wall over its CPU time is how much the
+machine slowed it (1 on an idle core; torch's own threads are not counted: exact at
+hardware.threads = 1). Records written before these times existed lack them.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from batchtune.backends.torch_rl.rollout import Rollout, chunks, generate
 from batchtune.backends.torch_rl.tasks import Example, Task, make_task
 from batchtune.backends.torch_rl.warmstart import warm_start_state
 from batchtune.records.types import StepRecord
+
+STAGE_TIMERS = ("gen_cpu_s", "train_cpu_s", "wall_s", "outside_s")  # per-step metrics (module docstring)
 
 
 class PromptSampler:
@@ -59,6 +69,7 @@ class Batch:
     version: int  # trainer steps done when it was generated (the behaviour policy's age)
     gen_s: float
     other_s: float
+    gen_cpu_s: float = 0.0  # the thread's CPU time over gen_s
 
 
 def make_batch(
@@ -69,7 +80,7 @@ def make_batch(
     cand, gen_cfg = spec.candidate, spec.recipe.generation
     examples = [task.train[i] for i in sampler.take(cand.prompts)]
     group = [e for e in examples for _ in range(cand.group_size)]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     rollout = generate(
         lm, [e.prompt for e in group], gen_cfg.max_new_tokens, compute_dtype, True,
         gen_cfg.temperature, gen_cfg.top_p,
@@ -78,7 +89,7 @@ def make_batch(
     if cand.staleness > 0:
         behaviour = learner.frozen_logprobs(lm.model, rollout, compute_dtype)
     _sync(lm)
-    gen_s = time.perf_counter() - t0
+    gen_s, gen_cpu = time.perf_counter() - t0, time.thread_time() - c0
 
     t0 = time.perf_counter()
     scores = [task.reward(e, text) for e, text in zip(group, rollout.texts, strict=True)]
@@ -86,7 +97,7 @@ def make_batch(
     if bad:
         raise RunFailed("failed", f"the reward function {task.reward_name} returned {bad[0]}")
     rewards = torch.tensor(scores, dtype=torch.float32, device=lm.device)
-    return Batch(group, rollout, rewards, behaviour, version, gen_s, time.perf_counter() - t0)
+    return Batch(group, rollout, rewards, behaviour, version, gen_s, time.perf_counter() - t0, gen_cpu)
 
 
 def epochs_of(spec: RunSpec) -> int:
@@ -223,38 +234,43 @@ def _train(spec: RunSpec) -> Iterator[StepRecord]:
     max_samples = spec.recipe.budget.max_samples
     pending: deque[Batch] = deque()  # off-policy: generated up to k trainer steps ahead
     generated = run.counters.samples
+    last, outside = time.perf_counter(), 0.0
     while run.counters.samples < max_samples:
         run.counters.step += 1
-        gen_s = other_s = 0.0
+        gen_s = other_s = gen_cpu = 0.0
         while len(pending) <= spec.candidate.staleness and generated < max_samples:
             made = make_batch(
                 run.lm, run.learner, run.task, spec, run.sampler, run.compute_dtype, run.counters.step - 1
             )
             pending.append(made)
             generated += len(made.group)
-            gen_s, other_s = gen_s + made.gen_s, other_s + made.other_s
+            gen_s, other_s, gen_cpu = gen_s + made.gen_s, other_s + made.other_s, gen_cpu + made.gen_cpu_s
         ready = pending.popleft()
-        lr, stats, train_s = _update(run, ready)
+        lr, stats, train_s, train_cpu = _update(run, ready)
         metrics = _metrics(run, ready, stats)
+        metrics |= {"gen_cpu_s": gen_cpu, "train_cpu_s": train_cpu, "outside_s": outside}
         other_s += stats.ref_s
         other_s += _evaluate_if_due(run, metrics)
         _save_due(run)  # before the yield: the caller may stop here
+        now = time.perf_counter()
+        metrics["wall_s"], last = now - last, now
         yield run.record(
             lr, metrics, grad_norm=stats.grad_norm, critic_grad_norm=stats.critic_grad_norm,
             gen_s=gen_s, train_s=train_s, other_s=other_s,
         )  # fmt: skip
+        outside = time.perf_counter() - now  # the caller's time with the record (in the next wall_s)
 
 
-def _update(run: _Run, ready: Batch) -> tuple[float, UpdateStats, float]:
-    """Count the batch in and train on it: the actor LR (after warmup), the update's stats and its
-    seconds (the reference log-probs' ``ref_s`` left out)."""
+def _update(run: _Run, ready: Batch) -> tuple[float, UpdateStats, float, float]:
+    """Count the batch in and train on it: the actor LR (after warmup), the update's stats, its
+    seconds (the reference log-probs' ``ref_s`` left out) and its thread's CPU seconds (not)."""
     c, cand, recipe = run.counters, run.spec.candidate, run.spec.recipe
     c.samples += len(ready.group)
     c.tokens += int(ready.rollout.response_lengths.sum())
     factor = warmup_factor(c.samples, recipe.optimizer.warmup_samples)
     lr = cand.lr * factor
     epochs = run.epochs
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     if isinstance(run.learner, PPOLearner):
         stats: UpdateStats = run.learner.update(
             ready.rollout, ready.rewards, cand.group_size, lr, run.critic_lr * factor, c.step,
@@ -266,7 +282,7 @@ def _update(run: _Run, ready: Batch) -> tuple[float, UpdateStats, float]:
             epochs,
         )  # fmt: skip
     _sync(run.lm)
-    return lr, stats, time.perf_counter() - t0 - stats.ref_s
+    return lr, stats, time.perf_counter() - t0 - stats.ref_s, time.thread_time() - c0
 
 
 def _metrics(run: _Run, ready: Batch, stats: UpdateStats) -> dict[str, float]:
