@@ -14,7 +14,10 @@ Branched is chosen where it is cheaper than the grid even at its bound, and its 
 (docs/branched.md: on the NQM the trunk was 2-16% of the run, 48 of 48 one-seed probes at regret
 1.000; on tiny-grpo and tiny-ppo it was 40-55% and missed on one of six seed sets, at 1.50). Anything
 else (no full run stated, a backend that cannot resume a checkpoint, an off-policy or async sweep, a
-pre-training grid, which measures B_opt rather than time) is the grid, and the reason says which.
+pre-training grid, which measures B_opt rather than time) is the grid, and the reason says which. An
+off-policy sweep stays on the grid by measurement: branched at one checkpoint, its staleness cells
+picked a delayed-gradient candidate that diverges in a full run in 3 of 12 NQM probes, the grid
+none in 6 (benchmarks/branched_async.py); `probe.mode = "branched"` still runs them when asked.
 
 With `branch.size_to_run = true`, a branched probe is sized to the run (``sized_to_run``): its trunk
 and windows take the same shares of the stated run as the setting measured on nqm-long (a trunk of
@@ -37,6 +40,13 @@ from batchtune.recipe.checks import check_recipe
 from batchtune.recipe.schema import Recipe
 from batchtune.recipe.study import AUTO_MODE as AUTO
 
+# measured (benchmarks/out/branched_async.txt): off-policy branches read a short window at one
+# checkpoint, where a delayed gradient near its stability edge still keeps up
+OFFPOLICY_REASON = (
+    "this recipe sweeps staleness or reuse, and off-policy branches misread it: on the NQM they picked a "
+    "candidate that never reaches the target in 3 of 12 probes (regret 1.095 on 2 more), the grid 6 "
+    "of 6 at regret 1.000 (benchmarks/branched_async.py; docs/async.md)"
+)
 TRUNK_SHARE = 0.25  # a branched probe's trunk at most this share of the full run (module doc)
 GRID, BRANCHED = "grid", "branched"
 # the shares of the run auto sizes a branched probe's trunk and windows to: the setting measured on
@@ -124,12 +134,15 @@ def _as(recipe: Recipe, mode: str) -> Recipe:
 def _why_not_branched(recipe: Recipe) -> str | None:
     """Why a branched probe cannot answer this recipe, or None."""
     from batchtune import backends
+    from batchtune.measure.async_topup import has_async_knobs
     from batchtune.recipe.study import kind_of
 
     if kind_of(recipe.backend.training, GRID).pretrain:
         return "a pre-training grid measures B_opt and B_min per loss, which branches do not"
-    if recipe.algorithm.mode != "sync" or recipe.probe.staleness != [0] or recipe.probe.updates_per_batch:
-        return "branches run on-policy and in sync only, and this recipe sweeps staleness or runs async"
+    if recipe.algorithm.mode != "sync":
+        return "the two-process async run was never measured with branches"
+    if has_async_knobs(recipe):
+        return OFFPOLICY_REASON
     return backends.checkpoint_problem(recipe)
 
 

@@ -113,3 +113,19 @@ def test_sizes_never_shrink_below_the_recipe_and_the_knob_keeps_them() -> None:
     assert (default.branch.trunk_samples, default.branch.window_samples) == (2048, 1024)
     grid = load_recipe("nqm-long", ["budget.full_run_steps=3500", "probe.mode=grid"])
     assert grid.branch.trunk_samples == 2048  # only auto sizes
+
+
+def test_an_off_policy_sweep_keeps_the_grid_as_measured() -> None:
+    """Branched at one checkpoint, staleness cells picked a candidate that never reaches the target
+    in 3 of 12 NQM probes (benchmarks/out/branched_async.txt): auto keeps the grid and says why."""
+    from batchtune.measure.probe_size import OFFPOLICY_REASON
+
+    for knob in ("probe.staleness=[0, 2]", "probe.updates_per_batch=[1, 2]", "probe.async_sweep=auto"):
+        cfg = load_recipe("nqm-long", [knob])
+        assert cfg.probe.mode == "grid" and OFFPOLICY_REASON in cfg.probe_choice, knob
+    import dataclasses
+
+    two = _load_recipe("nqm-long", [])
+    two = dataclasses.replace(two, algorithm=dataclasses.replace(two.algorithm, mode="async"))
+    assert "two-process" in choose_probe(two).reason
+    assert load_recipe("nqm-long").probe.mode == "branched"  # on-policy: unchanged
