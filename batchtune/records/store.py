@@ -29,13 +29,19 @@ def _read_run(path: Path) -> RunRecord:
 
 
 @functools.lru_cache(maxsize=512)
-def _decoded_steps(path: str, mtime_ns: int, size: int) -> tuple[StepRecord, ...]:
-    """A steps file's records, decoded once per version of the file (its mtime and size key the cache).
+def _decoded_steps(path: str, version: tuple[int, ...]) -> tuple[StepRecord, ...]:
+    """A steps file's records, decoded once per version of the file (`_version` keys the cache).
 
     A probe re-analyses its store after every round of extra seeds; without this it decoded every
     finished run's steps again each time, which was most of an NQM probe's wall time.
     """
     return tuple(from_dict(StepRecord, row, path) for row in read_jsonl(Path(path)))
+
+
+def _version(st: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is rewritten: a replaced file has another inode, an appended or
+    edited one another size or times (the change time even when the modification time is set back)."""
+    return st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 class RunWriter:
@@ -182,7 +188,7 @@ class ResultsStore:
         except FileNotFoundError:
             check.check_missing_steps(self.run(run_id), path)
             return []
-        steps = _decoded_steps(str(path), st.st_mtime_ns, st.st_size)
+        steps = _decoded_steps(str(path), _version(st))
         check.check_steps(self.run(run_id), steps, path)
         return list(steps)
 
