@@ -3,6 +3,7 @@ import torch, and `recommend`/`pretrain` on stored records run without torch."""
 
 from __future__ import annotations
 
+import json
 import pkgutil
 import subprocess
 import sys
@@ -28,20 +29,77 @@ PURE = [
 ]
 
 
-def _run(code: str) -> str:
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+# Each check below needs a fresh interpreter, and each interpreter pays 1-2 s of CPU importing
+# batchtune, so two interpreters run them all: one imports the pure modules alone (before anything
+# heavy could be there), the other runs the CLI stages in this order, each adding only what it must
+# (--help before anything imports scipy, then recommend and pretrain, which may import scipy).
+_STAGES = """
+import json, sys, traceback
+args = json.loads(sys.argv[1])
+out = {}
+
+def stage(name, fn):
+    try:
+        out[name] = fn()
+    except BaseException as exc:  # reported to the test of that stage; the others still run
+        out[name] = "failed: " + "".join(traceback.format_exception_only(exc)).strip()[-2000:]
+
+def pure():
+    for m in args["pure"]:
+        __import__(m)
+    return ",".join(sorted(h for h in args["heavy"] if h in sys.modules))
+
+def cli(argv, codes=(0,)):
+    from typer.testing import CliRunner
+    from batchtune.cli import app
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code in codes, r.output
+    return r
+
+def help_():
+    cli(["--help"])
+    for sub in ["probe", "profile-gen", "recommend", "tune", "pretrain", "import-logs"]:
+        cli([sub, "--help"])
+    return f"{'torch' in sys.modules} {'scipy' in sys.modules}"
+
+def recommend():
+    data = json.loads(cli(["recommend", "-r", args["results"], "--json"]).stdout)
+    source = data["throughput_source"].split()[0]
+    return f"{source} {'torch' in sys.modules} {'transformers' in sys.modules}"
+
+def pretrain():
+    cli(["pretrain", args["csv"], "--targets", "3.0,2.8", "--json"], codes=(0, 3))
+    return f"{'torch' in sys.modules} {'transformers' in sys.modules}"
+
+stages = {"pure": pure, "help": help_, "recommend": recommend, "pretrain": pretrain}
+for name in args["stages"]:
+    stage(name, stages[name])
+print(json.dumps(out))
+"""
+
+
+def _fresh(**args) -> dict[str, str]:
+    """What each stage of `_STAGES` named in ``args["stages"]`` saw, in one fresh interpreter."""
+    args = {"pure": PURE, "heavy": HEAVY, **args}
+    cmd = [sys.executable, "-c", _STAGES, json.dumps(args)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout.strip()
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def fresh_cli(nqm_results: Path, tmp_path_factory) -> dict[str, str]:
+    rows = ["run,batch_tokens,step,loss"]
+    for b in (1024, 4096, 16384):
+        for s in range(1, 60):
+            rows.append(f"b{b},{b},{s},{4.0 / (1 + s * b / 8000) ** 0.5 + 2.0:.5f}")
+    csv = tmp_path_factory.mktemp("csv") / "losses.csv"
+    csv.write_text("\n".join(rows) + "\n")
+    return _fresh(stages=["help", "recommend", "pretrain"], results=str(nqm_results), csv=str(csv))
 
 
 def test_pure_modules_import_without_engines():
-    code = (
-        "import sys\n"
-        f"for m in {PURE!r}: __import__(m)\n"
-        f"bad = sorted(h for h in {HEAVY!r} if h in sys.modules)\n"
-        "print(','.join(bad))\n"
-    )
-    assert _run(code) == "", "a pure module imported an engine or UI"
+    assert _fresh(stages=["pure"])["pure"] == "", "a pure module imported an engine or UI"
 
 
 def test_no_upward_arrows():
@@ -108,15 +166,8 @@ def test_no_import_cycles():
     assert not cycles, "\n".join(cycles)
 
 
-def test_help_does_not_import_torch():
-    code = (
-        "import sys\nfrom typer.testing import CliRunner\nfrom batchtune.cli import app\n"
-        "r = CliRunner().invoke(app, ['--help'])\nassert r.exit_code == 0\n"
-        "for sub in ['probe', 'profile-gen', 'recommend', 'tune', 'pretrain', 'import-logs']:\n"
-        "    assert CliRunner().invoke(app, [sub, '--help']).exit_code == 0\n"
-        "print('torch' in sys.modules, 'scipy' in sys.modules)\n"
-    )
-    assert _run(code) == "False False"
+def test_help_does_not_import_torch(fresh_cli):
+    assert fresh_cli["help"] == "False False"
 
 
 @pytest.fixture(scope="module")
@@ -137,28 +188,9 @@ def nqm_results(tmp_path_factory) -> Path:
     return results
 
 
-def test_recommend_on_stored_records_never_imports_torch(nqm_results):
-    code = (
-        "import sys, json\nfrom typer.testing import CliRunner\nfrom batchtune.cli import app\n"
-        f"r = CliRunner().invoke(app, ['recommend', '-r', {str(nqm_results)!r}, '--json'])\n"
-        "assert r.exit_code == 0, r.output\n"
-        "data = json.loads(r.stdout)\n"
-        "print(data['throughput_source'].split()[0], 'torch' in sys.modules, 'transformers' in sys.modules)\n"
-    )
-    assert _run(code) == "profile-gen False False"
+def test_recommend_on_stored_records_never_imports_torch(fresh_cli):
+    assert fresh_cli["recommend"] == "profile-gen False False"
 
 
-def test_pretrain_on_a_csv_never_imports_torch(tmp_path):
-    rows = ["run,batch_tokens,step,loss"]
-    for b in (1024, 4096, 16384):
-        for s in range(1, 60):
-            rows.append(f"b{b},{b},{s},{4.0 / (1 + s * b / 8000) ** 0.5 + 2.0:.5f}")
-    csv = tmp_path / "losses.csv"
-    csv.write_text("\n".join(rows) + "\n")
-    code = (
-        "import sys\nfrom typer.testing import CliRunner\nfrom batchtune.cli import app\n"
-        f"r = CliRunner().invoke(app, ['pretrain', {str(csv)!r}, '--targets', '3.0,2.8', '--json'])\n"
-        "assert r.exit_code in (0, 3), r.output\n"
-        "print('torch' in sys.modules, 'transformers' in sys.modules)\n"
-    )
-    assert _run(code) == "False False"
+def test_pretrain_on_a_csv_never_imports_torch(fresh_cli):
+    assert fresh_cli["pretrain"] == "False False"
