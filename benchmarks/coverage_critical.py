@@ -8,7 +8,8 @@ factor (`--run-noise`, 6%: the spread of one run's R around its seed's curve). 3
 Every repetition goes through `critical.critical_batch` (verdicts, joint fit, profile interval).
 
 Per case: the true critical batch (the largest grid batch whose true R(B)/R(B0) <= 1 + tol) vs
-the estimate (exact, within one grid step) and vs the former verdict walk; the joint McCandlish
+the estimate (exact, within one grid step), the joint fit's crossing alone (`fit exact`: the
+estimate before 2026-12-03) and the former verdict walk; the joint McCandlish
 B_crit vs the truth (median ratio, share within 15%); the coverage of the 90% intervals of the
 1+tol crossing and of B_crit. Prints a table and one JSON line. Usage:
     python benchmarks/coverage_critical.py [--reps 200] [--seed 0]
@@ -42,6 +43,9 @@ class CaseResult:
     exact: float  # share of repetitions with the estimated critical batch == the truth
     within_one_step: float
     walk_exact: float  # the former walk's answer == the truth
+    fit_exact: (
+        float  # the joint fit's crossing alone (CriticalBatch.model_batch, the estimate before 2026-12-03)
+    )
     b_crit_median_ratio: float
     b_crit_within_15pct: float
     crossing_coverage: float
@@ -83,6 +87,7 @@ def simulate_case(
                 cb.batch == true_critical,
                 abs(math.log2(cb.batch) - math.log2(true_critical)) <= 1.0 + 1e-9,
                 cb.walk_batch == true_critical,
+                (cb.model_batch if cb.model_batch is not None else cb.batch) == true_critical,
                 m.b_crit / b_crit,
                 cb.crossing_ci[0] <= true_crossing <= cb.crossing_ci[1],
                 m.b_crit_ci[0] <= b_crit <= m.b_crit_ci[1],
@@ -97,11 +102,12 @@ def simulate_case(
         exact=float(a[:, 0].mean()),
         within_one_step=float(a[:, 1].mean()),
         walk_exact=float(a[:, 2].mean()),
-        b_crit_median_ratio=float(np.median(a[:, 3])),
-        b_crit_within_15pct=float(np.mean(np.abs(a[:, 3] - 1) <= 0.15)),
-        crossing_coverage=float(a[:, 4].mean()),
-        b_crit_coverage=float(a[:, 5].mean()),
-        power_chosen=float(a[:, 6].mean()),
+        fit_exact=float(a[:, 3].mean()),
+        b_crit_median_ratio=float(np.median(a[:, 4])),
+        b_crit_within_15pct=float(np.mean(np.abs(a[:, 4] - 1) <= 0.15)),
+        crossing_coverage=float(a[:, 5].mean()),
+        b_crit_coverage=float(a[:, 6].mean()),
+        power_chosen=float(a[:, 7].mean()),
     )
 
 
@@ -123,13 +129,15 @@ def main() -> None:
         f"{100 * CONFIDENCE:.0f}% intervals"
     )
     print(
-        f"{'G':>3} {'B_crit':>7} {'true crit':>9} {'exact':>6} {'<=1 step':>8} {'walk exact':>10} "
+        f"{'G':>3} {'B_crit':>7} {'true crit':>9} {'exact':>6} {'<=1 step':>8} {'fit exact':>9} "
+        f"{'walk exact':>10} "
         f"{'Bc_hat/Bc':>9} {'Bc in 15%':>9} {'cover X':>8} {'cover Bc':>8} {'power':>6}"
     )
     for c in res:
         print(
             f"{c.group_size:>3} {c.b_crit:>7.0f} {c.true_critical:>9.0f} {c.exact:>6.2f} "
-            f"{c.within_one_step:>8.2f} {c.walk_exact:>10.2f} {c.b_crit_median_ratio:>9.3f} "
+            f"{c.within_one_step:>8.2f} {c.fit_exact:>9.2f} {c.walk_exact:>10.2f} "
+            f"{c.b_crit_median_ratio:>9.3f} "
             f"{c.b_crit_within_15pct:>9.2f} {c.crossing_coverage:>8.2f} {c.b_crit_coverage:>8.2f} "
             f"{c.power_chosen:>6.2f}"
         )
@@ -142,6 +150,7 @@ def main() -> None:
                 "cases": len(res),
                 "min_within_one_step": min(c.within_one_step for c in res),
                 "mean_exact": round(float(np.mean([c.exact for c in res])), 3),
+                "mean_fit_exact": round(float(np.mean([c.fit_exact for c in res])), 3),
                 "mean_walk_exact": round(float(np.mean([c.walk_exact for c in res])), 3),
                 "max_abs_log_b_crit_median_ratio": round(
                     max(abs(math.log(c.b_crit_median_ratio)) for c in res), 4

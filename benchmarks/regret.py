@@ -46,8 +46,8 @@ def _f(x: float | None, digits: int = 0) -> str:
 def table(rows: list[CaseResult]) -> str:
     head = (
         f"{'kind':<9} {'case':<14} {'best':>5} {'rec':>5} {'regret':>7} {'bound':>6} {'crit*':>6} "
-        f"{'crit':>6} {'cross*':>7} {'cross [90% CI]':>20} {'shape-free 90%':>15} {'probe/full':>10} "
-        f"{'wall s':>7}"
+        f"{'crit':>6} {'fit':>5} {'cross*':>7} {'cross [90% CI]':>20} {'shape-free 90%':>15} "
+        f"{'probe/full':>10} {'wall s':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -56,7 +56,8 @@ def table(rows: list[CaseResult]) -> str:
         lines.append(
             f"{r.kind:<9} {r.name:<14} {r.best_batch:>5.0f} {r.recommended:>5.0f} {r.regret:>7.3f} "
             f"{_f(r.regret_high, 3):>6} "
-            f"{r.true_critical:>6.0f} {_f(r.critical):>6} {_f(r.true_crossing):>7} {ci:>20} {sf:>15} "
+            f"{r.true_critical:>6.0f} {_f(r.critical):>6} {_f(r.critical_fit):>5} {_f(r.true_crossing):>7} "
+            f"{ci:>20} {sf:>15} "
             f"{r.cost_ratio:>10.1f} {r.wall_s:>7.1f}"
         )
     return "\n".join(lines)
@@ -83,6 +84,8 @@ def summary(rows: list[CaseResult]) -> dict[str, object]:
             "regret_le_1.05": sum(r.regret <= 1.05 for r in rs),
             "critical_exact": sum(r.critical_steps_off == 0 for r in rs),
             "critical_within_one_step": sum(r.critical_steps_off <= 1 for r in rs),
+            "critical_exact_by_fit_alone": sum(r.critical_fit_steps_off == 0 for r in rs),
+            "critical_within_one_step_by_fit_alone": sum(r.critical_fit_steps_off <= 1 for r in rs),
             "crossing_ci_covers_truth": f"{sum(covered)}/{len(covered)}",
             "shape_free_ci_covers_truth": f"{sum(free)}/{len(free)}",
             "regret_bound_covers_truth": f"{sum(r.bound_covers for r in rs)}/{len(rs)}",
@@ -121,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         rows += [run_tiny_case(name, seeds) for name in args.tiny_recipes.split(",")]
     print(table(rows))
     print(
-        "crit* / cross*: the true critical batch on the grid and the true 1+tol crossing; regret = "
+        "crit* / cross*: the true critical batch on the grid and the true 1+tol crossing; crit: the tool's "
+        "critical batch; fit: the one the joint fit's crossing alone gives (the estimate before "
+        "2026-12-03); regret = "
         "T_true(recommended) / T_true(best); shape-free: the crossing's interval without a model of R(B) "
         "(inf: no critical batch in the measured range); bound = the tool's regret_high (how much "
         "faster than its pick another batch could be, 90% per comparison); probe/full = samples the "
@@ -143,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                         "regret_high": round(r.regret_high, 4),
                         "true_critical": r.true_critical,
                         "critical": r.critical,
+                        "critical_fit_alone": r.critical_fit,
                         "true_crossing": None if math.isnan(r.true_crossing) else r.true_crossing,
                         "crossing": r.crossing,
                         "crossing_ci": r.crossing_ci,

@@ -58,6 +58,7 @@ class CaseResult:
     wall_s: float
     regret_high: float = math.nan  # the tool's own bound: how much faster another batch could be
     shape_free_ci: tuple[float, float] | None = None  # the crossing's interval without a model of R(B)
+    critical_fit: float | None = None  # what the joint fit's crossing alone gives (before 2026-12-03)
 
     @property
     def bound_covers(self) -> bool:
@@ -71,9 +72,16 @@ class CaseResult:
     @property
     def critical_steps_off(self) -> float:
         """Grid steps between the tool's critical batch and the truth (log2 for doubling grids)."""
-        if self.critical is None:
-            return math.inf
-        return abs(math.log2(self.critical / self.true_critical))
+        return _steps(self.critical, self.true_critical)
+
+    @property
+    def critical_fit_steps_off(self) -> float:
+        """The same for the joint fit's crossing alone (the estimate before 2026-12-03)."""
+        return _steps(self.critical_fit, self.true_critical)
+
+
+def _steps(x: float | None, truth: float) -> float:
+    return math.inf if x is None else abs(math.log2(x / truth))
 
 
 # ---- NQM --------------------------------------------------------------------------------------------
@@ -228,6 +236,7 @@ def _result(
         wall_s=time.perf_counter() - t0,
         regret_high=float(rec.ranking.regret_high),
         shape_free_ci=None if crit is None or crit.shape_free is None else crit.shape_free.ci,
+        critical_fit=None if crit is None else crit.batch if crit.model_batch is None else crit.model_batch,
     )
 
 

@@ -158,3 +158,47 @@ def test_one_crossing_is_quoted_the_model_one_only_as_a_labelled_diagnostic():
     assert d["crossing"] == cross and d["crossing_ci"] == list(ci) and d["crossing_kind"] == kind
     assert d["fit"]["crossing"] == cb.crossing != cross  # the model's, under the fit it belongs to
     assert "1+tol crossing" not in d["fit"]["summary"]
+
+
+LR06_GRID = [8.0, 16, 32, 64, 128, 256]  # the NQM at lr 0.06 (benchmarks/regret_cases.py); 512 diverges
+LR06_RATIO = [1.0, 1.002, 1.006, 1.017, 1.05, 3.244]  # its exact R(B)/R(B0)
+LR06_CROSSING = 173.3  # exact 1+tol crossing: the true critical batch on the grid is 128
+
+
+def _estimates(grid, b, r, s):
+    return [
+        estimate_over_seeds(
+            [TargetCrossing(v, False, 1e9) for v, bb in zip(r, b, strict=True) if bb == x],
+            seed_ids=[k for k, bb in zip(s, b, strict=True) if bb == x],
+        )
+        for x in grid
+    ]
+
+
+def test_where_the_model_crossing_misses_the_critical_batch_follows_the_shape_free_one():
+    """Issue 32: the critical batch came from the joint fit's crossing while every report quoted the
+    shape-free one. On the NQM's flat-then-steep R(B) the fit (power law, dAIC ~ 67) puts the crossing
+    at 119 [18, 119], below the truth 173, and with 128 inconclusive the verdicts did not lift it: the
+    critical batch read 64. The shape-free crossing holds the truth; the batch now follows it."""
+    b, r, s = _runs(LR06_GRID, LR06_RATIO, noise=0.02, rng_seed=1)
+    cb = critical_batch(LR06_GRID, _estimates(LR06_GRID, b, r, s), tol=0.1, failed_batches=[512.0])
+    assert cb.shape_free is not None and cb.joint is not None and cb.joint.delta_aic > 2
+    assert cb.shape_free.ci[0] <= LR06_CROSSING <= cb.shape_free.ci[1]
+    assert not cb.crossing_ci[0] <= LR06_CROSSING <= cb.crossing_ci[1]  # the model's misses
+    assert cb.model_batch == 64.0  # what the model's crossing alone gives (the former answer)
+    assert cb.batch == 128.0 and "shape-free" in cb.reason.split(";")[0]
+    assert cb.lower is not None and cb.upper is not None
+    assert cb.lower <= cb.batch < cb.upper and cb.upper <= 512.0  # the quoted interval's bracket
+
+
+def test_where_the_mccandlish_shape_holds_its_crossing_reads_the_batch():
+    """On a McCandlish R(B) the joint fit pools every batch through the right shape: the batch is
+    the largest measured one at or below its crossing, inside the shape-free interval's bracket."""
+    grid = [32.0 * 2**k for k in range(7)]
+    b_crit = 1024.0
+    ratios = [(1 + x / b_crit) / (1 + 32.0 / b_crit) for x in grid]
+    b, r, s = _runs(grid, ratios, noise=0.02)
+    cb = critical_batch(grid, _estimates(grid, b, r, s), tol=0.1)
+    assert cb.joint is not None and not cb.joint.delta_aic > 2
+    assert cb.batch == cb.model_batch == 128.0  # true crossing 32 * 1.1 + 102.4 = 137.6
+    assert "McCandlish" in cb.reason.split(";")[0]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from batchtune.analysis.sample.crossing_batch import from_fit, read_batch
 from batchtune.analysis.sample.intervals import ShapeFreeCrossing, shape_free_crossing
 from batchtune.analysis.sample.joint import JointFit, fit_joint
 from batchtune.analysis.sample.ratio import (
@@ -32,24 +33,26 @@ from batchtune.errors import AnalysisError
 
 @dataclass(frozen=True)
 class CriticalBatch:
-    """The critical training batch: a joint estimate with an interval, and per-batch evidence.
+    """The critical training batch: a measured batch read from the 1+tol crossings, per-batch evidence.
 
-    Estimate (`joint.fit_joint` over every run that reached the target, seeds paired): `crossing`
-    is where the chosen fit of R(B)/R(B0) reaches 1 + tol, `crossing_ci` its profile interval at
-    `joint.confidence`; `batch` is the largest measured batch at or below the crossing and below
-    `failed_from` (the smallest batch that diverged, ran out of memory or never reached the
-    target in every seed: an upper bound, the critical batch is below it). `lower` / `upper`:
-    the largest measured batch below the interval (at least B0) and the smallest measured batch
-    above it (or `failed_from`; None when none: "at least"). `interpolated` = `crossing`.
-    Without a joint fit (too few runs: `joint` None, `reason` says why) the walk decides:
+    Two crossings of R(B)/R(B0) = 1 + tol: `shape_free` (`intervals.shape_free_crossing`, read off
+    the measured batches without assuming a shape between them: the one every report quotes, and
+    the one that says "no critical batch in the measured range") and the joint fit's (`joint`,
+    `joint.fit_joint` over every run that reached the target, seeds paired: `crossing` where the
+    chosen shape reaches 1 + tol, `crossing_ci` its profile interval, which holds only if the shape
+    does; `interpolated` = `crossing`). `batch`: a measured batch below `failed_from` (the smallest
+    batch that diverged, ran out of memory or never reached the target in every seed: the critical
+    batch is below it), read by `crossing_batch.read_batch`: at or below the McCandlish crossing where
+    that shape holds, else the larger of the two readings, inside the quoted interval's bracket and
+    the verdicts. `lower` / `upper`: the largest measured batch at or below the quoted interval (at
+    least B0) and the smallest above it (or `failed_from`; None when none: "at least").
+    `model_batch`: what the joint fit's crossing alone gives (the estimate before 2026-12-03), a
+    diagnostic. Without either crossing (too few runs: `reason` says why) the walk decides:
     `walk_batch` is the last batch adopted walking up from B0 through "invariant" verdicts
     (passing over inconclusive ones whose point is within 1 + tol, stopping at the first other),
     a lower bound kept as evidence. `verdicts[i]` is for `batches[i]` (input order). `fit`: the
     per-point McCandlish least-squares fit of the seed medians (`scaling.fit_mccandlish`).
-    `batch` is None only when the reference never reached the target. `shape_free`: the
-    crossing read off the measured batches with an interval that does not assume McCandlish's (or
-    any) shape between them (`intervals.shape_free_crossing`): the one to quote where R(B) is flat
-    then steep, and the one that says "no critical batch in the measured range".
+    `batch` is None only when the reference never reached the target.
     """
 
     batch: float | None
@@ -67,6 +70,7 @@ class CriticalBatch:
     failed_from: float | None = None
     walk_batch: float | None = None
     shape_free: ShapeFreeCrossing | None = None  # the crossing's interval without a model of R(B)
+    model_batch: float | None = None  # what the joint fit's crossing alone gives: a diagnostic
 
     @property
     def quoted_crossing(self) -> tuple[float, tuple[float, float], str] | None:
@@ -130,37 +134,36 @@ def _walk(ascending: list[Verdict], b0: float, tol: float) -> tuple[float, float
     return crit, upper, notes
 
 
-def _respect_verdicts(
+def _estimate(
+    joint: JointFit | None,
+    shape_free: ShapeFreeCrossing | None,
     ascending: list[Verdict],
     measured: np.ndarray,
-    crit: float,
-    lower: float,
-    upper: float | None,
     b0: float,
-) -> tuple[float, float, float | None, str]:
-    """Keep the fit's answer inside the measured bracket: the model never overrules measured points.
-
-    A batch whose whole ratio interval is within 1 + tol ("invariant") is at or below the critical
-    batch; one whose whole interval is above ("deviates") is above it. When they agree with each
-    other, the estimate is moved into [largest invariant, smallest deviating) and `lower` / `upper`
-    are tightened to them; when they conflict (noise), the fit decides.
-    """
-    inv = [v.batch for v in ascending if v.status == INVARIANT and v.batch in measured]
-    dev = [v.batch for v in ascending if v.status == DEVIATES]
-    lo_ev, hi_ev = max(inv, default=b0), min(dev, default=math.inf)
-    if lo_ev >= hi_ev:
-        return crit, lower, upper, ""
-    below = measured[measured < hi_ev]
-    new = float(min(max(crit, lo_ev), below.max()))
-    lower = max(lower, lo_ev)
-    upper = hi_ev if upper is None or hi_ev < upper else upper
-    if upper is not None and upper <= new:  # the fit's interval ended below a measured invariant
-        above = measured[measured > new]
-        upper = hi_ev if math.isfinite(hi_ev) else (float(above.min()) if above.size else None)
-    if upper is not None and math.isinf(upper):
-        upper = None
-    why = "" if new == crit else f"the fit alone says {crit:g}; the measured verdicts bracket it at {new:g}"
-    return new, min(lower, new), upper, why
+    walked: tuple[float, float | None],
+    failed_from: float | None,
+) -> tuple[float, float, float | None, float | None, str, list[str]]:
+    """(batch, lower, upper, the joint fit's own batch, reason head, notes): crossing_batch's rule,
+    else the walk. The notes' first entry is the verdicts' clamp ("" when none)."""
+    walk = walked[0]
+    fit = from_fit(joint, ascending, measured, b0, failed_from) if joint is not None else None
+    if shape_free is not None:
+        crit, lower, upper, source, clamp = read_batch(
+            joint, shape_free, ascending, measured, b0, failed_from
+        )
+    elif fit is not None:
+        (crit, lower, upper, clamp), source = fit, "the joint fit's crossing"
+    else:
+        head = f"critical batch {walk:g}" + (" (the reference)" if walk == b0 else "") + " by the walk"
+        return walk, walk, walked[1], None, head, [""]
+    head = f"critical batch {crit:g}" + (" (the reference)" if crit == b0 else "")
+    head += f": the largest measured batch at or below {source}"
+    if joint is not None:
+        head += f"; {joint.describe(with_crossing=shape_free is None)}"
+    notes = [clamp]
+    if crit != walk:
+        notes.append(f"the verdict walk alone would say {walk:g} (a lower bound)")
+    return crit, lower, upper, fit[0] if fit is not None else None, head, notes
 
 
 def _joint_runs(
@@ -313,42 +316,32 @@ def critical_batch(
     try:
         joint = fit_joint(*runs, reference_batch=b0, tol=tol, confidence=confidence)
     except AnalysisError as err:
-        notes.insert(0, f"no joint fit ({err}): the walk decides")
+        notes.insert(0, f"no joint fit ({err})")
     shape_free = _shape_free(runs, b0, tol, confidence, failed_from, seed)
-    measured = np.sort(b[usable])
     if joint is None:
-        crit, lower, upper, cross, cross_ci = walk, walk, walk_upper, None, None
-        head = f"critical batch {crit:g}" + (" (the reference)" if crit == b0 else "") + " by the walk"
-    else:
-        best = joint.best
-        cross, cross_ci = best.crossing, best.crossing_ci
-        crit = float(measured[measured <= cross].max())
-        lower = float(max(measured[measured <= cross_ci[0]].max(initial=b0), b0))
-        above = measured[measured > cross_ci[1]]
-        upper = float(above.min()) if above.size else failed_from
-        crit, lower, upper, clamp = _respect_verdicts(ascending, measured, crit, lower, upper, b0)
-        head = f"critical batch {crit:g}" + (" (the reference)" if crit == b0 else "")
-        head += f": {joint.describe(with_crossing=shape_free is None)}"
-        if clamp:
-            notes.insert(0, clamp)
-        if crit != walk:
-            notes.append(f"the verdict walk alone would say {walk:g} (a lower bound)")
+        notes[0] += ": the walk decides" if shape_free is None else ": the shape-free crossing decides"
+    measured = np.sort(b[usable])
+    crit, lower, upper, model_crit, head, more = _estimate(
+        joint, shape_free, ascending, measured, b0, (walk, walk_upper), failed_from
+    )
+    notes = [m for m in [*more[:1], *notes, *more[1:]] if m]
     later = [v.batch for v in ascending if v.batch > walk and v.status == INVARIANT]
     parts = [*_reason(head, crit, upper, failed_from, later), *notes]
     return CriticalBatch(
         batch=crit,
         lower=lower,
         upper=upper,
-        interpolated=cross,
+        interpolated=joint.best.crossing if joint is not None else None,
         verdicts=tuple(verdicts),
         tol=tol,
         reason="; ".join(parts),
         reference_batch=b0,
         fit=_model_crossing(b, estimates, confidence),
-        crossing=cross,
-        crossing_ci=cross_ci,
+        crossing=joint.best.crossing if joint is not None else None,
+        crossing_ci=joint.best.crossing_ci if joint is not None else None,
         joint=joint,
         failed_from=failed_from,
         walk_batch=walk,
         shape_free=shape_free,
+        model_batch=model_crit,
     )
