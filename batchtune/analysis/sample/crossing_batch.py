@@ -31,7 +31,9 @@ from batchtune.analysis.sample.intervals import ShapeFreeCrossing
 from batchtune.analysis.sample.joint import JointFit
 from batchtune.analysis.sample.ratio import DEVIATES, INVARIANT, Verdict
 
-SHAPE_REJECTED = 2.0  # delta_aic (McCandlish - power) above which the McCandlish crossing is not trusted
+# delta_aic (McCandlish - power) above which the McCandlish crossing is not trusted: the margin from
+# which joint.py already calls the flexible shape the better fit (_AIC_AMBIGUOUS), not a tuned value
+SHAPE_REJECTED = 2.0
 
 
 def respect_verdicts(
