@@ -13,6 +13,10 @@ the probe's own (analysis/decide/async_topup.top_up, run by measure/async_topup.
 probe's planned seeds), fed these estimates. Duplicates (candidates whose pipeline reaches the same
 lag d, so they run the same dynamics) share runs.
 
+Part 2 runs the 8 reported instances through the real probe (measure/probe.run_probe on the NQM
+backend with the instance's time model, its store, the top-up rounds of measure/async_topup.py and
+their record, then `recommend`), at the shipped margin: see ``real_probe_lines``.
+
 The margin is CHOSEN ON HELD-OUT INSTANCES (other noise, curvature power and gen:train ratios than
 the 8 reported), two seed draws each: the smallest margin whose held-out max regret is <= 1.05, or
 else the one with the least held-out max regret. The 8 reported instances are then scored once at
@@ -191,11 +195,112 @@ def main() -> int:
         "the estimator's smoothing (nqm_async.SMOOTH) was chosen earlier on the 8 reported instances "
         "(8 seeds); the margin was not: it comes from the held-out instances only",
     ]
+    lines += real_probe_lines()
     text = "\n".join(lines) + "\n"
     OUT.write_text(text)
     print(text, end="")
     print(f"cpu {time.process_time() - t0:.1f} s", file=sys.stderr)
     return 0
+
+
+
+# ---- part 2: the same rule through the real probe (measure/probe.run_probe on the NQM backend) ----
+# The NQM backend runs staleness k as a gradient delayed by exactly k updates and u updates per batch
+# (backends/nqm.py, nqm_async.py's dynamics); its simulated time model is set to the instance's:
+# generation 2 + g B s per batch (max_new_tokens 1), training 0.5 + t B s per update. The probe
+# stores every run, tops up under budget.async_top_up_* (measure/async_topup.py, its record kept in
+# async_topup.json) and `recommend --throughput probe` ranks (B, k, u) with its own pipeline model.
+# Truth: R_true at delay k (what the backend ran), T_true = R_true / the row's responses/s.
+PROBE_INSTANCES = INSTANCES  # the 8 reported ones, seeds 0.. (draw 0)
+PROBE_KS, PROBE_US, PROBE_PROMPTS = KS, US, tuple(b // 8 for b in BATCHES)  # the same grid
+
+
+def _probe_sets(inst: Instance, root: Path, top: int) -> list[str]:
+    _, target = _cfg(inst)
+    return [
+        "probe.mode=grid", f"run.results_dir={root}", "nqm.dim=64", f"nqm.noise_scale={inst.noise}",
+        f"nqm.curvature_power={inst.power}", "generation.max_new_tokens=1", "nqm.gen_t0_s=2.0",
+        f"nqm.gen_t1_s={inst.gen_per_resp_s}", "nqm.train_t0_s=0.5",
+        f"nqm.train_t1_s={inst.train_per_resp_s}",
+        "optimizer.lr=0.3", "lr_scaling.rule=sqrt", f"candidates.prompts={list(PROBE_PROMPTS)}",
+        f"target.value={target}", f"probe.staleness={list(PROBE_KS)}",
+        f"probe.updates_per_batch={list(PROBE_US)}", f"budget.seeds={list(range(BASE))}",
+        f"budget.async_top_up_seeds={top}", "budget.max_samples=8192",
+    ]  # fmt: skip
+
+
+def _real_probe(inst: Instance, root: Path, top: int) -> tuple[str, dict[str, float], int, int]:
+    """(pick, label -> responses/s, seed-runs in the store, topped-up candidates) of one probe."""
+    from batchtune.measure.async_topup import load_top_up
+    from batchtune.measure.probe import run_probe
+    from batchtune.recipe.load import load_recipe
+    from batchtune.records.store import ResultsStore
+    from batchtune.workflow.recommend import recommend_for_recipe
+
+    cfg = load_recipe("recipes/nqm.toml", _probe_sets(inst, root, top))
+    run_probe(cfg)
+    rec, _, _ = recommend_for_recipe(cfg, "probe", None, 1, plot=False)
+    d = rec.async_decision
+    assert d is not None
+    theta = {r.label: r.choice.responses_per_s for r in d.rows}
+    pick = min(d.rows, key=lambda r: r.choice.t).label
+    record = load_top_up(ResultsStore.of(cfg))
+    topped = len({lab for r in record.rounds for lab in r.topped}) if record is not None else 0
+    return pick, theta, len(ResultsStore.of(cfg).runs()), topped
+
+
+def _real_truth(inst: Instance) -> dict[str, float]:
+    cfg, target = _cfg(inst)
+    out = {}
+    for p in PROBE_PROMPTS:
+        b = 8 * p
+        for k, u in itertools.product(PROBE_KS, PROBE_US):
+            r = expected_async_samples_to_target(
+                cfg, lr=lr_of(b), batch=b, delay=k, updates_per_batch=u, target_loss=target
+            )
+            out[f"P{p}xG8" + ("" if (k, u) == (0, 1) else f"-k{k}u{u}")] = r
+    return out
+
+
+def real_probe_lines() -> list[str]:
+    import tempfile
+
+    lines = [
+        "",
+        "through the real probe (run_probe on the NQM backend, its store, top-up record and recommend):",
+        f"grid B {[8 * p for p in PROBE_PROMPTS]}, k {list(PROBE_KS)}, u {list(PROBE_US)}; plain = "
+        f"{BASE} seeds (async_top_up_seeds {BASE}), top-up = {TOP} seeds within margin {MARGIN}, "
+        "rerun in the plain probe's results directory (its runs reused);",
+        "truth: R_true at delay k (the backend's own dynamics) / the row's responses/s",
+        f"{'noise':>5} {'p':>4} {'gen:train':>9}  {'best':>14}  {'plain pick':>14} {'regret':>7}  "
+        f"{'top-up pick':>14} {'regret':>7} {'runs':>9} {'topped':>6}",
+    ]
+    regs: list[float] = []
+    plain_regs: list[float] = []
+    runs = [0, 0]
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, inst in enumerate(PROBE_INSTANCES):
+            truth = _real_truth(inst)
+            root = Path(tmp) / str(i)
+            plain, theta, n_plain, _ = _real_probe(inst, root, BASE)
+            pick, theta2, n_top, topped = _real_probe(inst, root, TOP)
+            t = {lab: truth[lab] / th for lab, th in theta.items() if th > 0}
+            best = min(t, key=lambda lab: t[lab])
+            r_plain, r_top = t[plain] / t[best], truth[pick] / theta2[pick] / t[best]
+            regs.append(r_top)
+            plain_regs.append(r_plain)
+            runs = [runs[0] + n_plain, runs[1] + n_top]
+            ratio = inst.gen_per_resp_s / inst.train_per_resp_s
+            lines.append(
+                f"{inst.noise:5.1f} {inst.power:4.1f} {ratio:8.0f}:1  {best:>14}  "
+                f"{plain:>14} {r_plain:7.3f}  "
+                f"{pick:>14} {r_top:7.3f} {n_plain:>4}/{n_top:<4} {topped:6}"
+            )
+    lines.append(
+        f"real probe: top-up max regret {max(regs):.3f}, mean {sum(regs) / len(regs):.3f}; plain max "
+        f"{max(plain_regs):.3f}; cost {runs[1] / runs[0]:.2f}x the plain probe's seed-runs"
+    )
+    return lines
 
 
 if __name__ == "__main__":
