@@ -260,6 +260,77 @@ def local_ratios(
     return out
 
 
+_Readings = tuple[
+    dict[float, list[tuple[int, TargetCrossing]]],  # batch -> (seed, crossing on the common scale)
+    dict[float, dict[int, float]],  # batch -> seed -> local ratio
+    dict[float, dict[int, float]],  # batch -> seed -> lower bound of a censored ratio
+    dict[float, int],  # batch -> branches that failed (or logged nothing)
+]
+
+
+def _ratio_and_bound(
+    c: BranchCurve, crossing: TargetCrossing, r0_s: float | None
+) -> tuple[float, float | None]:
+    """The branch's local ratio (NaN without a control crossing to pair with, inf where it never
+    reached the level) and, for a branch that ran but stopped short, its ratio's lower bound."""
+    ratio = (
+        math.nan
+        if not r0_s
+        else math.inf
+        if crossing.samples_to_target is None
+        else crossing.samples_to_target / r0_s
+    )
+    if math.isinf(ratio) and not (c.failed or c.samples.size == 0) and r0_s:
+        return ratio, crossing.max_samples / r0_s
+    return ratio, None
+
+
+def _on_common_scale(
+    crossing: TargetCrossing, base: TargetCrossing | None, r0_s: float | None
+) -> TargetCrossing:
+    """A crossing read at a batch's own window, as R_c(B0, s) at the common window (``base``) times
+    its ratio at its own (module docstring); unchanged where either control crossing is missing."""
+    base_s = base.samples_to_target if base is not None else None
+    scale = (base_s or math.nan) / (r0_s or math.nan)
+    if not (math.isfinite(scale) and scale > 0):
+        return crossing
+    r = crossing.samples_to_target
+    return dataclasses.replace(
+        crossing, samples_to_target=None if r is None else r * scale, max_samples=crossing.max_samples * scale
+    )
+
+
+def _read_branches(
+    curves: Sequence[BranchCurve],
+    start_value: float,
+    levels: Mapping[float, float],
+    ref_at: Mapping[float, Mapping[int, TargetCrossing]],
+    own: Mapping[float, float],
+    window_samples: float,
+    higher_is_better: bool,
+) -> _Readings:
+    """Every curve's crossing of its window's level, its paired ratio and bound, and the failures."""
+    by_batch: dict[float, list[tuple[int, TargetCrossing]]] = {}
+    ratios: dict[float, dict[int, float]] = {}
+    bounds: dict[float, dict[int, float]] = {}
+    failed: dict[float, int] = {}
+    for c in curves:
+        v = own.get(c.batch, window_samples)
+        crossing = _crossing(c, start_value, levels[v], higher_is_better)
+        r0 = ref_at[v].get(c.seed)
+        r0_s = r0.samples_to_target if r0 is not None else None
+        ratio, bound = _ratio_and_bound(c, crossing, r0_s)
+        if bound is not None:
+            bounds.setdefault(c.batch, {})[c.seed] = bound
+        if c.batch in own:
+            crossing = _on_common_scale(crossing, ref_at[window_samples].get(c.seed), r0_s)
+        if c.failed or c.samples.size == 0:
+            failed[c.batch] = failed.get(c.batch, 0) + 1
+        by_batch.setdefault(c.batch, []).append((c.seed, crossing))
+        ratios.setdefault(c.batch, {})[c.seed] = ratio
+    return by_batch, ratios, bounds, failed
+
+
 def local_critical_batch(
     checkpoint_samples: float,
     start_value: float,
@@ -278,54 +349,22 @@ def local_critical_batch(
 
     ``windows``: batch -> its own window where longer than ``window_samples`` (the controls must
     reach the longest). ``level_seeds``, ``unit``: as in `control_level`."""
+    w = float(window_samples)
     own = {
         float(b): float(v) for b, v in (windows or {}).items() if v > window_samples and b != reference_batch
     }
     args = (checkpoint_samples, start_value, curves, reference_batch)
     levels = {
-        v: control_level(*args, v, higher_is_better, level_seeds, unit=unit)
-        for v in {float(window_samples), *own.values()}
+        v: control_level(*args, v, higher_is_better, level_seeds, unit=unit) for v in {w, *own.values()}
     }
-    level = levels[float(window_samples)]
     controls = [c for c in curves if c.batch == reference_batch]
-    ref_at = {
+    ref_at = {  # per window, each seed's control crossing of its level
         v: {c.seed: _crossing(c, start_value, lv, higher_is_better) for c in controls}
         for v, lv in levels.items()
     }
-
-    by_batch: dict[float, list[tuple[int, TargetCrossing]]] = {}
-    ratios: dict[float, dict[int, float]] = {}
-    bounds: dict[float, dict[int, float]] = {}
-    failed: dict[float, int] = {}
-    for c in curves:
-        v = own.get(c.batch, float(window_samples))
-        crossing = _crossing(c, start_value, levels[v], higher_is_better)
-        r0 = ref_at[v].get(c.seed)
-        r0_s = r0.samples_to_target if r0 is not None else None
-        ratio = (
-            math.nan
-            if not r0_s
-            else math.inf
-            if crossing.samples_to_target is None
-            else crossing.samples_to_target / r0_s
-        )
-        if math.isinf(ratio) and not (c.failed or c.samples.size == 0) and r0_s:
-            bounds.setdefault(c.batch, {})[c.seed] = crossing.max_samples / r0_s
-        if c.batch in own:  # onto the common scale: R_c(B0, s) at W times the ratio at W_B
-            base = ref_at[float(window_samples)].get(c.seed)
-            base_s = base.samples_to_target if base is not None else None
-            scale = (base_s or math.nan) / (r0_s or math.nan)
-            if math.isfinite(scale) and scale > 0:
-                r = crossing.samples_to_target
-                crossing = dataclasses.replace(
-                    crossing,
-                    samples_to_target=None if r is None else r * scale,
-                    max_samples=crossing.max_samples * scale,
-                )
-        if c.failed or c.samples.size == 0:
-            failed[c.batch] = failed.get(c.batch, 0) + 1
-        by_batch.setdefault(c.batch, []).append((c.seed, crossing))
-        ratios.setdefault(c.batch, {})[c.seed] = ratio
+    by_batch, ratios, bounds, failed = _read_branches(
+        curves, start_value, levels, ref_at, own, w, higher_is_better
+    )
     batches = sorted(by_batch)
     failed_batches = [b for b in batches if failed.get(b, 0) == len(by_batch[b])]
     measured = [b for b in batches if b not in failed_batches]
@@ -346,8 +385,8 @@ def local_critical_batch(
     return LocalCritical(
         checkpoint_samples=float(checkpoint_samples),
         start_value=float(start_value),
-        level=level,
-        window_samples=float(window_samples),
+        level=levels[w],
+        window_samples=w,
         estimates=estimates,
         ratios=ratios,
         critical=crit,
