@@ -10,11 +10,11 @@ import pytest
 from batchtune.analysis.sample.curves import (
     TargetCrossing,
     clean_curve,
+    confirmed_crossing,
     curve_at,
     ema,
     monotone_envelope,
     samples_to_target,
-    target_confirmed,
 )
 from batchtune.analysis.sample.seeds import (
     GEOMETRIC_MEAN,
@@ -228,13 +228,15 @@ def test_lag_correction_never_goes_before_the_raw_crossing():
 
 
 def _stopped_estimate(s: np.ndarray, m: np.ndarray, target: float, margin: float) -> float:
-    """R read where a probe stops: the first logged point at which the estimate is confirmed."""
+    """R read where a probe stops: the first logged point at which the estimate is confirmed (the
+    probe's own check, the same decision as target_confirmed(samples_to_target(...)), cheaper)."""
     for n in range(2, s.size + 1):
-        c = samples_to_target(s[:n], m[:n], target)
-        if target_confirmed(c, margin=margin):
-            break
-    assert c.samples_to_target is not None
-    return c.samples_to_target
+        c = confirmed_crossing(s[:n], m[:n], target, margin=margin)
+        if c is not None and c.samples_to_target is not None:
+            return c.samples_to_target
+    r = samples_to_target(s, m, target).samples_to_target  # never confirmed: R of the whole curve
+    assert r is not None
+    return r
 
 
 def test_stopping_at_the_first_confirmation_reads_early_and_the_shipped_margin_limits_it():
