@@ -20,6 +20,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def to_jsonable(obj: Any) -> Any:
     if obj is None or isinstance(obj, (str, bool, int)):
         return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {name: _plain(getattr(obj, name)) for name in _names(type(obj))}
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
@@ -55,6 +56,21 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, (bytes, bytearray)):
         return obj.decode("utf-8", "replace")
     return str(obj)
+
+
+def _plain(value: Any) -> Any:
+    """`to_jsonable` of one field, with the common plain kinds answered without a call."""
+    kind = type(value)
+    if kind is int or kind is str or value is None:
+        return value
+    if kind is float and math.isfinite(value):
+        return value
+    return to_jsonable(value)
+
+
+@functools.cache
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def dumps(obj: Any, *, indent: int | None = None, sort_keys: bool = False) -> str:
@@ -124,6 +140,60 @@ def _decode(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+# Decoders of the common field kinds that answer exactly as `_decode` does for plain values, without
+# building the field's error location; anything else (a wrong kind, null, a non-finite string) gets
+# _SLOW and goes the general way, which also words the error. A run's steps are decoded this way.
+_SLOW: Any = object()
+
+
+def _fast_float(v: Any) -> Any:
+    kind = type(v)
+    return v if kind is float else float(v) if kind is int else _SLOW
+
+
+def _fast_optional_float(v: Any) -> Any:
+    return None if v is None else _fast_float(v)
+
+
+def _fast_int(v: Any) -> Any:
+    return v if type(v) is int else _SLOW
+
+
+def _fast_str(v: Any) -> Any:
+    return v if type(v) is str else _SLOW
+
+
+def _fast_float_table(v: Any) -> Any:
+    if type(v) is not dict or not all(type(k) is str and type(x) is float for k, x in v.items()):
+        return _SLOW
+    return dict(v)
+
+
+_FAST: dict[Any, Callable[[Any], Any]] = {
+    float: _fast_float,
+    float | None: _fast_optional_float,
+    int: _fast_int,
+    str: _fast_str,
+    dict[str, float]: _fast_float_table,
+}
+
+
+@functools.cache
+def _plan(cls: type) -> tuple[tuple[str, Any, bool, Callable[[Any], Any] | None], ...]:
+    """Per field of dataclass ``cls``: name, type, whether required, and its fast decoder if any."""
+    hints = _hints(cls)
+    plan = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        try:
+            fast = _FAST.get(tp)
+        except TypeError:  # an unhashable annotation: the general way
+            fast = None
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        plan.append((f.name, tp, required, fast))
+    return tuple(plan)
+
+
 def from_dict(cls: type, data: Any, where: str = "") -> Any:
     """Build dataclass ``cls`` from a stored dict, decoding each field by its declared type.
 
@@ -132,20 +202,16 @@ def from_dict(cls: type, data: Any, where: str = "") -> Any:
     """
     if not isinstance(data, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    hints = _hints(cls)
-    fields = dataclasses.fields(cls)
-    missing = [
-        f.name
-        for f in fields
-        if f.name not in data
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
+    plan = _plan(cls)
+    missing = [name for name, _, required, _ in plan if required and name not in data]
     if missing:
         raise InputError(f"{where}: record lacks {', '.join(missing)}")
-    kwargs = {
-        f.name: _decode(data[f.name], hints[f.name], f"{where}: {f.name}") for f in fields if f.name in data
-    }
+    kwargs = {}
+    for name, tp, _, fast in plan:
+        if name in data:
+            value = data[name]
+            out = _SLOW if fast is None else fast(value)
+            kwargs[name] = _decode(value, tp, f"{where}: {name}") if out is _SLOW else out
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
