@@ -51,7 +51,9 @@ def test_an_error_in_the_driver_stops_idle_workers_without_a_traceback() -> None
 def slow_run(marks: str, i: int, unwind_s: float, events: object = None, parallel_runs: int = 1) -> None:
     """A run for the pool that lasts a minute, marking its start with the worker's pid, and its end;
     unwinding it takes ``unwind_s`` (as stopping a trainer does)."""
-    Path(marks, f"start-{i}").write_text(str(os.getpid()))
+    tmp = Path(marks, f".pid-{i}")  # written whole, then named: a marker is never seen empty
+    tmp.write_text(str(os.getpid()))
+    os.replace(tmp, Path(marks, f"start-{i}"))
     try:
         time.sleep(60)
     finally:
@@ -164,11 +166,5 @@ def _wait_for_starts(marks: Path, proc: subprocess.Popen, n: int) -> list[str]:
 
 
 def _worker_pids(marks: Path) -> list[int]:
-    """The pids the workers wrote; a marker is created before its pid is written, so wait for it."""
-    pids = []
-    for p in marks.glob("start-*"):
-        deadline = time.monotonic() + 10
-        while not (text := p.read_text().strip()) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        pids.append(int(text))
-    return pids
+    """The pids the workers wrote (each marker is renamed into place with its pid in it)."""
+    return [int(p.read_text()) for p in marks.glob("start-*")]
