@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 from batchtune.analysis.pretrain.refine import refine_note
-from batchtune.records.files import naming
 
 
 def _k(x: float | None) -> str:
@@ -110,12 +109,9 @@ def render_grid(console: Console, a: Any, seq_len: int = 1) -> None:
 
 def plot_bopt_bmin(analysis: Any, path: Path) -> Path:
     """B_opt (with interval) and B_min (bracket) against the target loss, log batch axis."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from batchtune.report.plots import _figure, _save
 
-    fig = Figure(figsize=(6.0, 4.2), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    fig, (ax,) = _figure(1, width=6.0, height=4.2)
     rows = [e for e in analysis.estimates if e.b_opt_tokens is not None]
     losses = [e.target_loss for e in rows]
     bopt = [e.b_opt_tokens for e in rows]
@@ -137,7 +133,4 @@ def plot_bopt_bmin(analysis: Any, path: Path) -> Path:
     ax.invert_xaxis()
     ax.grid(alpha=0.3)
     ax.legend()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with naming(path):  # a full disk or file-size limit names the plot
-        fig.savefig(path, dpi=110)
-    return path
+    return _save(fig, path)
