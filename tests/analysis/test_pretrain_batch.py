@@ -118,3 +118,22 @@ def test_agreeing_seeds_leave_the_grid_bracket_in_the_interval():
         assert est.b_opt_ci[0] < est.b_opt_ci[1] and est.b_min_ci[0] < est.b_min_ci[1]
         assert est.b_opt_ci[0] <= law.b_opt(target) <= est.b_opt_ci[1]
         assert est.b_min_ci[0] <= law.b_min(target) <= est.b_min_ci[1]
+
+
+def test_more_seeds_beside_b_opt_are_runs_not_never_reached():
+    """The refinement's seed rounds run more seeds at the batches beside B_opt only: a seed that did
+    not run a batch is missing there, not a run that never reached the target (which would make
+    the median of 3 reached and 3 missing read 'never reached')."""
+    b = 256.0 * 2.0 ** (np.arange(14) / 2)
+    exact = LAW.steps_to(2.65, b)
+    near = np.abs(np.log2(b / LAW.b_opt(2.65))) <= 0.5
+    steps = np.repeat(exact[None, :], 6, axis=0) * np.exp(0.02 * np.array([-1, 0, 1, -1, 0, 1]))[:, None]
+    ran = np.vstack([np.ones((3, b.size), bool), np.repeat(near[None, :], 3, axis=0)])
+    est = estimate_batches(b, np.where(ran, steps, np.nan), 2.65, ran_per_seed=ran, n_boot=50)
+    reached = np.isfinite(exact)
+    assert np.isfinite(np.array(est.tokens_to_target)[reached]).all()
+    assert list(est.seeds_reached) == list(np.where(reached, ran.sum(axis=0), 0))
+    assert est.n_seeds == 6 and est.b_opt_ci is not None
+    assert est.b_opt_tokens == pytest.approx(LAW.b_opt(2.65), rel=0.1)
+    with pytest.raises(AnalysisError):
+        estimate_batches(b, steps, 2.65, ran_per_seed=ran[:, :3])

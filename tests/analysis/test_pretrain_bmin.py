@@ -56,12 +56,31 @@ def test_on_a_refined_grid_b_opt_averages_over_the_window_not_five_points(
     case: ThreePhaseES, phase: int
 ) -> None:
     """Refined beside B_opt (2^(1/4)), with +-3% zig-zag on the steps: the cubic through the reached
-    batches within 1.5 octaves averages it out (within 4.3% here); the five nearest span half an
-    octave, and their fit was rejected for the measured minimum, 16-19% off."""
+    batches from 1.5 octaves below to 2 above averages it out (within 9% here: the window's cost on
+    exact data, where E(B) rises steeply to B_min; a 1.5-octave window either side was within 4.3%
+    but 16 cases fewer within 15% on noisy curves); the five nearest span half an octave, and their
+    fit was rejected for the measured minimum, 16-19% off."""
     mid = 2.0 ** round(np.log2(case.b_opt()))
     fine = mid * 2.0 ** (np.arange(-4, 5) / 4)
     grid = np.unique(np.concatenate([GRID, fine.round()]))
     steps = case.steps_to(grid) * np.where((np.arange(grid.size) + phase) % 2, 1.03, 0.97)
     est = estimate_batches(grid, steps[None, :], 1.0)
     assert est.b_opt_source == "fit"
-    assert est.b_opt_tokens == pytest.approx(case.b_opt(), rel=0.06)
+    assert est.b_opt_tokens == pytest.approx(case.b_opt(), rel=0.10)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_window_fit_weighs_noisy_batches_by_their_seed_spread(case: ThreePhaseES) -> None:
+    """Issue 32: near B_min the steps to target are the noisiest and read late. Three seeds spread
+    +-25% and 30% late at the three batches nearest B_min, +-1% elsewhere: weighted by seeds over
+    seed variance they hardly bend the fit (within 8%); the unweighted fit on medians read 15% and
+    33% high on the first two cases."""
+    grid = np.unique((2.0 ** np.round(np.log2(case.b_opt())) * 2.0 ** (np.arange(-8, 13) / 4)).round())
+    s = case.steps_to(grid)
+    first = int(np.argmax(np.isfinite(s)))
+    noisy = (np.arange(grid.size) >= first) & (np.arange(grid.size) < first + 3)
+    z = np.array([-1.0, 0.0, 1.0])[:, None]
+    steps = s[None, :] * np.exp(np.where(noisy, 0.3, 0.0) + np.where(noisy, 0.25, 0.01) * z)
+    est = estimate_batches(grid, steps, 1.0, n_boot=1)
+    assert est.b_opt_source == "fit"
+    assert est.b_opt_tokens == pytest.approx(case.b_opt(), rel=0.08)

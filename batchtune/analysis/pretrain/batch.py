@@ -11,10 +11,9 @@ The data's own evidence comes first, and is always reported:
 
 Then a fit, checked, that refines each inside its bracket:
 
-- **B_opt fit**: a polynomial in ``(log B, log E)`` through the measured minimum and up to the
-  four reached batches nearest it (balanced where the grid allows; a cubic with 5 points, since
-  E(B) rises faster towards B_min than above B_opt; a parabola with 3-4); its minimum over the
-  bracket is accepted when it is interior and the rms log residual <= ``max_resid``. Otherwise
+- **B_opt fit** (bopt_fit.py): a cubic in ``(log B, log E)`` over two octaves either side of the
+  minimum, weighted by each batch's seeds over its seed variance; where that is not accepted, a
+  polynomial through the measured minimum and up to four reached batches nearest it. Otherwise
   the measured minimum is reported (``b_opt_source``).
 - **B_min fit**: Zhou et al.'s late stage ``E = A1 S + A0`` (``B_min = A1``) is, with ``E = B S``,
   the straight line ``1/S = (B - A1) / A0``: fitted on the smallest reached batches (3) in those
@@ -37,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchtune.analysis.pretrain.bmin_fit import fit_three_stage
-from batchtune.analysis.pretrain.refine import FINE_STEP
+from batchtune.analysis.pretrain.bopt_fit import fit_b_opt
 from batchtune.errors import AnalysisError
 
 DEFAULT_MAX_RESID = 0.05  # we choose: 5% rms (log or relative) before a fit is called poor
@@ -76,87 +75,6 @@ class BatchEstimate:
     e_min_tokens: float | None  # tokens to target at the measured B_opt
     confidence: float
     notes: tuple[str, ...]
-
-
-def _b_opt(
-    b: np.ndarray, e: np.ndarray, max_resid: float
-) -> tuple[float | None, tuple | None, float | None, float | None, list[str]]:
-    """(measured, bracket, fit, fit residual, notes) from per-batch tokens (inf = never reached)."""
-    ok = np.isfinite(e)
-    if not ok.any():
-        return None, None, None, None, ["no batch reached this target"]
-    k = int(np.argmin(np.where(ok, e, np.inf)))
-    notes: list[str] = []
-    lo = b[k - 1] if k > 0 else b[k]
-    hi = b[k + 1] if k < b.size - 1 else b[k]
-    if k == 0 or k == b.size - 1:
-        edge = "smallest" if k == 0 else "largest"
-        notes.append(f"fewest tokens at the {edge} measured batch: B_opt may lie beyond the grid")
-    dense = _dense_b_opt(b, e, k, max_resid)
-    if dense is not None:  # a refined grid: the window fit (its docstring)
-        return float(b[k]), (float(lo), float(hi)), dense[0], dense[1], notes
-    # the 5 reached batches nearest the minimum (contiguous), balanced where the grid allows
-    lo_i, hi_i = k, k
-    while hi_i - lo_i < 4:
-        can_lo = lo_i > 0 and ok[lo_i - 1]
-        can_hi = hi_i < b.size - 1 and ok[hi_i + 1]
-        if not (can_lo or can_hi):
-            break
-        if can_lo and (k - lo_i <= hi_i - k or not can_hi):
-            lo_i -= 1
-        else:
-            hi_i += 1
-    idx = list(range(lo_i, hi_i + 1))
-    fit = resid = None
-    if len(idx) >= 3 and 0 < k < b.size - 1:
-        u, v = np.log(b[idx]), np.log(e[idx])
-        u0 = float(u.mean())
-        coef = np.polyfit(u - u0, v, 3 if len(idx) >= 5 else 2)  # a cubic follows E(B)'s skew
-        resid = float(np.sqrt(np.mean((np.polyval(coef, u - u0) - v) ** 2)))
-        grid = np.linspace(math.log(lo), math.log(hi), 2001)
-        j = int(np.argmin(np.polyval(coef, grid - u0)))
-        vertex = math.exp(grid[j])
-        interior = 0 < j < grid.size - 1
-        if interior and resid <= max_resid:
-            fit = vertex
-        else:
-            notes.append(
-                f"B_opt local fit rejected (minimum {vertex:.4g} "
-                f"{'inside' if interior else 'at an end of'} the bracket {lo:.4g}..{hi:.4g}, rms log "
-                f"residual {resid:.3f}): reporting the measured minimum"
-            )
-    return float(b[k]), (float(lo), float(hi)), fit, resid, notes
-
-
-DENSE_WINDOW = 2.0**1.5  # the window fit spans 1.5 octaves either side of the measured minimum
-DENSE_POINTS = 7  # ... and is used when it holds this many reached batches (a refined grid)
-
-
-def _dense_b_opt(b: np.ndarray, e: np.ndarray, k: int, max_resid: float) -> tuple[float, float] | None:
-    """(B_opt, rms log residual) from a cubic in (log B, log E) through every reached batch within
-    DENSE_WINDOW of the measured minimum ``k``, minimised over the window, where the grid is as
-    fine as the refinement's goal beside ``k`` (2^(1/4): measure/pretrain_refine.py), the window
-    holds DENSE_POINTS reached batches and the minimum is interior to it; None otherwise (the
-    5-point fit then). The cost: on exact SynthLaw steps on a uniform 2^(1/4) grid it reads 1-5%
-    low (the 5-point fit 0.1%; benchmarks/out/pretrain_recovery.txt). Near B_opt E(B) is flat, so on
-    a refined grid noise moves the measured minimum among batches 2^(1/4) apart and five nearest
-    points span too little to average it: on noisy three-stage data (benchmarks/
-    pretrain_refine_recovery.py) the window fit is within 15% in 55 of 55 where the 5-point fit is in 50."""
-    ok = np.isfinite(e)
-    if k == 0 or k == b.size - 1 or max(b[k] / b[k - 1], b[k + 1] / b[k]) > FINE_STEP * 1.01:
-        return None
-    sel = ok & (np.abs(np.log(b / b[k])) <= math.log(DENSE_WINDOW) * (1 + 1e-9))
-    if sel.sum() < DENSE_POINTS:
-        return None
-    u, v = np.log(b[sel]), np.log(e[sel])
-    u0 = float(u.mean())
-    coef = np.polyfit(u - u0, v, 3)
-    resid = float(np.sqrt(np.mean((np.polyval(coef, u - u0) - v) ** 2)))
-    grid = np.linspace(float(u.min()), float(u.max()), 4001)
-    j = int(np.argmin(np.polyval(coef, grid - u0)))
-    if not 0 < j < grid.size - 1 or resid > max_resid:
-        return None
-    return math.exp(float(grid[j])), resid
 
 
 def _b_min(
@@ -281,7 +199,29 @@ def plateaued(tokens: object, loss: object, target: float, *, horizon: float = 4
 
 
 def _aggregate(steps: np.ndarray) -> np.ndarray:
-    return np.median(steps, axis=0)  # inf (never reached) sorts last: a majority must reach
+    """Per-batch median over the seeds that ran it (nan = not run); inf (never reached) sorts last:
+    a majority must reach."""
+    return np.nanmedian(steps, axis=0)
+
+
+def resample_seeds(s: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One paired bootstrap resample of ``s`` (seeds x batches, nan = not run): seeds drawn with
+    replacement, each seed's runs at every batch together. A batch that not every seed ran keeps
+    its own count of seeds: its runs among the drawn seeds, topped up by draws from its own runs."""
+    n = s.shape[0]
+    rows = np.asarray(rng.integers(0, n, size=(n,)), dtype=int)
+    ran = ~np.isnan(s)
+    if ran.all():
+        return s[rows]
+    out = np.full_like(s, np.nan)
+    for j in range(s.shape[1]):
+        mine = np.flatnonzero(ran[:, j])
+        drawn: np.ndarray = rows[ran[rows, j]]
+        vals = s[drawn, j][: mine.size]
+        if vals.size < mine.size:
+            vals = np.concatenate([vals, s[rng.choice(mine, mine.size - vals.size), j]])
+        out[: vals.size, j] = vals
+    return out
 
 
 def _seed_and_bracket_intervals(
@@ -307,8 +247,8 @@ def _seed_and_bracket_intervals(
     opts: list[tuple[float, float]] = []
     mins: list[tuple[float, float]] = []
     for _ in range(n_boot):
-        sm = _aggregate(s[rng.integers(0, s.shape[0], s.shape[0])])
-        meas, br, _, _, _ = _b_opt(b, b * sm, max_resid)
+        sm = _aggregate(resample_seeds(s, rng))
+        meas, br = _measured_bracket(b, b * sm)
         if meas is not None and br is not None:
             opts.append((float(br[0]), float(br[1])))
         if np.isfinite(sm).any():  # only the bracket: the fits are not resampled (docstring)
@@ -323,6 +263,14 @@ def _seed_and_bracket_intervals(
         return float(np.quantile(a[:, 0], lo_q)), float(np.quantile(a[:, 1], hi_q))
 
     return interval(opts), interval(mins)
+
+
+def _measured_bracket(b: np.ndarray, e: np.ndarray) -> tuple[float | None, tuple[float, float] | None]:
+    """The batch with the fewest tokens ``e`` (inf = never reached) and its grid neighbours."""
+    if not np.isfinite(e).any():
+        return None, None
+    k = int(np.argmin(np.where(np.isfinite(e), e, np.inf)))
+    return float(b[k]), (float(b[max(k - 1, 0)]), float(b[min(k + 1, b.size - 1)]))
 
 
 def _holding(ci: tuple[float, float] | None, value: float | None) -> tuple[float, float] | None:
@@ -342,6 +290,7 @@ def estimate_batches(
     max_resid: float = DEFAULT_MAX_RESID,
     rng_seed: int = 0,
     plateaued_per_seed: object | None = None,
+    ran_per_seed: object | None = None,
 ) -> BatchEstimate:
     """B_opt and B_min at one target from steps-to-target per seed and batch.
 
@@ -349,6 +298,8 @@ def estimate_batches(
     target. Batches must be distinct and positive; they are sorted here. ``plateaued_per_seed``
     (same shape, optional): whether each never-reaching run had flattened out above the target
     (:func:`plateaued`); a batch bounds B_min from below only if most of its runs had.
+    ``ran_per_seed`` (same shape, optional): False where that seed did not run that batch (the
+    refinement's seed rounds run more seeds beside B_opt); every batch needs one run.
     """
     b = np.asarray(batches_tokens, dtype=float).reshape(-1)
     s = np.atleast_2d(np.asarray(steps_per_seed, dtype=float))
@@ -357,18 +308,24 @@ def estimate_batches(
     if b.size < 3 or np.unique(b).size != b.size or not np.all(b > 0):
         raise AnalysisError(f"need >= 3 distinct positive batches, got {b.tolist()}.")
     order = np.argsort(b)
-    b, s = b[order], np.where(np.isfinite(s[:, order]) & (s[:, order] > 0), s[:, order], np.inf)
+    ran = np.ones(s.shape, dtype=bool)
+    if ran_per_seed is not None:
+        ran = np.atleast_2d(np.asarray(ran_per_seed, dtype=bool))
+    if ran.shape != s.shape or not ran.any(axis=0).all():
+        raise AnalysisError("ran_per_seed must have the shape of steps_per_seed and a run at every batch.")
+    b, s, ran = b[order], s[:, order], ran[:, order]
+    s = np.where(ran, np.where(np.isfinite(s) & (s > 0), s, np.inf), np.nan)
     flat = None
     if plateaued_per_seed is not None:
         pl = np.atleast_2d(np.asarray(plateaued_per_seed, dtype=bool))[:, order]
-        flat = (pl | np.isfinite(s)).mean(axis=0) > 0.5
+        flat = np.nanmean(np.where(ran, pl | np.isfinite(s), np.nan), axis=0) > 0.5
     s_med = _aggregate(s)
     e_med = b * s_med
-    b_meas, b_br, b_fit, b_res, notes_opt = _b_opt(b, e_med, max_resid)
+    b_meas, b_br, b_fit, b_res, notes_opt = fit_b_opt(b, s, e_med, max_resid)
     m_br, m_fit, m_res, m_val, m_src, notes_min = _b_min(b, s_med, max_resid, flat)
     b_val = b_fit if b_fit is not None else b_meas
     opt_ci = min_ci = None
-    if s.shape[0] >= 2 and b_val is not None:
+    if ran.sum(axis=0).max() >= 2 and b_val is not None:
         opt_ci, min_ci = _seed_and_bracket_intervals(b, s, flat, max_resid, confidence, n_boot, rng_seed)
         opt_ci, min_ci = _holding(opt_ci, b_val), _holding(min_ci, m_val)
     k = None if b_meas is None else int(np.flatnonzero(b == b_meas)[0])
@@ -378,7 +335,7 @@ def estimate_batches(
         steps_to_target=tuple(float(x) for x in s_med),
         tokens_to_target=tuple(float(x) for x in e_med),
         seeds_reached=tuple(int(x) for x in np.isfinite(s).sum(axis=0)),
-        n_seeds=int(s.shape[0]),
+        n_seeds=int(ran.sum(axis=0).max()),
         b_opt_measured_tokens=b_meas,
         b_opt_bracket=b_br,
         b_opt_fit_tokens=b_fit,

@@ -73,15 +73,19 @@ def analyse_grid(
     for target in levels:
         steps = np.full((len(seeds), len(batches)), np.inf)
         flat = np.zeros_like(steps, dtype=bool)
+        ran = np.zeros_like(steps, dtype=bool)  # more seeds run beside B_opt (refinement seed rounds)
         for c in curves:
             i, j = seeds.index(c.seed), batches.index(c.batch_tokens)
+            ran[i, j] = True
             cross = samples_to_target(c.tokens, c.loss, target, higher_is_better=False)
             if cross.censored or cross.samples_to_target is None:
                 flat[i, j] = plateaued(c.tokens, c.loss, target)
             else:
                 steps[i, j] = float(cross.samples_to_target) / c.batch_tokens
         estimates.append(
-            estimate_batches(batches, steps, target, confidence=confidence, plateaued_per_seed=flat)
+            estimate_batches(
+                batches, steps, target, confidence=confidence, plateaued_per_seed=flat, ran_per_seed=ran
+            )
         )
     schedule, notes = schedule_from_estimates(estimates, batches, base_lr, rule)
     return GridAnalysis(tuple(estimates), schedule, notes, loss_floor)
