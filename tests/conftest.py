@@ -19,6 +19,7 @@ import os
 import resource
 import time
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,17 @@ os.environ.setdefault("BATCHTUNE_RETIME_CONTENDED", "0")
 
 LIMIT_S = 10.0  # a default test over this (setup + call + teardown) is listed at the end
 _TIMES: dict[str, dict[str, float]] = {}  # nodeid -> {"wall_s", "cpu_s"}, summed over its phases
+
+
+@pytest.fixture(scope="session")
+def small_nqm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The results directory of tests/small_nqm.py's probe, run once per session. Read-only: tests
+    that change it, or run a command that writes into it, take ``small_nqm.copy_of`` it first."""
+    from tests.small_nqm import run_small_probe
+
+    results = tmp_path_factory.mktemp("small_nqm") / "r"
+    run_small_probe(results)
+    return results
 
 
 def _cpu_s() -> float:

@@ -9,20 +9,16 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from batchtune.cli import app
-from batchtune.recipe.load import shipped_recipes
-
-NQM = str(shipped_recipes()["nqm"])
-SMALL = [
-    *("--set", "candidates.prompts=[1,4,16]", "--set", "budget.seeds=[0,1]"),
-    *("--set", "budget.max_samples=4096", "--set", "target.value=3.0", "--set", "nqm.dim=100"),
-]
+from tests.small_nqm import NQM, SMALL, copy_of
 
 
-def test_report_is_self_contained_with_plots_tables_and_recommendation(tmp_path: Path, monkeypatch):
+def test_report_is_self_contained_with_plots_tables_and_recommendation(
+    small_nqm: Path, tmp_path: Path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)  # relative paths, as a user types them: report.md's links must still work
     results = Path("r")
+    copy_of(small_nqm, tmp_path / results)
     runner = CliRunner()
-    assert runner.invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"]).exit_code == 0
     before = {p: p.stat().st_mtime_ns for p in results.rglob("*")}
     out = runner.invoke(app, ["report", str(results), "--out", "rep", "--json"])
     # --out elsewhere: the results directory is evidence, nothing in it is written (the time plot was)

@@ -11,14 +11,8 @@ from typer.testing import CliRunner
 
 from batchtune.analysis.decide.recommend import contention_note
 from batchtune.cli import app
-from batchtune.recipe.load import shipped_recipes
 from batchtune.records.store import ResultsStore
-
-NQM = str(shipped_recipes()["nqm"])
-SMALL = [
-    *("--set", "candidates.prompts=[1,4,16]", "--set", "budget.seeds=[0,1]"),
-    *("--set", "budget.max_samples=4096", "--set", "target.value=3.0", "--set", "nqm.dim=100"),
-]
+from tests.small_nqm import NQM, SMALL, copy_of
 
 
 def test_contention_note_names_shared_and_alone():
@@ -53,19 +47,15 @@ def test_parallel_probe_records_concurrency_and_recommend_flags_it(tmp_path: Pat
     assert any("sharing the machine (2 runs at a time)" in n for n in data["notes"])
 
 
-def test_serial_probe_says_alone(tmp_path: Path):
-    results = tmp_path / "r"
-    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"])
-    assert out.exit_code == 0, out.output
+def test_serial_probe_says_alone(small_nqm: Path, tmp_path: Path):
+    results = copy_of(small_nqm, tmp_path / "r")
     data = _recommend(results)
     assert data["throughput_source"] == "probe timings (simulated), each run alone"
     assert not any("sharing the machine" in n for n in data["notes"])
 
 
-def test_contended_records_flag_the_ranking(tmp_path: Path):
-    results = tmp_path / "r"
-    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"])
-    assert out.exit_code == 0, out.output
+def test_contended_records_flag_the_ranking(small_nqm: Path, tmp_path: Path):
+    results = copy_of(small_nqm, tmp_path / "r")
     for path in results.glob("runs/*/run.json"):  # as if the non-reference runs had shared cores
         data = json.loads(path.read_text())
         data["parallel_runs"] = 1 if data["candidate"] == "P1xG8" else 2
@@ -76,10 +66,9 @@ def test_contended_records_flag_the_ranking(tmp_path: Path):
     assert "P4xG8" in note and "P16xG8" in note and "P1xG8 alone" in note
 
 
-def test_recommend_writes_the_time_to_target_plot(tmp_path: Path):
-    results = tmp_path / "r"
-    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(results), *SMALL, "--json"])
-    assert out.exit_code == 0, out.output
+def test_recommend_writes_the_time_to_target_plot(small_nqm: Path, tmp_path: Path):
+    results = copy_of(small_nqm, tmp_path / "r")
+    assert not (results / "plots" / "time_to_target.png").exists()
     data = _recommend(results)
     note = next(n for n in data["notes"] if n.startswith("time-to-target plot: "))
     path = Path(note.removeprefix("time-to-target plot: "))
@@ -87,17 +76,17 @@ def test_recommend_writes_the_time_to_target_plot(tmp_path: Path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
 
-def test_the_nqm_probe_cost_says_its_step_times_are_simulated(tmp_path: Path):
+def test_the_nqm_probe_cost_says_its_step_times_are_simulated(small_nqm: Path, tmp_path: Path):
     """The NQM probe's cost line gave "~4.0 min at the probe's step time" for computed seconds."""
-    out = CliRunner().invoke(app, ["probe", NQM, "-r", str(tmp_path / "r"), *SMALL], env={"COLUMNS": "300"})
+    results = str(copy_of(small_nqm, tmp_path / "r"))  # the finished probe prints its cost again
+    out = CliRunner().invoke(app, ["probe", NQM, "-r", results, *SMALL], env={"COLUMNS": "300"})
     assert out.exit_code == 0, out.output
     assert "at the probe's simulated step time" in out.output
 
 
-def test_recommend_from_nqm_probe_timings_says_they_are_simulated(tmp_path: Path):
+def test_recommend_from_nqm_probe_timings_says_they_are_simulated(small_nqm: Path, tmp_path: Path):
     """recommend --throughput probe on an NQM probe printed '~0.8 s' for computed seconds."""
-    r = str(tmp_path / "r")
-    assert CliRunner().invoke(app, ["probe", NQM, "-r", r, *SMALL, "--json"]).exit_code == 0
+    r = str(copy_of(small_nqm, tmp_path / "r"))
     out = CliRunner().invoke(app, ["recommend", "-r", r, "--throughput", "probe"], env={"COLUMNS": "300"})
     assert out.exit_code == 0, out.output
     assert "probe timings (simulated)" in out.output and "(simulated): the probe cost" in out.output
