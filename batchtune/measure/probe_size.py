@@ -16,8 +16,9 @@ Branched is chosen where it is cheaper than the grid even at its bound, and its 
 else (no full run stated, a backend that cannot resume a checkpoint, an off-policy or async sweep, a
 pre-training grid, which measures B_opt rather than time) is the grid, and the reason says which. An
 off-policy sweep stays on the grid by measurement: branched at one checkpoint, its staleness cells
-picked a delayed-gradient candidate that diverges in a full run in 3 of 12 NQM probes, the grid
-none in 6 (benchmarks/branched_async.py); `probe.mode = "branched"` still runs them when asked.
+picked a delayed-gradient candidate that diverges in a full run in 2 of 12 NQM probes and one
+at regret 1.095-1.740 in 3 more, the grid none in 6 (benchmarks/branched_async.py);
+`probe.mode = "branched"` still runs them when asked.
 
 With `branch.size_to_run = true`, a branched probe is sized to the run (``sized_to_run``): its trunk
 and windows take the same shares of the stated run as the setting measured on nqm-long (a trunk of
@@ -44,8 +45,8 @@ from batchtune.recipe.study import AUTO_MODE as AUTO
 # checkpoint, where a delayed gradient near its stability edge still keeps up
 OFFPOLICY_REASON = (
     "this recipe sweeps staleness or reuse, and off-policy branches misread it: on the NQM they picked a "
-    "candidate that never reaches the target in 3 of 12 probes (regret 1.095 on 2 more), the grid 6 "
-    "of 6 at regret 1.000 (benchmarks/branched_async.py; docs/async.md)"
+    "candidate that never reaches the target in 2 of 12 probes (regret 1.740 and 1.095 on 3 more), the "
+    "grid 6 of 6 at regret 1.000 (benchmarks/branched_async.py; docs/async.md)"
 )
 TRUNK_SHARE = 0.25  # a branched probe's trunk at most this share of the full run (module doc)
 GRID, BRANCHED = "grid", "branched"

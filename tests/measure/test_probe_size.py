@@ -117,7 +117,7 @@ def test_sizes_never_shrink_below_the_recipe_and_the_knob_keeps_them() -> None:
 
 def test_an_off_policy_sweep_keeps_the_grid_as_measured() -> None:
     """Branched at one checkpoint, staleness cells picked a candidate that never reaches the target
-    in 3 of 12 NQM probes (benchmarks/out/branched_async.txt): auto keeps the grid and says why."""
+    in 2 of 12 NQM probes (benchmarks/out/branched_async.txt): auto keeps the grid and says why."""
     from batchtune.measure.probe_size import OFFPOLICY_REASON
 
     for knob in ("probe.staleness=[0, 2]", "probe.updates_per_batch=[1, 2]", "probe.async_sweep=auto"):

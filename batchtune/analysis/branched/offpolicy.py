@@ -5,7 +5,11 @@ off-policy branch of the same seed from the same checkpoint gives ratio_k(s) = R
 R_c(B, 0, s) to one level, so R(B, k, u, s) = R(B, s) x ratio_k(s): paired with the on-policy batch
 seed by seed on one samples axis. A seed censored on either side stays censored (its bound: the
 samples where it stopped, scaled the same way). The estimate over seeds is the geometric mean with
-its bootstrap interval, as the main candidates'. Pure, no I/O.
+its bootstrap interval, as the main candidates'. A candidate with any censored seed has R = inf
+(its interval's low end the bound): a branch that does not reach, within its longest window, the
+level the k = 0 branch reached is a delayed gradient past its stability edge or far slower, and
+ranking it at its bound picked such a cell (it never reaches the target in expectation) on the
+NQM (benchmarks/branched_async.py, seeds 3-5 of instance B). Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -58,13 +62,20 @@ def offpolicy_estimates(
             notes.append(f"{o.candidate.label}: no seed paired with {o.base}'s branches; not ranked")
             continue
         est = estimate_over_seeds(crossings, confidence=confidence, seed_ids=ids, statistic=GEOMETRIC_MEAN)
+        cut = sum(c.censored for c in crossings)
+        if cut:  # its point is only a lower bound: never ranked as if it were reached (module doc)
+            est = dataclasses.replace(est, samples_to_target=math.inf, ci_high=math.inf)
+            notes.append(
+                f"{o.candidate.label}: {cut} of {len(crossings)} seed(s) did not reach the level its "
+                f"k = 0 branch reached: R >= {est.ci_low:,.0f}, ranked as not reaching the target"
+            )
         out.append(dataclasses.replace(o.candidate, estimate=est, family="offpolicy"))
     if out:
         notes.append(
             f"off-policy candidates ({', '.join(c.label for c in out)}) were branched at one checkpoint, "
             "paired seed by seed with their on-policy batch's k = 0 branch from it: R(B, k, u) = R(B) x "
             "that ratio (the staleness cost near the target, where the last checkpoint is); on the NQM "
-            "this short read picked a candidate that never reaches the target in 3 of 12 probes, the "
+            "this short read picked a candidate that never reaches the target in 2 of 12 probes, the "
             "grid none in 6: prefer probe.mode = 'grid' for a staleness sweep (docs/async.md)"
         )
     return out, notes
