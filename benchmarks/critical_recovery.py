@@ -9,6 +9,8 @@ infinite (it diverges) is passed as a failed batch. Every repetition goes throug
   tool    `batch` (analysis/sample/crossing_batch.read_batch): the McCandlish crossing where that
           shape holds (dAIC <= 2), else the larger of the shape-free and the fit's readings, inside
           the quoted (shape-free) interval's bracket and the per-batch verdicts;
+  tool6   the same rule with the McCandlish shape rejected only from dAIC > 6 (where joint.py
+          chooses the power law) instead of 2: the fit's answer up to 6, the tool's above;
   sf      the largest measured batch at or below the shape-free crossing alone, inside the verdicts;
   fit     `model_batch`: the same on the joint fit's own crossing (the estimate before 2026-12-03);
   walk    `walk_batch`: the verdict walk (a lower bound).
@@ -46,7 +48,8 @@ from batchtune.analysis.sample.crossing_batch import at_or_below, bracket, respe
 from batchtune.analysis.sample.curves import TargetCrossing  # noqa: E402
 from batchtune.analysis.sample.seeds import estimate_over_seeds  # noqa: E402
 
-ANSWERS = ("tool", "sf", "fit", "walk")
+ANSWERS = ("tool", "tool6", "sf", "fit", "walk")
+FIT = ANSWERS.index("fit")
 
 
 def _sf_alone(cb: CriticalBatch, b: np.ndarray, failed: float | None) -> float | None:
@@ -81,7 +84,8 @@ def simulate(batches: np.ndarray, true_r: np.ndarray, reps: int, rng: np.random.
         )  # fmt: skip
         failed = float(batches[~ok].min()) if (~ok).any() else None
         fit = cb.model_batch if cb.model_batch is not None else cb.batch
-        got = (cb.batch, _sf_alone(cb, b, failed), fit, cb.walk_batch)
+        tool6 = fit if cb.joint is not None and not cb.joint.delta_aic > 6 else cb.batch
+        got = (cb.batch, tool6, _sf_alone(cb, b, failed), fit, cb.walk_batch)
         out.append([math.log2(float(x) / truth) if x is not None else math.nan for x in got])
     return np.array(out)
 
@@ -100,7 +104,8 @@ def main() -> None:
         families = {args.only: families[args.only]}
     print(
         f"{args.reps} repetitions a case; {N_SEEDS} paired seeds, {100 * SEED_SPREAD:.0f}% seed spread, "
-        f"{100 * RUN_NOISE:.0f}% run noise, tol {TOL}; tool = critical_batch's batch, sf = the shape-free "
+        f"{100 * RUN_NOISE:.0f}% run noise, tol {TOL}; tool = critical_batch's batch, tool6 = its rule from "
+        "dAIC > 6, sf = the shape-free "
         "crossing alone, fit = the joint fit's crossing alone, walk = the verdict walk"
     )
     head = f"{'family':<10} {'case':<13} {'crit*':>6}"
@@ -131,8 +136,8 @@ def main() -> None:
                 "min_exact": round(float(ex[:, k].min()), 3),
                 "mean_within_one_step": round(float(nr[:, k].mean()), 3),
                 "min_within_one_step": round(float(nr[:, k].min()), 3),
-                "cases_more_exact_than_fit": int(np.sum(ex[:, k] > ex[:, 2] + 1e-9)),
-                "cases_less_exact_than_fit": int(np.sum(ex[:, k] < ex[:, 2] - 1e-9)),
+                "cases_more_exact_than_fit": int(np.sum(ex[:, k] > ex[:, FIT] + 1e-9)),
+                "cases_less_exact_than_fit": int(np.sum(ex[:, k] < ex[:, FIT] - 1e-9)),
                 "more_than_one_step_low": round(float(lo[:, k].mean()), 4),
                 "more_than_one_step_high": round(float(hi[:, k].mean()), 4),
             }
