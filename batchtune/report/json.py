@@ -145,6 +145,9 @@ def _critical_to_dict(crit: CriticalBatch) -> dict[str, Any]:
             "exponent": num(crit.joint.best.exponent),
             "residual_rms_log": num(crit.joint.best.residual_rms_log),
             "delta_aic_mccandlish_minus_power": num(crit.joint.delta_aic),
+            # diagnostic: the critical batch this crossing alone gives (batch_responses is read by
+            # analysis/sample/crossing_batch.py: this one where the McCandlish shape holds)
+            "batch_responses": num(crit.model_batch),
             "paired_seeds": crit.joint.paired,
             "runs": crit.joint.n_cells,
             "confidence": crit.joint.confidence,

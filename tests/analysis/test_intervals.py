@@ -202,3 +202,12 @@ def test_where_the_mccandlish_shape_holds_its_crossing_reads_the_batch():
     assert cb.joint is not None and not cb.joint.delta_aic > 2
     assert cb.batch == cb.model_batch == 128.0  # true crossing 32 * 1.1 + 102.4 = 137.6
     assert "McCandlish" in cb.reason.split(";")[0]
+
+
+def test_the_json_keeps_the_fit_alone_batch_as_a_diagnostic():
+    from batchtune.report.json import _critical_to_dict
+
+    b, r, s = _runs(LR06_GRID, LR06_RATIO, noise=0.02, rng_seed=1)
+    cb = critical_batch(LR06_GRID, _estimates(LR06_GRID, b, r, s), tol=0.1, failed_batches=[512.0])
+    d = _critical_to_dict(cb)
+    assert d["batch_responses"] == 128.0 and d["fit"]["batch_responses"] == 64.0
