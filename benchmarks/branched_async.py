@@ -12,6 +12,7 @@ staleness k? This measures both probes on the same recipe and seed sets:
 - grid: every (B, k) at the planned seeds, the async seed top-up after them (measure/async_topup.py);
 - branched: the on-policy trunk and branches, and each k >= 1 branched at the last checkpoint read,
   at the batch the search adopted there (measure/branched_async.py), R(B, k) = R(B) x the ratio;
+  "br-8192" the same with a trunk of 8,192 samples (the last checkpoint at 2/3 of R, not 1/6);
 - truth: R_true(B, k) from the exact expected loss of the NQM with gradients delayed by k updates
   (backends/nqm_async.expected_async_samples_to_target: the backend's own dynamics), T_true =
   R_true / Theta, Theta the recommendation's own responses/s for that (B, k) row (the same pipeline
@@ -40,7 +41,11 @@ RECIPE = "recipes/nqm.toml"
 SETS = ["candidates.prompts=[1, 2, 4, 8, 16, 32, 64]", "probe.staleness=[0, 1, 2]"]
 SEED_SETS = ([0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11])
 GRID_SETS = 2  # the grid at the first two seed sets only (~25 s of CPU each); branched at all four
-MODES = {"grid": ["probe.mode=grid"], "branched": ["probe.mode=branched"]}
+MODES = {  # the branched probe at the recipe's trunk (2,048 samples), and at one near the target (R ~12k)
+    "grid": ["probe.mode=grid"],
+    "branched": ["probe.mode=branched"],
+    "br-8192": ["probe.mode=branched", "branch.trunk_samples=8192"],
+}
 BALANCED = ["nqm.train_t0_s=0.64", "nqm.train_t1_s=0.016"]  # training as long as generation
 INSTANCES = {  # name -> recipe settings
     "A gen-bound (the recipe's time model)": [],
@@ -93,7 +98,7 @@ def _instance(name: str, extra: list[str], tmp: Path, summary: Summary) -> list[
     theta: dict[str, float] = {}  # the simulated time model: the same responses/s at every seed
     t_true: dict[str, float] = {}
     for i, seeds in enumerate(SEED_SETS):
-        modes = list(MODES) if i < GRID_SETS else ["branched"]
+        modes = list(MODES) if i < GRID_SETS else [m for m in MODES if m != "grid"]
         for m in modes:
             pick, th, samples, cpu = _probe(extra, m, seeds, tmp / f"{name[0]}-{m}-{seeds[0]}")
             if m == "grid" and not theta:
@@ -139,8 +144,10 @@ def main() -> int:
             f"mean samples {cost:,.0f}"
         )
     g = sum(s for _, s in summary["grid"]) / len(summary["grid"])
-    b = sum(s for _, s in summary["branched"]) / len(summary["branched"])
-    lines.append(f"branched mean cost / grid mean cost: {b / g:.3f}")
+    for m in MODES:
+        if m != "grid":
+            b = sum(s for _, s in summary[m]) / len(summary[m])
+            lines.append(f"{m} mean cost / grid mean cost: {b / g:.3f}")
     text = "\n".join(lines) + "\n"
     OUT.write_text(text)
     print(text, end="")
