@@ -74,6 +74,8 @@ def clean_curve(samples: ArrayLike, metric: ArrayLike) -> tuple[np.ndarray, np.n
             "check that the evaluation actually ran and logged the metric"
         )
     s, m = s[keep], m[keep]
+    if np.all(s[1:] >= s[:-1]):  # already in order (a probe's runs): the stable sort would keep it
+        return s, m
     order = np.argsort(s, kind="stable")
     return s[order], m[order]
 

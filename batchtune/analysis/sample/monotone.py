@@ -66,9 +66,12 @@ def _crossing_knots(
     Points that share a samples value are averaged first, so the knots are strictly increasing."""
     s = np.asarray(samples, dtype=float)
     m = np.asarray(metric, dtype=float)
-    xs, inv, cnt = np.unique(s, return_inverse=True, return_counts=True)
-    ys = np.bincount(inv, weights=m) / cnt
-    fitted = isotonic_increasing(ys, cnt.astype(float))
+    if np.all(s[1:] > s[:-1]):  # no shared samples (a probe's own runs): nothing to average
+        xs, ys, weights = s, m + 0.0, np.ones_like(s)  # + 0.0: -0.0 reads 0.0, as the sums below do
+    else:
+        xs, inv, cnt = np.unique(s, return_inverse=True, return_counts=True)
+        ys, weights = np.bincount(inv, weights=m) / cnt, cnt.astype(float)
+    fitted = isotonic_increasing(ys, weights)
     if fitted[-1] < target:
         return None
     centres, values, firsts = block_knots(xs, fitted)
