@@ -11,7 +11,7 @@ refined arm then runs the probe's rounds (rl_refine.next_round on the analysis o
 far): each added P is measured at the same seeds (same seed effects, new run noise, the true R at
 its batch and scaled LR), and the analysis is redone, until the rounds stop.
 
-Per arm (grid only; then a budget of 4 or 2 added candidates, 2 or 1 a round):
+Per arm (grid only; then a budget of 4 or 2 added candidates, 1 or 2 a round; the default is 4, 1):
   exact      the critical batch equals the largest measured batch whose true R(B)/R(B0) <= 1 + tol
              (the issue's "exact": on the batches that arm measured);
   tight      the critical batch is at or below the true crossing X* and within 2^(1/4) of it
@@ -49,12 +49,8 @@ from batchtune.measure.rl_refine import FINE_STEP, next_round  # noqa: E402
 TOL, CONFIDENCE, N_SEEDS, RUN_NOISE = 0.1, 0.9, 3, 0.06
 B_CRITS = (64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0)
 GROUPS = (8, 16)
-ARMS = {
-    "grid": (0, 0),
-    "4, 2 a round": (4, 2),
-    "2, 1 a round": (2, 1),
-    "4, 1 a round": (4, 1),
-}  # budget, per round
+# budget of added candidates, candidates a round; "4, 1 a round" is probe.refine_rl's default rule
+ARMS = {"grid": (0, 0), "4, 1 a round": (4, 1), "2, 1 a round": (2, 1), "4, 2 a round": (4, 2)}
 
 
 class Case:

@@ -8,7 +8,9 @@ below the truth. So after the grid, round k analyses the grid plus the candidate
 1..k-1 and, for every step [P_a, P_b] of the main sweep that the crossing's 90% interval overlaps
 and whose ratio is wider than 2^(1/4), adds P = round(sqrt(P_a P_b)) at the same G, at the LR of
 the recipe's rule, at every seed of ``budget.seeds``: the step holding the crossing first, then
-the others nearest it, at most ``PER_ROUND`` a round. On a doubling grid that is a 2^(1/2) step,
+the others nearest it, ``PER_ROUND`` a round (one: a bisection that follows the crossing; two a
+round narrowed the interval past its calibration, 84% coverage of a 90% interval on McCandlish
+curves, benchmarks/out/rl_refine_recovery.txt). On a doubling grid that is a 2^(1/2) step,
 then 2^(1/4) ones. It stops when no step needs a point (the goal: the interval within steps of
 2^(1/4), or midpoints that round to a grid point), when the crossing is past the grid (no
 critical batch in the measured range: nothing between grid points to pin down), or when
@@ -42,7 +44,7 @@ from batchtune.records.store import ResultsStore
 
 REFINE_FILE = "refine_rl.json"
 FINE_STEP = 2.0**0.25  # the goal: grid steps this fine need no more points
-PER_ROUND = 2  # candidates a round adds at most: the crossing's step and the nearest other
+PER_ROUND = 1  # candidates a round adds at most (module docstring)
 MAX_ROUNDS = 8  # a guard only: the spacing halves in log each round, so a doubling grid needs 2
 
 
@@ -261,13 +263,13 @@ def addable(prompts: Sequence[int]) -> tuple[set[int], int]:
 
 
 def refine_bound(recipe: Recipe) -> tuple[int, int]:
-    """(candidates, runs) the RL refinement may add at most: ``PER_ROUND`` a round for the rounds
-    the grid needs, no more than it can take (:func:`addable`), capped by
-    ``probe.refine_rl_max_candidates``; (0, 0) when it is off or the study is not an RL grid."""
+    """(candidates, runs) the RL refinement may add at most: no more than the grid can take
+    (:func:`addable`), capped by ``probe.refine_rl_max_candidates``; (0, 0) when it is off or the
+    study is not an RL grid. (Sequential seeding may add seeds to them too: budget.max_extra_seeds.)"""
     if not recipe.probe.refine_rl or recipe.study.pretrain or recipe.study.branched:
         return 0, 0
-    possible, rounds = addable(recipe.candidates.prompts)
-    cands = min(recipe.probe.refine_rl_max_candidates, PER_ROUND * rounds, len(possible))
+    possible, _ = addable(recipe.candidates.prompts)
+    cands = min(recipe.probe.refine_rl_max_candidates, len(possible))
     return cands, cands * len(recipe.budget.seeds)
 
 

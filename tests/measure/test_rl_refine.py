@@ -38,17 +38,19 @@ def test_the_step_holding_the_crossing_is_split_first_then_the_nearest() -> None
     # [300, 700] overlaps that step and 512..1024 (P 64..128), not 128..256
     got = steps_to_split([1, 2, 4, 8, 16, 32, 64, 128], 8, _critical(431.0, (300.0, 700.0)))
     assert got == [(32, 64, 45), (64, 128, 91)]
-    r = next_round([1, 2, 4, 8, 16, 32, 64, 128], 8, _critical(431.0, (300.0, 700.0)), 4, 1)
+    r = next_round([1, 2, 4, 8, 16, 32, 64, 128], 8, _critical(431.0, (300.0, 700.0)), 4, 1, per_round=2)
     assert r is not None and r.prompts == (45, 91) and r.left_out == ()
+    one = next_round([1, 2, 4, 8, 16, 32, 64, 128], 8, _critical(431.0, (300.0, 700.0)), 4, 1)
+    assert one is not None and one.prompts == (45,) and one.left_out == ()  # the default: 1 a round
     assert "N = 256..512" in r.reasons[0] and "P45xG8" in r.reasons[0]
 
 
 def test_budget_and_goal_stop_the_rounds() -> None:
     crit = _critical(431.0, (300.0, 700.0))
-    one = next_round([1, 2, 4, 8, 16, 32, 64, 128], 8, crit, 1, 1)
+    one = next_round([1, 2, 4, 8, 16, 32, 64, 128], 8, crit, 1, 1, per_round=2)
     assert one is not None and one.prompts == (45,) and one.left_out == (91,)
     spent = next_round([1, 2, 4, 8, 16, 32, 64, 128], 8, crit, 0, 3)
-    assert spent is not None and spent.prompts == () and spent.left_out == (45, 91)
+    assert spent is not None and spent.prompts == () and spent.left_out == (45,)
     # a grid already 2^(1/4) fine around the interval needs nothing
     fine = [32, 38, 45, 54, 64, 76, 91]
     assert next_round(fine, 8, crit, 4, 1) is None
@@ -64,7 +66,7 @@ def test_no_refinement_without_a_finite_crossing() -> None:
 
 def test_a_table_rule_skips_steps_it_has_no_lr_for() -> None:
     crit = _critical(431.0, (300.0, 700.0))
-    r = next_round([1, 2, 4, 8, 16, 32, 64, 128], 8, crit, 4, 1, lambda n: n == 728)
+    r = next_round([1, 2, 4, 8, 16, 32, 64, 128], 8, crit, 4, 1, lambda n: n == 728, per_round=2)
     assert r is not None and r.prompts == (91,)
 
 
