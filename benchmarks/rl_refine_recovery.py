@@ -18,7 +18,10 @@ Per arm (grid only; then a budget of 4 or 2 added candidates, 1 or 2 a round; th
              (the grid step the refinement aims at; a doubling grid reaches it only by luck);
   gap        median log2(X* / critical batch), octaves; over: the critical batch is above X*;
   covers     the 90% shape-free interval holds X*; width: its upper / lower end (median);
-  runs       runs per probe (grid + added), and the added runs per probe.
+  runs       runs per probe (grid + added), and the added runs per probe;
+  sf tight / sf over   tight and over for the largest usable measured batch at or below the
+             shape-free crossing: a critical batch read off it (the tool's comes from the joint
+             fit's crossing, corrected by the per-batch verdicts).
 Prints a table and one JSON line. Usage:
     python benchmarks/rl_refine_recovery.py [--reps 12] [--seed 0]
 """
@@ -128,6 +131,10 @@ def one_probe(case: Case, budget: int, per_round: int, rng: np.random.Generator)
     x = case.crossing
     sf = cb.shape_free
     lo, hi = sf.ci if sf is not None else (math.nan, math.nan)
+    # what a critical batch read off the shape-free crossing would be (the tool's comes from the joint
+    # fit's crossing, corrected by the verdicts): the largest usable measured batch at or below it
+    usable = [p * case.g for p in prompts if math.isfinite(case.r(p))]
+    sf_crit = float(max([b for b in usable if sf is not None and b <= sf.crossing], default=usable[0]))
     return (
         crit == true_crit,
         crit <= x * (1 + 1e-9) and x / crit <= FINE_STEP * 1.01,
@@ -137,6 +144,8 @@ def one_probe(case: Case, budget: int, per_round: int, rng: np.random.Generator)
         hi / lo,
         N_SEEDS * len(prompts),
         N_SEEDS * added,
+        sf_crit <= x * (1 + 1e-9) and x / sf_crit <= FINE_STEP * 1.01,
+        sf_crit > x * (1 + 1e-9),
     )  # fmt: skip
 
 
@@ -154,7 +163,7 @@ def main() -> None:
         f"{100 * SEED_SPREAD:.0f}% seed spread, {100 * RUN_NOISE:.0f}% run noise, tol {TOL}, "
         f"{100 * CONFIDENCE:.0f}% intervals"
     )
-    cols = ("exact", "tight", "gap", "over", "covers", "width", "runs", "added")
+    cols = ("exact", "tight", "gap", "over", "covers", "width", "runs", "added", "sf tig", "sf ovr")
     print(f"{'family':<10} {'arm':<14} " + " ".join(f"{c:>6}" for c in cols))
     summary: dict[str, dict[str, object]] = {}
     for fam, cases in families.items():
@@ -175,6 +184,8 @@ def main() -> None:
                 "width_median": round(float(np.nanmedian(a[:, 5])), 2),
                 "runs_mean": round(float(a[:, 6].mean()), 1),
                 "added_runs_mean": round(float(a[:, 7].mean()), 1),
+                "sf_tight": round(float(a[:, 8].mean()), 3),
+                "sf_over": round(float(a[:, 9].mean()), 3),
             }
             summary[f"{fam}/{arm}"] = {"cases": len(cases), **s}
             vals = " ".join(f"{v:>6.2f}" if isinstance(v, float) else f"{v:>6}" for v in s.values())
@@ -183,7 +194,8 @@ def main() -> None:
         "exact: critical batch = the largest measured batch within 1+tol (truth); tight: at or below the "
         "true crossing and within 2^(1/4) of it; gap: median log2(crossing / critical batch); over: above "
         "the crossing; covers / width: the 90% shape-free interval; runs: per probe (3 seeds a candidate), "
-        "added: by the refinement rounds"
+        "added: by the refinement rounds; sf tig / sf ovr: tight / over for the largest measured batch at or "
+        "below the shape-free crossing (a critical batch read off it, which the tool does not do)"
     )
     print(json.dumps({"benchmark": "rl_refine_recovery", "reps": args.reps, "seed": args.seed,
                       "summary": summary, "wall_s": round(time.perf_counter() - t0, 1)}))  # fmt: skip
