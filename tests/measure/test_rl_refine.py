@@ -160,3 +160,20 @@ def test_plan_bounds_the_rounds_cost_and_says_nothing_when_off() -> None:
     assert any(n.startswith("refinement rounds (not in the totals above)") for n in pre.notes)
     off = plan_preview(load_recipe(NQM), time_steps=0)
     assert off.refine_runs_max == 0 and not any("refine" in n for n in off.notes)
+
+
+def test_probe_json_carries_the_rounds(refined) -> None:
+    """`probe --json` on the refined store: no run, the same rounds under "refinement"."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from batchtune.cli import app
+
+    recipe, result = refined
+    args = ["probe", str(NQM), "--json", "--results", str(recipe.run.results_dir)]
+    for kv in CASE:
+        args += ["--set", kv]
+    out = json.loads(CliRunner().invoke(app, args, catch_exceptions=False).stdout)
+    assert out["runs_done"] == 0
+    assert [r["prompts"] for r in out["refinement"]] == [list(r.prompts) for r in result.refinement]
