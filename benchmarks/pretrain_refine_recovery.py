@@ -44,11 +44,11 @@ GRID = [256 * 2**i for i in range(10)]
 DEFAULT_BUDGET = 8  # probe.refine_max_batches
 
 
-def _recipe(targets: Sequence[float], seeds: Sequence[int], budget: int):  # type: ignore[no-untyped-def]
+def _recipe(targets: Sequence[float], seeds: Sequence[int], budget: int, refine_seeds: int = 0):  # type: ignore[no-untyped-def]
     data = {
         "backend": {"training": "pretrain"},
         "budget": {"seeds": list(seeds)},
-        "probe": {"mode": "grid", "refine": True, "refine_max_batches": budget},
+        "probe": {"mode": "grid", "refine": True, "refine_max_batches": budget, "refine_seeds": refine_seeds},
         "pretrain": {"seq_len": 2, "batches_tokens": GRID, "max_tokens": 10**9, "targets": list(targets)},
     }
     return recipe_from_dict(data, "benchmark")
@@ -153,24 +153,34 @@ class StepsProbe:
 
     def __init__(self, steps_at: Callable[[float], float], seeds: Sequence[int], noise: float, case: int):
         self.steps_at, self.seeds, self.noise, self.case = steps_at, list(seeds), noise, case
-        self.steps: dict[int, np.ndarray] = {}
+        self.steps: dict[int, dict[int, float]] = {}
 
-    def run_batches(self, batches: Sequence[int]) -> int:
-        new = [b for b in batches if b not in self.steps]
-        for b in new:
-            rng = np.random.default_rng([self.case, b])  # a run's noise does not depend on the order
-            self.steps[b] = self.steps_at(float(b)) * np.exp(rng.normal(0.0, self.noise, len(self.seeds)))
-        return len(new) * len(self.seeds)
+    def run_batches(self, batches: Sequence[int], seeds: Sequence[int] | None = None) -> int:
+        done = 0
+        for b in batches:
+            runs = self.steps.setdefault(b, {})
+            if seeds is None and not runs:  # the recipe's seeds: one draw per batch (as before)
+                rng = np.random.default_rng([self.case, b])  # a run's noise does not depend on the order
+                noise = np.exp(rng.normal(0.0, self.noise, len(self.seeds)))
+                runs.update({s: self.steps_at(float(b)) * x for s, x in zip(self.seeds, noise, strict=True)})
+                done += len(self.seeds)
+            for s in [s for s in seeds or () if s not in runs]:  # a seed round's seeds
+                x = np.random.default_rng([self.case, b, s]).normal(0.0, self.noise)
+                runs[s] = self.steps_at(float(b)) * math.exp(x)
+                done += 1
+        return done
 
-    def analyse(self, batches: set[int] | None = None) -> GridAnalysis:
+    def analyse(self, batches: set[int] | None = None, seeds: set[int] | None = None) -> GridAnalysis:
         bs = sorted(b for b in self.steps if batches is None or b in batches)
-        steps = np.column_stack([self.steps[b] for b in bs])
-        est = estimate_batches(bs, steps, 1.0, rng_seed=self.case)
+        use = sorted({s for b in bs for s in self.steps[b] if seeds is None or s in seeds})
+        steps = np.array([[self.steps[b].get(s, np.nan) for b in bs] for s in use])
+        ran = np.array([[s in self.steps[b] for b in bs] for s in use])
+        est = estimate_batches(bs, steps, 1.0, rng_seed=self.case, ran_per_seed=ran)
         return GridAnalysis((est,), (), (), None)
 
 
 def part1(
-    cases: list[ThreePhaseES], seeds: Sequence[int], noise: float, budget: int | None
+    cases: list[ThreePhaseES], seeds: Sequence[int], noise: float, budget: int | None, refine_seeds: int = 0
 ) -> tuple[list[dict], int]:
     rows, runs = [], 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -179,7 +189,7 @@ def part1(
             runs += probe.run_batches(GRID)
             if budget is not None:
                 _, done = refine_grid(
-                    _recipe([1.0], seeds, budget),
+                    _recipe([1.0], seeds, budget, refine_seeds),
                     ResultsStore(f"{tmp}/c{i}"),
                     probe.analyse,
                     probe.run_batches,
@@ -220,30 +230,39 @@ def _target_for(law: SynthLaw, b_opt: float) -> float | None:
 
 
 class CurveProbe:
-    """Runs of one law: noisy loss curves at a batch, one per seed."""
+    """Runs of one law: noisy loss curves at a batch, one per seed (0, 1, 2; a seed round's more)."""
 
     def __init__(self, law: SynthLaw, targets: list[float], max_tokens: float, case: int):
         self.law, self.targets, self.max_tokens, self.case = law, targets, max_tokens, case
-        self.curves: dict[int, list[GridCurve]] = {}
+        self.curves: dict[int, dict[int, GridCurve]] = {}
 
-    def run_batches(self, batches: Sequence[int]) -> int:
-        new = [b for b in batches if b not in self.curves]
-        for b in new:
-            self.curves[b] = []
-            for seed in range(3):
-                stream = (self.case * 10 + seed) * 1_000_003 + b  # one noise stream per run
+    def run_batches(self, batches: Sequence[int], seeds: Sequence[int] | None = None) -> int:
+        done = 0
+        for b in batches:
+            runs = self.curves.setdefault(b, {})
+            for seed in [s for s in (seeds if seeds is not None else range(3)) if s not in runs]:
+                stream = (self.case * 10 + seed) * 1_000_003 + b  # one noise stream per run (seed < 10)
                 ((_, _, tok, loss),) = synth_curves(
                     self.law, [float(b)], [stream], max_tokens=self.max_tokens, noise_rel=0.01
                 )
-                self.curves[b].append(GridCurve(float(b), seed, tuple(tok), tuple(loss)))
-        return 3 * len(new)
+                runs[seed] = GridCurve(float(b), seed, tuple(tok), tuple(loss))
+                done += 1
+        return done
 
-    def analyse(self, batches: set[int] | None = None) -> GridAnalysis:
-        keep = [c for b, cs in self.curves.items() if batches is None or b in batches for c in cs]
+    def analyse(self, batches: set[int] | None = None, seeds: set[int] | None = None) -> GridAnalysis:
+        keep = [
+            c
+            for b, cs in self.curves.items()
+            if batches is None or b in batches
+            for s, c in cs.items()
+            if seeds is None or s in seeds
+        ]
         return analyse_grid(keep, self.targets, base_lr=1e-3)
 
 
-def part2(laws: list[tuple[SynthLaw, list[float]]], budget: int | None) -> tuple[list[dict], int]:
+def part2(
+    laws: list[tuple[SynthLaw, list[float]]], budget: int | None, refine_seeds: int = 0
+) -> tuple[list[dict], int]:
     rows, runs = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for i, (law, ts) in enumerate(laws):
@@ -252,7 +271,7 @@ def part2(laws: list[tuple[SynthLaw, list[float]]], budget: int | None) -> tuple
             runs += probe.run_batches(GRID)
             if budget is not None:
                 _, done = refine_grid(
-                    _recipe(ts, [0, 1, 2], budget),
+                    _recipe(ts, [0, 1, 2], budget, refine_seeds),
                     ResultsStore(f"{tmp}/l{i}"),
                     probe.analyse,
                     probe.run_batches,
@@ -266,27 +285,32 @@ def part2(laws: list[tuple[SynthLaw, list[float]]], budget: int | None) -> tuple
 def main() -> None:
     import sys
 
-    show = "--cases" in sys.argv[1:]
+    args = sys.argv[1:]
+    show = "--cases" in args
+    law_seed = int(args[args.index("--law-seed") + 1]) if "--law-seed" in args else 2032
     t0 = time.perf_counter()
-    cases = draw_cases()
     summary: dict = {}
-    print("Part 1: exact three-stage E(S), 55 cases (seed 32)")
-    for name, seeds, noise, budget in (
-        ("exact, doubling grid", [0], 0.0, None),
-        ("exact, refined (budget 8)", [0], 0.0, DEFAULT_BUDGET),
-        ("2% noise on steps, 3 seeds, doubling grid", [0, 1, 2], 0.02, None),
-        ("2% noise on steps, 3 seeds, refined (budget 8)", [0, 1, 2], 0.02, DEFAULT_BUDGET),
+    if "--curves-only" not in args:
+        cases = draw_cases()
+        print("Part 1: exact three-stage E(S), 55 cases (seed 32)")
+        for name, seeds, noise, budget, more in (
+            ("exact, doubling grid", [0], 0.0, None, 0),
+            ("exact, refined (budget 8)", [0], 0.0, DEFAULT_BUDGET, 0),
+            ("2% noise on steps, 3 seeds, doubling grid", [0, 1, 2], 0.02, None, 0),
+            ("2% noise on steps, 3 seeds, refined (budget 8)", [0, 1, 2], 0.02, DEFAULT_BUDGET, 0),
+            ("2% noise on steps, refined (budget 8), 6 seeds beside B_opt", [0, 1, 2], 0.02, DEFAULT_BUDGET, 6),
+        ):
+            rows, runs = part1(cases, seeds, noise, budget, more)
+            summary[name] = summarise(name, rows, runs, show)
+    print(f"\nPart 2: noisy loss curves (1% loss noise, 3 seeds), 11 SynthLaw laws x 5 targets (seed {law_seed})")
+    laws = draw_laws(seed=law_seed)
+    for name, budget, more in (
+        ("curves, doubling grid", None, 0),
+        ("curves, refined (budget 8)", DEFAULT_BUDGET, 0),
+        ("curves, refined (budget 8), 6 seeds beside B_opt", DEFAULT_BUDGET, 6),
+        ("curves, refined (budget 64)", 64, 0),
     ):
-        rows, runs = part1(cases, seeds, noise, budget)
-        summary[name] = summarise(name, rows, runs, show)
-    print("\nPart 2: noisy loss curves (1% loss noise, 3 seeds), 11 SynthLaw laws x 5 targets (seed 2032)")
-    laws = draw_laws()
-    for name, budget in (
-        ("curves, doubling grid", None),
-        ("curves, refined (budget 8)", DEFAULT_BUDGET),
-        ("curves, refined (budget 64)", 64),
-    ):
-        rows, runs = part2(laws, budget)
+        rows, runs = part2(laws, budget, more)
         summary[name] = summarise(name, rows, runs)
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
     print("\n" + json.dumps(summary))

@@ -84,14 +84,15 @@ def run_pretrain_probe(
             done += rec is not None
         return done
 
-    def run_batches(batches: Sequence[int]) -> int:
+    def run_batches(batches: Sequence[int], seeds: Sequence[int] | None = None) -> int:
         plan_b = plan_pretrain(with_batches(recipe, batches))
         added = [c for c in plan_b.candidates if c.batch_responses in set(batches)]
         cands.extend(c for c in added if c not in cands)
-        pairs = [(c, s) for c in added for s in recipe.budget.seeds]
+        pairs = [(c, s) for c in added for s in (recipe.budget.seeds if seeds is None else seeds)]
         if progress is not None:
             todo_b = sum(not store.is_finished(run_id(c, s)) for c, s in pairs)
             phase = f"refinement: batches {', '.join(str(b) for b in batches)}"
+            phase += f", seeds {', '.join(map(str, seeds))}" if seeds is not None else ""
             info = {"total": len(pairs), "todo": todo_b, "max_samples": p.max_tokens, "phase": phase}
             progress("plan", info)
         return run(pairs)
@@ -100,7 +101,10 @@ def run_pretrain_probe(
     rounds: tuple[RefineRound, ...] = ()
     if refine:
         rounds, extra = refine_grid(
-            recipe, store, lambda batches: analyse_store_grid(store, recipe, batches), run_batches
+            recipe,
+            store,
+            lambda batches, seeds: analyse_store_grid(store, recipe, batches, seeds),
+            run_batches,
         )
         done += extra
     return PretrainProbeResult(
@@ -129,12 +133,14 @@ def with_batches(recipe: Recipe, batches: Sequence[int]) -> Recipe:
 
 
 def load_grid_curves(
-    store: ResultsStore, batches: set[int] | None = None
+    store: ResultsStore, batches: set[int] | None = None, seeds: set[int] | None = None
 ) -> tuple[list[GridCurve], float | None]:
-    """The eval-loss curves of the store's finished runs (at ``batches`` only, when given)."""
+    """The eval-loss curves of the store's finished runs (at ``batches`` and ``seeds`` only, when given)."""
     curves, floor = [], None
     for rec in store.runs():
         if rec.status in FAILED_STATUSES or (batches is not None and rec.batch_responses not in batches):
+            continue
+        if seeds is not None and rec.seed not in seeds:
             continue
         pts = [
             (s.samples, s.metrics["eval_loss"]) for s in store.steps(rec.run_id) if "eval_loss" in s.metrics
@@ -148,8 +154,10 @@ def load_grid_curves(
     return curves, floor
 
 
-def analyse_store_grid(store: ResultsStore, recipe: Recipe, batches: set[int] | None = None) -> GridAnalysis:
-    curves, floor = load_grid_curves(store, batches)
+def analyse_store_grid(
+    store: ResultsStore, recipe: Recipe, batches: set[int] | None = None, seeds: set[int] | None = None
+) -> GridAnalysis:
+    curves, floor = load_grid_curves(store, batches, seeds)
     if not curves:
         raise InputError(f"{store.root} has no finished pre-training runs")
     ref = plan_pretrain(recipe).reference_batch

@@ -242,6 +242,11 @@ class ProbeConfig:
     # grid's 1+tol crossing (measure/rl_refine.py) sits between grid points, add batches there, every seed
     refine: bool = True  # false = only name them (pre-training)
     refine_max_batches: int = 8
+    # pre-training seed round: where B_opt's grid neighbours are within the seeds' noise, run the
+    # batches within 2^(1/2) of it at this many seeds in all (<= len(budget.seeds) = off), at most
+    # refine_seed_batches batches (measure/pretrain_refine.py; its cost and gain: docs/pretraining.md)
+    refine_seeds: int = 0
+    refine_seed_batches: int = 16
     refine_rl: bool = False  # RL: off by default (docs/analysis-sample-efficiency.md, refinement)
     refine_rl_max_candidates: int = 4
 

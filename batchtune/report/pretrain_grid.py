@@ -27,12 +27,17 @@ def render_pretrain_grid(console: Console, result: Any) -> None:
     render_grid(console, result.analysis, getattr(result, "seq_len", 1))
     for r in getattr(result, "refinement", ()):
         added = ", ".join(f"{b:,}" for b in r.batches_tokens) or "none"
-        console.print(f"Refinement round {r.round}: added batches {added} tokens")
+        if getattr(r, "seeds", ()):
+            seeds = ", ".join(map(str, r.seeds))
+            console.print(f"Refinement round {r.round} (seeds): seeds {seeds} at {added} tokens")
+        else:
+            console.print(f"Refinement round {r.round}: added batches {added} tokens")
         for why in r.reasons:
             console.print(f"  {why}")
         if r.left_out:
             left = ", ".join(f"{b:,}" for b in r.left_out)
-            console.print(f"  not added ({left}): probe.refine_max_batches reached; raise it to add them")
+            knob = "probe.refine_seed_batches" if getattr(r, "seeds", ()) else "probe.refine_max_batches"
+            console.print(f"  not added ({left}): {knob} reached; raise it to add them")
     console.print(
         f"{result.runs_done} run(s) done in {result.wall_s:.0f} s; results in {result.results_dir}"
         + (f"; plot {result.plot_path}" if result.plot_path else "")

@@ -15,6 +15,7 @@ from batchtune.analysis.pretrain.synth import SynthLaw, synth_curves
 from batchtune.measure.pretrain_refine import (
     REFINE_FILE,
     addable,
+    extra_seeds,
     next_round,
     plan_note,
     refine_bound,
@@ -41,24 +42,34 @@ def _recipe(**probe: object):  # type: ignore[no-untyped-def]
 
 
 class FakeProbe:
-    """Noise-free curves of the law, a batch at every seed on demand; counts the runs made."""
+    """Curves of the law (noise-free unless ``noise``), a batch at each seed on demand; counts runs."""
 
-    def __init__(self) -> None:
-        self.curves: dict[int, list[GridCurve]] = {}
+    def __init__(self, noise: float = 0.0) -> None:
+        self.curves: dict[int, dict[int, GridCurve]] = {}
         self.runs = 0
+        self.noise = noise
 
-    def run_batches(self, batches: Sequence[int]) -> int:
-        new = [b for b in batches if b not in self.curves]
-        for b in new:
-            self.curves[b] = [
-                GridCurve(bt, s, tuple(t), tuple(v))
-                for bt, s, t, v in synth_curves(LAW, [float(b)], [0, 1], max_tokens=2e8)
-            ]
-        self.runs += 2 * len(new)
-        return 2 * len(new)
+    def run_batches(self, batches: Sequence[int], seeds: Sequence[int] | None = None) -> int:
+        done = 0
+        for b in batches:
+            runs = self.curves.setdefault(b, {})
+            for s in [s for s in (seeds if seeds is not None else (0, 1)) if s not in runs]:
+                ((bt, _, t, v),) = synth_curves(
+                    LAW, [float(b)], [1000 * s + b], max_tokens=2e8, noise_rel=self.noise
+                )
+                runs[s] = GridCurve(bt, s, tuple(t), tuple(v))
+                done += 1
+        self.runs += done
+        return done
 
-    def analyse(self, batches: set[int] | None = None) -> GridAnalysis:
-        keep = [c for b, cs in self.curves.items() if batches is None or b in batches for c in cs]
+    def analyse(self, batches: set[int] | None = None, seeds: set[int] | None = None) -> GridAnalysis:
+        keep = [
+            c
+            for b, cs in self.curves.items()
+            if batches is None or b in batches
+            for s, c in cs.items()
+            if seeds is None or s in seeds
+        ]
         return analyse_grid(keep, TARGETS, base_lr=1e-3)
 
 
@@ -121,6 +132,43 @@ def test_plan_bounds_the_rounds_cost() -> None:
     assert "at most 3 batch(es) = 6 run(s) = 1,200,000,000 tokens, at most 60 s" in note
     assert "named, not refined" in plan_note(_recipe(refine=False), 10.0)
     assert refine_bound(_recipe(refine=False)) == (0, 0)
+
+
+def test_the_seed_round_runs_more_seeds_beside_b_opt_and_replays(tmp_path: Path) -> None:
+    """Issue 32: with 1% loss noise the minimum's neighbours read within the seeds' noise of it, so
+    the seed round runs seeds 2 and 3 at the batches within 2^(1/2) of each measured minimum; it is
+    recorded with its seeds, bounded, and a rerun replays it and runs nothing."""
+    fake = FakeProbe(noise=0.01)
+    fake.run_batches(GRID)
+    recipe = _recipe(refine_max_batches=8, refine_seeds=4)
+    rounds, done = refine_grid(recipe, ResultsStore(tmp_path), fake.analyse, fake.run_batches)
+    seeded = rounds[-1]
+    assert seeded.seeds == (2, 3) and seeded.batches_tokens and all(not r.seeds for r in rounds[:-1])
+    for b in seeded.batches_tokens:
+        assert set(fake.curves[b]) == {0, 1, 2, 3}
+    assert sum(len(cs) == 2 for cs in fake.curves.values()) == len(fake.curves) - len(seeded.batches_tokens)
+    final = fake.analyse()
+    assert {e.n_seeds for e in final.estimates} == {4}
+    data = json.loads((tmp_path / REFINE_FILE).read_text())
+    assert data["rounds"][-1]["seeds"] == [2, 3]
+    again, more = refine_grid(recipe, ResultsStore(tmp_path), fake.analyse, fake.run_batches)
+    assert again == rounds and more == 0
+    few, _ = refine_grid(
+        _recipe(refine_max_batches=8, refine_seeds=4, refine_seed_batches=1),
+        ResultsStore(tmp_path / "few"),
+        fake.analyse,
+        fake.run_batches,
+    )
+    assert len(few[-1].batches_tokens) <= 1 and few[-1].left_out
+
+
+def test_the_seed_round_is_off_by_default_and_in_the_plans_bound() -> None:
+    assert extra_seeds(_recipe()) == () and extra_seeds(_recipe(refine_seeds=2)) == ()
+    assert extra_seeds(_recipe(refine_seeds=5)) == (2, 3, 4)
+    bound = refine_bound(_recipe(refine_max_batches=3, refine_seeds=4, refine_seed_batches=5))
+    assert bound == (3, 3 * 2 + 5 * 2)
+    note = plan_note(_recipe(refine_max_batches=3, refine_seeds=4, refine_seed_batches=5), 10.0)
+    assert "then seeds 2, 3 at up to 5 batch(es) beside B_opt" in note and "16 run(s)" in note
 
 
 def test_seq_len_rounding_ends_the_rounds() -> None:

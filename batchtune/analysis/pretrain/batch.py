@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchtune.analysis.pretrain.bmin_fit import fit_three_stage
-from batchtune.analysis.pretrain.bopt_fit import fit_b_opt
+from batchtune.analysis.pretrain.bopt_fit import SeedMeans, fit_b_opt
 from batchtune.errors import AnalysisError
 
 DEFAULT_MAX_RESID = 0.05  # we choose: 5% rms (log or relative) before a fit is called poor
@@ -75,6 +75,9 @@ class BatchEstimate:
     e_min_tokens: float | None  # tokens to target at the measured B_opt
     confidence: float
     notes: tuple[str, ...]
+    # per batch: the standard error over seeds of its mean log tokens (nan: one seed, or a seed
+    # never reached); the seed round's noise test (measure/pretrain_refine.py)
+    log_tokens_se: tuple[float, ...] = ()
 
 
 def _b_min(
@@ -265,6 +268,11 @@ def _seed_and_bracket_intervals(
     return interval(opts), interval(mins)
 
 
+def _log_tokens_se(b: np.ndarray, s: np.ndarray) -> tuple[float, ...]:
+    m = SeedMeans.of(b, s)
+    return tuple(float(x) for x in np.where(m.ok & (m.n >= 2), np.sqrt(m.var / m.n), np.nan))
+
+
 def _measured_bracket(b: np.ndarray, e: np.ndarray) -> tuple[float | None, tuple[float, float] | None]:
     """The batch with the fewest tokens ``e`` (inf = never reached) and its grid neighbours."""
     if not np.isfinite(e).any():
@@ -352,4 +360,5 @@ def estimate_batches(
         e_min_tokens=None if k is None else float(e_med[k]),
         confidence=float(confidence),
         notes=tuple(notes_opt + notes_min),
+        log_tokens_se=_log_tokens_se(b, s),
     )
