@@ -78,6 +78,8 @@ def _row(est, b_opt: float, b_min: float) -> dict:  # type: ignore[no-untyped-de
         "b_opt_within_15": est.b_opt_tokens is not None and abs(est.b_opt_tokens / b_opt - 1) <= 0.15,
         "b_opt_source": est.b_opt_source,
         "b_opt_ci_holds": _inside(est.b_opt_ci, b_opt),
+        "b_opt_ci_width": math.nan if est.b_opt_ci is None else est.b_opt_ci[1] / est.b_opt_ci[0],
+        "b_opt_ci_calibrated": est.b_opt_ci_kind.startswith("bootstrap"),
         "b_opt_bracket_holds": _inside(est.b_opt_bracket, b_opt),
         "b_min_true": b_min,
         "b_min_ratio": (est.b_min_tokens or math.nan) / b_min,
@@ -108,6 +110,9 @@ def summarise(name: str, rows: list[dict], runs: int, show: bool = False) -> dic
         "b_opt_abs_err_max": round(float(np.nanmax(np.abs(ratio - 1))), 4),
         "b_opt_ci_holds": _count(rows, "b_opt_ci_holds"),
         "b_opt_bracket_holds": _count(rows, "b_opt_bracket_holds"),
+        "b_opt_ci_width_median": round(float(np.nanmedian([r["b_opt_ci_width"] for r in rows] or [math.nan])), 3),
+        "b_opt_ci_bootstrap": int(sum(r["b_opt_ci_calibrated"] for r in rows)),
+        "b_opt_ci_bootstrap_holds": int(sum(bool(r["b_opt_ci_holds"]) for r in rows if r["b_opt_ci_calibrated"])),
         "b_min_fit": int(sum(r["b_min_source"] == "fit" for r in rows)),
         "b_min_ratio_median": round(float(np.nanmedian(mr)), 4),
         "b_min_abs_err_median": round(float(np.nanmedian(np.abs(mr - 1))), 4),
@@ -122,6 +127,12 @@ def summarise(name: str, rows: list[dict], runs: int, show: bool = False) -> dic
         f"  B_opt within 15% of the truth: {out['b_opt_within_15']}/{len(rows)}  (median ratio {out['b_opt_ratio_median']:.3f}, "
         f"worst |error| {out['b_opt_abs_err_max']:.1%}); 90% interval holds it: {out['b_opt_ci_holds']}; bracket: {out['b_opt_bracket_holds']}"
     )
+    if out["b_opt_ci_bootstrap"]:
+        print(
+            f"  B_opt 90% interval, bootstrap over seeds and fit window in {out['b_opt_ci_bootstrap']}/{len(rows)}: holds the truth in "
+            f"{out['b_opt_ci_bootstrap_holds']} ({out['b_opt_ci_bootstrap_holds'] / out['b_opt_ci_bootstrap']:.1%}); "
+            f"median width (upper/lower) {out['b_opt_ci_width_median']:.2f} over all with an interval"
+        )
     print(
         f"  B_min from the fit in {out['b_min_fit']}/{len(rows)}; within 10%: {out['b_min_within_10']}/{len(rows)}  (median ratio "
         f"{out['b_min_ratio_median']:.3f}, median |error| {out['b_min_abs_err_median']:.1%}, worst {out['b_min_abs_err_max']:.1%}); "

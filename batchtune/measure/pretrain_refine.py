@@ -19,7 +19,7 @@ Then, with ``probe.refine_seeds`` above the number of ``budget.seeds``, one **se
 minimum E(B) is flat, so where a target's measured minimum has a neighbour within the seeds'
 noise of it (:func:`within_noise`), the batches within ``SEED_WINDOW`` of that minimum are run at
 more seeds, up to ``refine_seeds`` (the new seeds follow the largest of ``budget.seeds``), at most
-``probe.refine_seed_batches`` batches. The B_opt fit weighs a batch by its seeds
+2 x ``probe.refine_max_batches`` batches. The B_opt fit weighs a batch by its seeds
 (analysis/pretrain/bopt_fit.py). The seed round is a function of the runs at ``budget.seeds``
 only, so it replays too; it is recorded as a round with its ``seeds``.
 """
@@ -119,12 +119,17 @@ def refine_grid(
         known |= set(r.batches_tokens)
     extra = extra_seeds(recipe)
     if extra:
-        s = seed_round(analyse(set(known), base), extra, recipe.probe.refine_seed_batches, len(rounds) + 1)
+        s = seed_round(analyse(set(known), base), extra, seed_batches(recipe), len(rounds) + 1)
         if s is not None:
             rounds.append(s)
             write_rounds(store, rounds)
             done += run_batches(s.batches_tokens, s.seeds) if s.batches_tokens else 0
     return tuple(rounds), done
+
+
+def seed_batches(recipe: Recipe) -> int:
+    """The most batches the seed round may run more seeds at: 2 x probe.refine_max_batches."""
+    return 2 * recipe.probe.refine_max_batches
 
 
 def extra_seeds(recipe: Recipe) -> tuple[int, ...]:
@@ -201,13 +206,13 @@ def refine_bound(recipe: Recipe) -> tuple[int, int]:
     """(batches, runs) the refinement may add at most: two batches per target loss a round, for
     the rounds the grid needs, no more than the grid can take (:func:`addable`), capped by
     ``probe.refine_max_batches``, each at every seed; then the seed round's extra seeds at up to
-    ``probe.refine_seed_batches`` batches (runs only: it adds no batch); (0, 0) when off."""
+    2 x ``probe.refine_max_batches`` batches (runs only: it adds no batch); (0, 0) when off."""
     if not recipe.probe.refine:
         return 0, 0
     targets = max(1, len(recipe.pretrain.targets))
     possible, rounds = addable(recipe.pretrain.batches_tokens, recipe.pretrain.seq_len)
     batches = min(recipe.probe.refine_max_batches, 2 * targets * rounds, len(possible))
-    seeded = min(recipe.probe.refine_seed_batches, len(recipe.pretrain.batches_tokens) + batches)
+    seeded = min(seed_batches(recipe), len(recipe.pretrain.batches_tokens) + batches)
     return batches, batches * len(recipe.budget.seeds) + seeded * len(extra_seeds(recipe))
 
 
@@ -226,7 +231,7 @@ def plan_note(recipe: Recipe, run_s_max: float) -> str:
     tokens = runs * recipe.pretrain.max_tokens
     wall = f", at most {runs * run_s_max:,.0f} s" if math.isfinite(run_s_max) else ""
     seeds = (
-        f"; then seeds {', '.join(map(str, extra))} at up to {recipe.probe.refine_seed_batches} batch(es) "
+        f"; then seeds {', '.join(map(str, extra))} at up to {seed_batches(recipe)} batch(es) "
         f"beside B_opt where its neighbours are within noise "
         f"(probe.refine_seeds = {recipe.probe.refine_seeds})"
         if extra

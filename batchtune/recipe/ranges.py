@@ -162,7 +162,6 @@ RANGES: dict[str, Range] = {
     "probe.updates_per_batch": _size(1 << 16),
     "probe.refine_max_batches": Range(0, 1 << 16),
     "probe.refine_seeds": Range(0, 1 << 10),
-    "probe.refine_seed_batches": Range(0, 1 << 16),
     "probe.refine_rl_max_candidates": Range(0, 1 << 16),
     "branch.trunk_samples": _size(),
     "branch.checkpoints": Range(0, 1),  # 0: branches from initialisation

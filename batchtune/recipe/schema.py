@@ -238,15 +238,10 @@ class ProbeConfig:
     # "auto": instead of the two lists, k in {0, 1, 2, 4} x u in {1, 2, 4} (multiples of mini_batches),
     # run only where the pipeline model says a (k, u) could beat the simpler ones (measure/async_sweep.py)
     async_sweep: str = ""
-    # adaptive refinement: where a pre-training grid's B_opt (measure/pretrain_refine.py) or an RL
-    # grid's 1+tol crossing (measure/rl_refine.py) sits between grid points, add batches there, every seed
+    # refinement: batches between grid points where B_opt (pretrain_refine.py) / RL crossing sits
     refine: bool = True  # false = only name them (pre-training)
-    refine_max_batches: int = 8
-    # pre-training seed round: where B_opt's grid neighbours are within the seeds' noise, run the
-    # batches within 2^(1/2) of it at this many seeds in all (<= len(budget.seeds) = off), at most
-    # refine_seed_batches batches (measure/pretrain_refine.py; its cost and gain: docs/pretraining.md)
-    refine_seeds: int = 0
-    refine_seed_batches: int = 16
+    refine_max_batches: int = 8  # pre-training: also seeds at up to 2x this many batches beside B_opt
+    refine_seeds: int = 0  # ... this many seeds in all there (<= len(budget.seeds) = off)
     refine_rl: bool = False  # RL: off by default (docs/analysis-sample-efficiency.md, refinement)
     refine_rl_max_candidates: int = 4
 

@@ -36,12 +36,22 @@ def render_pretrain_grid(console: Console, result: Any) -> None:
             console.print(f"  {why}")
         if r.left_out:
             left = ", ".join(f"{b:,}" for b in r.left_out)
-            knob = "probe.refine_seed_batches" if getattr(r, "seeds", ()) else "probe.refine_max_batches"
-            console.print(f"  not added ({left}): {knob} reached; raise it to add them")
+            console.print(f"  not added ({left}): probe.refine_max_batches reached; raise it to add them")
     console.print(
         f"{result.runs_done} run(s) done in {result.wall_s:.0f} s; results in {result.results_dir}"
         + (f"; plot {result.plot_path}" if result.plot_path else "")
     )
+
+
+def _interval_kinds(console: Console, estimates: Any) -> None:
+    """One line per kind of interval shown, with the targets it is at."""
+    kinds: dict[str, list[str]] = {}
+    for est in estimates:
+        for name, kind in (("B_opt", est.b_opt_ci_kind), ("B_min", est.b_min_ci_kind)):
+            if kind:
+                kinds.setdefault(f"{name} interval: {kind}", []).append(f"{est.target_loss:g}")
+    for line, losses in kinds.items():
+        console.print(f"  {line} (L={', '.join(losses)})")
 
 
 def render_grid(console: Console, a: Any, seq_len: int = 1) -> None:
@@ -65,8 +75,7 @@ def render_grid(console: Console, a: Any, seq_len: int = 1) -> None:
     console.print(t)
     console.print("* fewest tokens at that target (the measured B_opt)")
     s = Table(
-        title=f"B_opt and B_min per target loss ({a.estimates[0].confidence:.0%} intervals: seed spread "
-        "and grid bracket)"
+        title=f"B_opt and B_min per target loss ({a.estimates[0].confidence:.0%} intervals, named below)"
     )
     for col in (
         "target",
@@ -96,6 +105,7 @@ def render_grid(console: Console, a: Any, seq_len: int = 1) -> None:
             _ci(est.b_min_ci),
         )
     console.print(s)
+    _interval_kinds(console, a.estimates)
     for est in a.estimates:
         refine = refine_note(est.batches_tokens, est.b_opt_measured_tokens, seq_len)
         for note in (*est.notes, *([refine] if refine else [])):
@@ -124,7 +134,7 @@ def plot_bopt_bmin(analysis: Any, path: Path) -> Path:
     hi = [e.b_opt_ci[1] if e.b_opt_ci else b for e, b in zip(rows, bopt, strict=True)]
     err = [[b - x for b, x in zip(bopt, lo, strict=True)], [x - b for b, x in zip(bopt, hi, strict=True)]]
     ax.errorbar(losses, bopt, yerr=err,
-                marker="o", capsize=3, label="B_opt (seed spread and grid bracket)")  # fmt: skip
+                marker="o", capsize=3, label="B_opt (90% interval)")  # fmt: skip
     for e in analysis.estimates:
         if e.b_min_bracket is not None:
             low = e.b_min_bracket[0] or min(e.batches_tokens) / 2

@@ -154,21 +154,21 @@ def test_the_seed_round_runs_more_seeds_beside_b_opt_and_replays(tmp_path: Path)
     again, more = refine_grid(recipe, ResultsStore(tmp_path), fake.analyse, fake.run_batches)
     assert again == rounds and more == 0
     few, _ = refine_grid(
-        _recipe(refine_max_batches=8, refine_seeds=4, refine_seed_batches=1),
+        _recipe(refine_max_batches=0, refine_seeds=4),
         ResultsStore(tmp_path / "few"),
         fake.analyse,
         fake.run_batches,
     )
-    assert len(few[-1].batches_tokens) <= 1 and few[-1].left_out
+    assert few[-1].seeds == (2, 3) and few[-1].batches_tokens == () and few[-1].left_out  # budget 0
 
 
 def test_the_seed_round_is_off_by_default_and_in_the_plans_bound() -> None:
     assert extra_seeds(_recipe()) == () and extra_seeds(_recipe(refine_seeds=2)) == ()
     assert extra_seeds(_recipe(refine_seeds=5)) == (2, 3, 4)
-    bound = refine_bound(_recipe(refine_max_batches=3, refine_seeds=4, refine_seed_batches=5))
-    assert bound == (3, 3 * 2 + 5 * 2)
-    note = plan_note(_recipe(refine_max_batches=3, refine_seeds=4, refine_seed_batches=5), 10.0)
-    assert "then seeds 2, 3 at up to 5 batch(es) beside B_opt" in note and "16 run(s)" in note
+    bound = refine_bound(_recipe(refine_max_batches=3, refine_seeds=4))
+    assert bound == (3, 3 * 2 + 6 * 2)  # the seed round: up to 2 x 3 batches at 2 more seeds
+    note = plan_note(_recipe(refine_max_batches=3, refine_seeds=4), 10.0)
+    assert "then seeds 2, 3 at up to 6 batch(es) beside B_opt" in note and "18 run(s)" in note
 
 
 def test_seq_len_rounding_ends_the_rounds() -> None:

@@ -22,10 +22,12 @@ Then a fit, checked, that refines each inside its bracket:
   over the line). With no never-reaching batch below, a root under the smallest measured batch is
   an extrapolation and is labelled so; otherwise the bracket is reported.
 
-Intervals: paired bootstrap over seeds (a seed's runs at every batch resampled together, docs/method.md §8)
-in which each resample contributes its fit or, where the fit is rejected, its grid bracket
-(``_seed_and_bracket_intervals``): the seed spread and the grid bracket together, so agreeing seeds
-do not make it zero-width; none with a single seed. Coverage: benchmarks/pretrain_recovery.py.
+Intervals, each labelled (``b_opt_ci_kind``, ``b_min_ci_kind``): where the B_opt window fit holds,
+a bootstrap of that fit over seeds, fit windows and its bias on exact data (bopt_interval.py,
+calibrated in benchmarks/pretrain_refine_recovery.py); elsewhere, and for B_min, a paired bootstrap
+over seeds (a seed's runs at every batch resampled together, docs/method.md §8) in which each
+resample contributes its grid bracket (``_seed_and_bracket_intervals``): the seed spread and the
+grid bracket together, conservative, so agreeing seeds do not make it zero-width. None with one seed.
 """
 
 from __future__ import annotations
@@ -37,10 +39,13 @@ import numpy as np
 
 from batchtune.analysis.pretrain.bmin_fit import fit_three_stage
 from batchtune.analysis.pretrain.bopt_fit import SeedMeans, fit_b_opt
+from batchtune.analysis.pretrain.bopt_interval import KIND as WINDOW_KIND
+from batchtune.analysis.pretrain.bopt_interval import window_interval
 from batchtune.errors import AnalysisError
 
 DEFAULT_MAX_RESID = 0.05  # we choose: 5% rms (log or relative) before a fit is called poor
 B_MIN_POINTS = 3
+BRACKET_KIND = "seed spread and grid bracket (at least the bracket: conservative)"
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,10 @@ class BatchEstimate:
     e_min_tokens: float | None  # tokens to target at the measured B_opt
     confidence: float
     notes: tuple[str, ...]
+    # what each interval is ("" = none): bopt_interval.KIND where the window fit holds (calibrated
+    # in benchmarks/pretrain_refine_recovery.py), else BRACKET_KIND (conservative)
+    b_opt_ci_kind: str = ""
+    b_min_ci_kind: str = ""
     # per batch: the standard error over seeds of its mean log tokens (nan: one seed, or a seed
     # never reached); the seed round's noise test (measure/pretrain_refine.py)
     log_tokens_se: tuple[float, ...] = ()
@@ -329,14 +338,18 @@ def estimate_batches(
         flat = np.nanmean(np.where(ran, pl | np.isfinite(s), np.nan), axis=0) > 0.5
     s_med = _aggregate(s)
     e_med = b * s_med
-    b_meas, b_br, b_fit, b_res, notes_opt = fit_b_opt(b, s, e_med, max_resid)
+    b_meas, b_br, b_fit, b_res, notes_opt, windowed = fit_b_opt(b, s, e_med, max_resid)
     m_br, m_fit, m_res, m_val, m_src, notes_min = _b_min(b, s_med, max_resid, flat)
     b_val = b_fit if b_fit is not None else b_meas
+    k = None if b_meas is None else int(np.flatnonzero(b == b_meas)[0])
     opt_ci = min_ci = None
-    if ran.sum(axis=0).max() >= 2 and b_val is not None:
+    opt_kind = ""
+    if ran.sum(axis=0).max() >= 2 and b_val is not None and k is not None:
         opt_ci, min_ci = _seed_and_bracket_intervals(b, s, flat, max_resid, confidence, n_boot, rng_seed)
         opt_ci, min_ci = _holding(opt_ci, b_val), _holding(min_ci, m_val)
-    k = None if b_meas is None else int(np.flatnonzero(b == b_meas)[0])
+        at = (b, s, b_val, k, max_resid, confidence, n_boot, rng_seed)
+        win_ci = window_interval(*at) if windowed else None
+        opt_ci, opt_kind = (win_ci, WINDOW_KIND) if win_ci is not None else (opt_ci, BRACKET_KIND)
     return BatchEstimate(
         target_loss=float(target_loss),
         batches_tokens=tuple(float(x) for x in b),
@@ -351,6 +364,8 @@ def estimate_batches(
         b_opt_tokens=b_val,
         b_opt_source="fit" if b_fit is not None else "measured",
         b_opt_ci=opt_ci,
+        b_opt_ci_kind=opt_kind,
+        b_min_ci_kind=BRACKET_KIND if min_ci is not None else "",
         b_min_bracket=m_br,
         b_min_fit_tokens=m_fit,
         b_min_fit_resid=m_res,

@@ -123,12 +123,22 @@ def fit_means(
     coef = np.polyfit(u - u0, v, 3, w=ws)
     r = np.polyval(coef, u - u0) - v
     resid = float(np.sqrt(np.sum((ws * r) ** 2) / np.sum(ws**2)))
-    grid = np.linspace(float(u.min()), float(u.max()), 4001)
-    j = int(np.argmin(np.polyval(coef, grid - u0)))
     allowed = _misfit_allowed(ws, max_resid) if weighted else max_resid
-    if not 0 < j < grid.size - 1 or resid > allowed:
+    x = _interior_minimum(coef, float(u.min()) - u0, float(u.max()) - u0)
+    if x is None or resid > allowed:
         return None
-    return math.exp(float(grid[j])), resid
+    return math.exp(x + u0), resid
+
+
+def _interior_minimum(coef: np.ndarray, lo: float, hi: float) -> float | None:
+    """Where the polynomial ``coef`` is lowest on [lo, hi], when that is a stationary point
+    strictly inside (not an end): its derivative's real roots there, against both ends."""
+    roots = np.roots(np.polyder(coef))
+    inside = [float(r.real) for r in roots if abs(r.imag) < 1e-12 and lo < r.real < hi]
+    cands = [lo, hi, *inside]
+    vals = np.polyval(coef, cands)
+    j = int(np.argmin(vals))
+    return cands[j] if j >= 2 and vals[j] < min(vals[0], vals[1]) else None
 
 
 def five_point_fit(
@@ -172,12 +182,12 @@ def five_point_fit(
 
 def fit_b_opt(
     b: np.ndarray, s: np.ndarray, e_med: np.ndarray, max_resid: float
-) -> tuple[float | None, tuple[float, float] | None, float | None, float | None, list[str]]:
-    """(measured, bracket, fit, fit residual, notes) from steps ``s`` (seeds x batches; inf = never
-    reached, nan = not run) and the per-batch median tokens ``e_med``."""
+) -> tuple[float | None, tuple[float, float] | None, float | None, float | None, list[str], bool]:
+    """(measured, bracket, fit, fit residual, notes, whether the fit is the window fit) from steps
+    ``s`` (seeds x batches; inf = never reached, nan = not run) and the per-batch median tokens ``e_med``."""
     ok = np.isfinite(e_med)
     if not ok.any():
-        return None, None, None, None, ["no batch reached this target"]
+        return None, None, None, None, ["no batch reached this target"], False
     k = int(np.argmin(np.where(ok, e_med, np.inf)))
     notes: list[str] = []
     lo = b[k - 1] if k > 0 else b[k]
@@ -188,6 +198,6 @@ def fit_b_opt(
     else:
         win = window_fit(b, s, max_resid)
         if win is not None:
-            return float(b[k]), (float(lo), float(hi)), win[0], win[1], notes
+            return float(b[k]), (float(lo), float(hi)), win[0], win[1], notes, True
     fit, resid, why = five_point_fit(b, e_med, k, max_resid)
-    return float(b[k]), (float(lo), float(hi)), fit, resid, notes + ([why] if why else [])
+    return float(b[k]), (float(lo), float(hi)), fit, resid, notes + ([why] if why else []), False
