@@ -36,15 +36,19 @@ import time
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from async_nqm_regret import BATCHES, INSTANCES, KS, US, Instance, lr_of, pipeline_of  # noqa: E402
 
 from batchtune.analysis.decide.async_topup import MARGIN, TOP_SEEDS, top_up  # noqa: E402
 from batchtune.backends.nqm_async import (  # noqa: E402
+    expected_async_losses,
     expected_async_samples_to_target,
     simulate_samples_to_target,
 )
+from batchtune.backends.nqm_theory import curvatures, initial_theta  # noqa: E402
 from batchtune.recipe.schema import NQMConfig  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "async_nqm_sequential.txt"
@@ -203,7 +207,6 @@ def main() -> int:
     return 0
 
 
-
 # ---- part 2: the same rule through the real probe (measure/probe.run_probe on the NQM backend) ----
 # The NQM backend runs staleness k as a gradient delayed by exactly k updates and u updates per batch
 # (backends/nqm.py, nqm_async.py's dynamics); its simulated time model is set to the instance's:
@@ -249,17 +252,45 @@ def _real_probe(inst: Instance, root: Path, top: int) -> tuple[str, dict[str, fl
     return pick, theta, len(ResultsStore.of(cfg).runs()), topped
 
 
-def _real_truth(inst: Instance) -> dict[str, float]:
+def _step_crossing(cfg: NQMConfig, b: int, k: int, u: int, target: float, r_update: float) -> float:
+    """Samples at the first crossing of E[L] read at the END of each step (after its u updates,
+    where the backend logs ``loss``), linear between step ends; inf when not within 4x the updates
+    of ``r_update`` (the per-update crossing) or when that is inf."""
+    if not math.isfinite(r_update):
+        return math.inf
+    n = u * (4 * math.ceil(r_update / b) + 1)
+    ends = expected_async_losses(cfg, lr=lr_of(b), batch=b, delay=k, updates_per_batch=u, n_updates=n)
+    before = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))  # E[L] at theta_0
+    for j, cur in enumerate(ends[u - 1 :: u]):
+        if cur <= target:
+            frac = (before - target) / (before - cur) if before > cur else 1.0
+            return b * (j + min(1.0, max(0.0, frac)))
+        before = float(cur)
+    return math.inf
+
+
+def _real_truth(inst: Instance) -> tuple[dict[str, float], dict[str, float]]:
+    """(R_true per update, as nqm_async defines it; R_true read at step ends, as the probe reads)."""
     cfg, target = _cfg(inst)
-    out = {}
+    out, steps = {}, {}
     for p in PROBE_PROMPTS:
         b = 8 * p
         for k, u in itertools.product(PROBE_KS, PROBE_US):
             r = expected_async_samples_to_target(
                 cfg, lr=lr_of(b), batch=b, delay=k, updates_per_batch=u, target_loss=target
             )
-            out[f"P{p}xG8" + ("" if (k, u) == (0, 1) else f"-k{k}u{u}")] = r
-    return out
+            lab = f"P{p}xG8" + ("" if (k, u) == (0, 1) else f"-k{k}u{u}")
+            out[lab], steps[lab] = r, _step_crossing(cfg, b, k, u, target, r)
+    return out, steps
+
+
+def _regrets(
+    truth: dict[str, float], theta: dict[str, float], theta2: dict[str, float], picks: tuple[str, str]
+) -> tuple[str, float, float]:
+    """(best label, plain pick's regret, top-up pick's regret) under one truth of R."""
+    t = {lab: truth[lab] / th for lab, th in theta.items() if th > 0}
+    best = min(t, key=lambda lab: t[lab])
+    return best, t[picks[0]] / t[best], truth[picks[1]] / theta2[picks[1]] / t[best]
 
 
 def real_probe_lines() -> list[str]:
@@ -271,35 +302,40 @@ def real_probe_lines() -> list[str]:
         f"grid B {[8 * p for p in PROBE_PROMPTS]}, k {list(PROBE_KS)}, u {list(PROBE_US)}; plain = "
         f"{BASE} seeds (async_top_up_seeds {BASE}), top-up = {TOP} seeds within margin {MARGIN}, "
         "rerun in the plain probe's results directory (its runs reused);",
-        "truth: R_true at delay k (the backend's own dynamics) / the row's responses/s",
+        "truth: R_true at delay k (the backend's own dynamics) / the row's responses/s; R_true read per",
+        "update (nqm_async's definition, part 1's truth) and, in the last three columns, at the step ends",
+        "(E[L] after each batch's u updates: where the backend logs `loss`, so what the probe can see)",
         f"{'noise':>5} {'p':>4} {'gen:train':>9}  {'best':>14}  {'plain pick':>14} {'regret':>7}  "
-        f"{'top-up pick':>14} {'regret':>7} {'runs':>9} {'topped':>6}",
+        f"{'top-up pick':>14} {'regret':>7} {'runs':>9} {'topped':>6}  {'best (steps)':>14} {'plain':>6} "
+        f"{'top-up':>6}",
     ]
-    regs: list[float] = []
-    plain_regs: list[float] = []
+    regs: list[list[float]] = [[], [], [], []]  # per update: plain, top-up; per step: plain, top-up
     runs = [0, 0]
     with tempfile.TemporaryDirectory() as tmp:
         for i, inst in enumerate(PROBE_INSTANCES):
-            truth = _real_truth(inst)
+            truth, steps = _real_truth(inst)
             root = Path(tmp) / str(i)
             plain, theta, n_plain, _ = _real_probe(inst, root, BASE)
             pick, theta2, n_top, topped = _real_probe(inst, root, TOP)
-            t = {lab: truth[lab] / th for lab, th in theta.items() if th > 0}
-            best = min(t, key=lambda lab: t[lab])
-            r_plain, r_top = t[plain] / t[best], truth[pick] / theta2[pick] / t[best]
-            regs.append(r_top)
-            plain_regs.append(r_plain)
+            best, r_plain, r_top = _regrets(truth, theta, theta2, (plain, pick))
+            best_s, s_plain, s_top = _regrets(steps, theta, theta2, (plain, pick))
+            for lst, v in zip(regs, (r_plain, r_top, s_plain, s_top), strict=True):
+                lst.append(v)
             runs = [runs[0] + n_plain, runs[1] + n_top]
             ratio = inst.gen_per_resp_s / inst.train_per_resp_s
             lines.append(
                 f"{inst.noise:5.1f} {inst.power:4.1f} {ratio:8.0f}:1  {best:>14}  "
                 f"{plain:>14} {r_plain:7.3f}  "
-                f"{pick:>14} {r_top:7.3f} {n_plain:>4}/{n_top:<4} {topped:6}"
+                f"{pick:>14} {r_top:7.3f} {n_plain:>4}/{n_top:<4} {topped:6}  {best_s:>14} {s_plain:6.3f} "
+                f"{s_top:6.3f}"
             )
-    lines.append(
-        f"real probe: top-up max regret {max(regs):.3f}, mean {sum(regs) / len(regs):.3f}; plain max "
-        f"{max(plain_regs):.3f}; cost {runs[1] / runs[0]:.2f}x the plain probe's seed-runs"
-    )
+    lines += [
+        f"real probe: top-up max regret {max(regs[1]):.3f}, mean {sum(regs[1]) / len(regs[1]):.3f}; "
+        f"plain max {max(regs[0]):.3f}; cost {runs[1] / runs[0]:.2f}x the plain probe's seed-runs",
+        f"read at step ends: top-up max regret {max(regs[3]):.3f}, "
+        f"mean {sum(regs[3]) / len(regs[3]):.3f}; plain max {max(regs[2]):.3f}, "
+        f"mean {sum(regs[2]) / len(regs[2]):.3f}",
+    ]
     return lines
 
 
