@@ -13,6 +13,8 @@ staleness k? This measures both probes on the same recipe and seed sets:
 - branched: the on-policy trunk and branches, and each k >= 1 branched at the last checkpoint read,
   at the batch the search adopted there (measure/branched_async.py), R(B, k) = R(B) x the ratio;
   "br-8192" the same with a trunk of 8,192 samples (the last checkpoint at 2/3 of R, not 1/6);
+  "br-target" the shipped trunk with branch.offpolicy_read = "target": each k >= 1 branch, and a k = 0
+  branch beside it, run from the checkpoint to the target (capped at 2x the k = 0 run), read there;
 - truth: R_true(B, k) from the exact expected loss of the NQM with gradients delayed by k updates
   (backends/nqm_async.expected_async_samples_to_target: the backend's own dynamics), T_true =
   R_true / Theta, Theta the recommendation's own responses/s for that (B, k) row (the same pipeline
@@ -41,10 +43,11 @@ RECIPE = "recipes/nqm.toml"
 SETS = ["candidates.prompts=[1, 2, 4, 8, 16, 32, 64]", "probe.staleness=[0, 1, 2]"]
 SEED_SETS = ([0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11])
 GRID_SETS = 2  # the grid at the first two seed sets only (~25 s of CPU each); branched at all four
-MODES = {  # the branched probe at the recipe's trunk (2,048 samples), and at one near the target (R ~12k)
+MODES = {  # branched at the recipe's trunk (2,048 samples), at one near the target (R ~12k), read to it
     "grid": ["probe.mode=grid"],
     "branched": ["probe.mode=branched"],
     "br-8192": ["probe.mode=branched", "branch.trunk_samples=8192"],
+    "br-target": ["probe.mode=branched", "branch.offpolicy_read=target"],
 }
 BALANCED = ["nqm.train_t0_s=0.64", "nqm.train_t1_s=0.016"]  # training as long as generation
 INSTANCES = {  # name -> recipe settings

@@ -13,12 +13,21 @@ control, for the reference batch): per seed, R_c(B, k, u) / R_c(B, 0) to that le
 same samples axis. analysis/branched/offpolicy.py turns these into R(B, k, u) estimates that the
 async ranking (analysis/decide/async_joint.py) reads as it reads a grid sweep's.
 
+`branch.offpolicy_read = "target"` reads further: a k = 0 branch of the base batch (label
+``{base}-k0``) runs per seed from the checkpoint to the target itself (budget.max_samples at most),
+then each off-policy branch to the target too, capped at TARGET_CAP x the longest k = 0 run (past
+it, censored: ranked as not reaching the target); the ratio is read at the target. A delayed
+gradient near its stability edge keeps up over one window and falls behind (or diverges) later: on
+the NQM (benchmarks/branched_async.py) the window read picked a cell that never reaches the target
+in 2 of 12 probes, this read in none, at ~2.2x the off-policy samples.
+
 Run ids: c<checkpoint>-<label>-s<seed>, as any branch: sealed in <results>/branched/, reused on
 rerun, never redone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -106,10 +115,15 @@ def run_offpolicy(at: AtCheckpoint, plan: Plan, main: list[Candidate], i: int) -
         for o in offs
         for s in seeds
     ]
+    spent = 0
+    if recipe.branch.offpolicy_read == "target":
+        fresh, spent = _comparators_to_target(at, base, seeds)
+        level = t.value
+        budget = _target_cap(at, fresh)
+        jobs = [dataclasses.replace(j, budget=budget, policy=at.policy(level, budget, c, True)) for j in jobs]
     at.check_start([j.rid for j in jobs])
     at.run(jobs)
     ratios: dict[str, dict[int, tuple[float, bool]]] = {}
-    spent = 0
     for o in offs:
         mine: dict[int, tuple[float, bool]] = {}
         for s in seeds:
@@ -118,6 +132,33 @@ def run_offpolicy(at: AtCheckpoint, plan: Plan, main: list[Candidate], i: int) -
             mine[s] = _ratio(cv, fresh[s], at.start, level, t.higher_is_better)
         ratios[o.label] = mine
     return OffPolicyBranches(c, base.label, level, ratios, spent)
+
+
+TARGET_CAP = 2.0  # an off-policy branch to the target runs at most this x its k = 0 branch's samples
+
+
+def _comparators_to_target(
+    at: AtCheckpoint, base: Candidate, seeds: list[int]
+) -> tuple[dict[int, BranchCurve], int]:
+    """branch.offpolicy_read = "target": per seed, main candidate ``base`` (k = 0, label
+    ``{base}-k0``) branched from the checkpoint to the target itself (at most budget.max_samples),
+    and the samples they spent."""
+    recipe, c, t = at.recipe, at.c, at.recipe.target
+    me = dataclasses.replace(base, label=f"{base.label}-k0")
+    budget = max(c + 1, recipe.budget.max_samples)
+    stop = at.policy(t.value, budget, c, True)
+    jobs = [Job(me, s, branch_id(c, me, s), budget, stop, {"resume_from": at.resume}) for s in seeds]
+    at.check_start([j.rid for j in jobs])
+    at.run(jobs)
+    out = {s: stored_curve(at.store, branch_id(c, me, s), t.metric, c, me.batch_responses) for s in seeds}
+    return out, sum(int(cv.consumed) for cv in out.values())
+
+
+def _target_cap(at: AtCheckpoint, fresh: dict[int, BranchCurve]) -> int:
+    """The budget of an off-policy branch read to the target: TARGET_CAP x its k = 0 branches' longest
+    run past the checkpoint."""
+    longest = max((cv.consumed for cv in fresh.values()), default=float(at.w))
+    return min(at.recipe.budget.max_samples, at.c + math.ceil(TARGET_CAP * max(longest, 1.0)))
 
 
 def _control_level(at: AtCheckpoint, wb: int) -> float:

@@ -202,7 +202,24 @@ def _offpolicy_rows(
             secs.append(price.run_s(base.label, _longest(recipe, n)[1], n, max(1.0, o.updates_per_batch / m)))
         k, u = pairs[0][1].staleness, pairs[0][1].updates_per_batch
         rows.append(OffPolicyCost(cell, k, u, len(pairs), OFFPOLICY_POINTS * seeds_max, longest, max(secs)))
+    if rows and recipe.branch.offpolicy_read == "target":
+        rows = _to_target(recipe, rows, [base for base in main if offpolicy_of(plan, base.label)], price)
     return rows
+
+
+def _to_target(
+    recipe: Recipe, rows: list[OffPolicyCost], bases: list[Candidate], price: _Priced
+) -> list[OffPolicyCost]:
+    """branch.offpolicy_read = "target": every off-policy branch, and the k = 0 branch beside each
+    (cell "k0"), runs from the checkpoint to the target, at most budget.max_samples past it."""
+    n = recipe.budget.max_samples
+    secs = max(price.run_s(b.label, n, b.batch_responses, 1.0) for b in bases)
+    m = max(1, recipe.algorithm.mini_batches)
+    out = [OffPolicyCost("k0", 0, 1, len(bases), rows[0].runs_max, n, secs)]
+    for r in rows:
+        s = max(price.run_s(b.label, n, b.batch_responses, max(1.0, r.updates_per_batch / m)) for b in bases)
+        out.append(dataclasses.replace(r, longest_samples=n, branch_s_max=s))
+    return out
 
 
 def _offpolicy_note(swept: bool) -> str:

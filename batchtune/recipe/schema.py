@@ -279,12 +279,12 @@ class BranchConfig:
     # probes at regret <= 1.05 (80 without), but 7 of 8 on the one-seed run-length study (8 without)
     # and a higher cost (docs/branched.md, "Confirming rejections")
     confirm_rejections: bool = False
-    # which candidates branch at a checkpoint: bisect = a binary search over the main candidates for
-    # the last one within 1+tol (started from the previous checkpoint's answer, then one step up if
-    # it holds there or one down if not); all = every one
+    # which candidates branch at a checkpoint: bisect = a binary search over the main candidates for the
+    # last within 1+tol (from the previous checkpoint's answer, one step up if it holds, else down); all
     search: str = "bisect"
     # true: auto sizes trunk/windows to the run, these the least; off: measured no better (branched.md)
     size_to_run: bool = False
+    offpolicy_read: str = "window"  # k >= 1 branches: over the window, or "target" (docs/async.md)
 
 
 @dataclass(frozen=True)
@@ -394,7 +394,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "pretrain.schedule": ("wsd", "cosine", "constant"),
     "probe.mode": ("auto", "grid", "branched"),
     "probe.async_sweep": ("", "auto"),
-    "branch.search": ("bisect", "all"),
+    "branch.search": ("bisect", "all"), "branch.offpolicy_read": ("window", "target"),
     "backend.command_log_format": ("jsonl", "csv", "verl", "trl", "tensorboard", "wandb"),
     "backend.resume_steps": ("continue", "restart"),
 }

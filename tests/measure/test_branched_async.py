@@ -3,6 +3,7 @@ checkpoint at the candidate batch, paired with its k = 0 branch, stored, resumed
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from batchtune.measure.branch_checkpoint import branch_id
@@ -94,3 +95,26 @@ def test_plan_shows_the_off_policy_branches_cost_in_its_totals(tmp_path: Path) -
     assert [c["cell"] for c in data["offpolicy"]] == ["k2u1"] and data["offpolicy_s_max"] > 0
     text = CliRunner().invoke(app, base).stdout
     assert "Off-policy branches (cell: runs x samples at most): k2u1" in text
+
+
+def test_offpolicy_read_target_runs_the_branches_and_a_k0_beside_them_to_the_target(tmp_path: Path) -> None:
+    """branch.offpolicy_read = "target": each off-policy branch and a k = 0 branch of the same batch
+    and seed run from the checkpoint to the target itself, read there (not at the window's level);
+    the plan bounds what they spend, counting the k = 0 branches as a "k0" cell."""
+    cfg = _recipe(tmp_path, "probe.staleness=[0, 2]", "branch.offpolicy_read=target")
+    plan = branched_plan_preview(cfg, 0)
+    assert [c.cell for c in plan.offpolicy] == ["k0", "k2u1"]
+    assert all(c.longest_samples == cfg.budget.max_samples for c in plan.offpolicy)
+    res = run_branched_probe(cfg)
+    off = res.runs.offpolicy
+    assert off is not None and off.level == cfg.target.value
+    assert 0 < off.samples <= plan.offpolicy_samples_max
+    store = branched_store(tmp_path)
+    base = res.plan.by_label()[off.base]
+    for s in off.ratios[f"{off.base}-k2u1"]:
+        rec = store.run(branch_id(off.checkpoint, dataclasses.replace(base, label=f"{off.base}-k0"), s))
+        assert rec is not None and store.is_finished(rec.run_id) and rec.staleness == 0
+        # the k = 0 branch ran past the window's level, to the target (or its cap)
+        assert rec.samples - off.checkpoint > cfg.branch.window_samples * cfg.branch.max_window_factor
+    rec2, _, _ = recommend_for_recipe(cfg, "probe", None, 1, plot=False)
+    assert rec2.async_decision is not None
