@@ -75,7 +75,8 @@ def offpolicy_estimates(
             f"off-policy candidates ({', '.join(c.label for c in out)}) were branched at one checkpoint, "
             "paired seed by seed with their on-policy batch's k = 0 branch from it: R(B, k, u) = R(B) x "
             "that ratio (the staleness cost at the last checkpoint read); on the NQM "
-            "this short read picked a candidate that never reaches the target in 2 of 12 probes, the "
-            "grid none in 6: prefer probe.mode = 'grid' for a staleness sweep (docs/async.md)"
+            "the window read picked a candidate that never reaches the target in 2 of 12 probes, the "
+            "read to the target (branch.offpolicy_read = 'target') none but still up to regret 1.740, "
+            "the grid 1.000 in 6: prefer probe.mode = 'grid' for a staleness sweep (docs/async.md)"
         )
     return out, notes
