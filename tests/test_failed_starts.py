@@ -12,13 +12,12 @@ from typer.testing import CliRunner
 
 from batchtune.cli import app
 from batchtune.records.files import atomic_write_text, to_json
-
-# A stand-in trainer: pure Python, one JSON line per step. Without the file named by the `ENV_OK`
 from batchtune.records.store import ResultsStore
 
 # A stand-in trainer: pure Python, one JSON line per step. Without the file named by the `ENV_OK`
 # marker it fails at import, as verl does when it is not installed; P = 4 runs out of memory at its
-# first step (data) whatever the environment.
+# first step (data) whatever the environment. It needs only the standard library, so it runs under
+# `python -S` (no site-packages scan: ~0.04 s of CPU less per run; a probe here starts 6-7 of them).
 TRAINER = """
 import json, os, sys
 a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
@@ -44,7 +43,7 @@ def _recipe(tmp_path, prompts=(1, 2, 4)) -> str:
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     cmd = [
-        sys.executable, str(script), "--env", str(tmp_path / "ENV_OK"), "--prompts", "{prompts}",
+        sys.executable, "-S", str(script), "--env", str(tmp_path / "ENV_OK"), "--prompts", "{prompts}",
         "--group_size", "{group_size}", "--seed", "{seed}", "--max_steps", "{max_steps}",
         "--out", "{output_dir}",
     ]  # fmt: skip
