@@ -1,5 +1,6 @@
 """Import hygiene: the layers' arrows point down, the pure modules import no engine, `--help` does not
-import torch, and `recommend`/`pretrain` on stored records run without torch."""
+import torch, `recommend`/`pretrain` on stored records run without torch, and the log readers
+import no engine."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ PURE = [
     "batchtune.recipe.checks",
     "batchtune.integrations.measurements",
     "batchtune.report.json",
+]
+
+# the log readers and emitters (`import-logs`, `--emit`) run where no trainer is installed
+READERS = [
+    f"batchtune.integrations{m}" for m in ("", ".readers", ".verl", ".trl", ".wandb", ".openrlhf", ".emit")
 ]
 
 
@@ -71,7 +77,12 @@ def pretrain():
     cli(["pretrain", args["csv"], "--targets", "3.0,2.8", "--json"], codes=(0, 3))
     return f"{'torch' in sys.modules} {'transformers' in sys.modules}"
 
-stages = {"pure": pure, "help": help_, "recommend": recommend, "pretrain": pretrain}
+def readers():
+    for m in args["readers"]:
+        __import__(m)
+    return ",".join(h for h in ("torch", "transformers", "tensorboard", "trl") if h in sys.modules)
+
+stages = {"pure": pure, "readers": readers, "help": help_, "recommend": recommend, "pretrain": pretrain}
 for name in args["stages"]:
     stage(name, stages[name])
 print(json.dumps(out))
@@ -80,7 +91,7 @@ print(json.dumps(out))
 
 def _fresh(**args) -> dict[str, str]:
     """What each stage of `_STAGES` named in ``args["stages"]`` saw, in one fresh interpreter."""
-    args = {"pure": PURE, "heavy": HEAVY, **args}
+    args = {"pure": PURE, "heavy": HEAVY, "readers": READERS, **args}
     cmd = [sys.executable, "-c", _STAGES, json.dumps(args)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -98,8 +109,19 @@ def fresh_cli(nqm_results: Path, tmp_path_factory) -> dict[str, str]:
     return _fresh(stages=["help", "recommend", "pretrain"], results=str(nqm_results), csv=str(csv))
 
 
-def test_pure_modules_import_without_engines():
-    assert _fresh(stages=["pure"])["pure"] == "", "a pure module imported an engine or UI"
+@pytest.fixture(scope="module")
+def fresh_pure() -> dict[str, str]:
+    """The pure modules imported alone first, then the readers (what pure imported is read before)."""
+    return _fresh(stages=["pure", "readers"])
+
+
+def test_pure_modules_import_without_engines(fresh_pure):
+    assert fresh_pure["pure"] == "", "a pure module imported an engine or UI"
+
+
+def test_readers_do_not_import_torch(fresh_pure):
+    """(Moved from tests/integrations/test_generic.py, which started an interpreter of its own.)"""
+    assert fresh_pure["readers"] == "", "a log reader or emitter imported a trainer's engine"
 
 
 def test_no_upward_arrows():
