@@ -193,20 +193,17 @@ def test_help_does_not_import_torch(fresh_cli):
 
 
 @pytest.fixture(scope="module")
-def nqm_results(tmp_path_factory) -> Path:
-    """A probe and a profile of the NQM recipe (simulated: no torch), as records on disk."""
+def nqm_results(small_nqm: Path, tmp_path_factory) -> Path:
+    """A probe and a profile of the NQM recipe (simulated: no torch), as records on disk: a copy of
+    the session's small probe (what is imported is the point here, not the answer) plus a profile."""
     from typer.testing import CliRunner
 
     from batchtune.cli import app
+    from tests.small_nqm import copy_of
 
-    results = tmp_path_factory.mktemp("stored") / "r"
-    small = ["--set", "budget.seeds=[0, 1]", "--set", "candidates.prompts=[1, 4, 16, 64]"]
-    # what is imported is the point here, not the answer: a smaller, fixed probe
-    small += ["--set", "budget.max_extra_seeds=0", "--set", "nqm.dim=200"]
-    probe = ["probe", "nqm", "-r", str(results), "--json", *small]
-    for cmd in (probe, ["profile-gen", "nqm", "-r", str(results), "--json"]):
-        out = CliRunner().invoke(app, cmd)
-        assert out.exit_code == 0, out.output
+    results = copy_of(small_nqm, tmp_path_factory.mktemp("stored") / "r")
+    out = CliRunner().invoke(app, ["profile-gen", "nqm", "-r", str(results), "--json"])
+    assert out.exit_code == 0, out.output
     return results
 
 
