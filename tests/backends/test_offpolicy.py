@@ -1,14 +1,19 @@
 """Off-policy knobs of the torch RL trainer (issue 30): staleness k and updates per rollout batch u.
 
-k = 0 and u = mini_batches must be today's trainer bit for bit: ``data/onpolicy_curves.json`` holds
-the curves of the on-policy trainer as it was before these knobs (commit a28a317), made by
-``_curves`` below on this machine's torch; the test compares floats exactly.
+k = 0 and u = mini_batches must be today's trainer: ``data/onpolicy_curves.json`` holds the curves
+of the on-policy trainer as it was before these knobs (commit a28a317), made by ``_curves`` below
+with torch 2.13.0 on an earlier machine of this project. Spelling the knobs out (k = 0, u) must give
+the same floats, bit for bit, as leaving them out. Against the stored curves, steps, samples, tokens
+and LRs are exact and floats agree to 1% or 1e-6: torch's CPU kernels round differently on another
+instruction set (an AMD EPYC gave grad norms 3e-4 apart, a PPO loss near 1e-7 of the other sign),
+and the drift grows over the run's four steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -54,6 +59,19 @@ def run(root: Path, extra: list[str], **knobs) -> list:
     return list(TorchRLBackend().train(spec))
 
 
+def _close(got: object, want: object) -> bool:
+    """Structural equality, with floats compared to 1% or 1e-6 (the stored curves' CPU may differ)."""
+    if isinstance(want, dict):
+        return (
+            isinstance(got, dict) and got.keys() == want.keys() and all(_close(got[k], want[k]) for k in want)
+        )
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(map(_close, got, want))
+    if isinstance(want, float) and isinstance(got, float):
+        return math.isclose(got, want, rel_tol=1e-2, abs_tol=1e-6)
+    return got == want
+
+
 def _curves(records) -> list[dict]:
     return [
         {
@@ -73,8 +91,19 @@ def _curves(records) -> list[dict]:
 def test_on_policy_knobs_reproduce_the_old_trainer_exactly(root, case):
     golden = json.loads(GOLDEN.read_text())[case]
     u = 2 if "mini_batches=2" in " ".join(CASES[case]) else 1
-    for knobs in ({}, {"staleness": 0, "updates_per_batch": u}):
-        assert _curves(run(root, CASES[case], **knobs)) == golden
+    plain = _curves(run(root, CASES[case]))
+    assert _close(plain, golden)
+    assert _curves(run(root, CASES[case], staleness=0, updates_per_batch=u)) == plain
+
+
+def test_the_stored_curves_comparison_can_fail():
+    golden = json.loads(GOLDEN.read_text())["grpo"]
+    moved = json.loads(json.dumps(golden))
+    moved[1]["grad_norm"] *= 1.05
+    assert _close(golden, golden) and not _close(moved, golden)
+    moved = json.loads(json.dumps(golden))
+    moved[1]["samples"] += 1
+    assert not _close(moved, golden)
 
 
 def test_staleness_trains_on_batches_from_older_weights(root, monkeypatch):
