@@ -49,7 +49,7 @@ from batchtune.analysis.sample.lr import warmup_factor
 from batchtune.backends.models import load_model, resolve_device, resolve_dtype
 from batchtune.backends.spec import RunFailed, RunSpec
 from batchtune.backends.torch_rl.ppo import PPOLearner
-from batchtune.backends.torch_rl.rollout import Rollout, chunks, generate, token_logprobs
+from batchtune.backends.torch_rl.rollout import Rollout, generate, micro_batched, token_logprobs
 from batchtune.backends.torch_rl.tasks import make_task
 from batchtune.backends.torch_rl.trainer import (
     PromptSampler,
@@ -168,17 +168,17 @@ class _Worker:
             gen_cfg.temperature, gen_cfg.top_p,
         )  # fmt: skip
         micro = self.spec.recipe.algorithm.micro_batch_responses
-        parts = [
-            token_logprobs(lm.model, rollout.select(i), self.dtype, lm.device.type, gen_cfg.temperature)
-            for i in chunks(len(rollout.texts), micro)
-        ]
+        temperature, device_type = gen_cfg.temperature, lm.device.type
+        behaviour = micro_batched(
+            lambda r: token_logprobs(lm.model, r, self.dtype, device_type, temperature), rollout, micro
+        )
         scores = [self.task.reward(e, text) for e, text in zip(group, rollout.texts, strict=True)]
         bad = [s for s in scores if not math.isfinite(s)]
         if bad:
             raise RunFailed("failed", f"the reward function {self.task.reward_name} returned {bad[0]}")
         rollout = dataclasses.replace(rollout, sequences=rollout.sequences.cpu())
         fields = {f.name: getattr(rollout, f.name) for f in dataclasses.fields(rollout)}
-        return {"rollout": fields, "behaviour": torch.cat(parts).cpu(), "rewards": scores,
+        return {"rollout": fields, "behaviour": behaviour.cpu(), "rewards": scores,
                 "gen_s": time.perf_counter() - t0, "gen_cpu_s": time.thread_time() - c0}  # fmt: skip
 
     def put(self, path: str) -> bool:

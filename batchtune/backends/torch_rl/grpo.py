@@ -26,7 +26,7 @@ import torch
 
 from batchtune.backends.models import LoadedModel
 from batchtune.backends.torch_rl.optim import build_optimizer, check_finite, clip_and_norm, set_lr
-from batchtune.backends.torch_rl.rollout import Rollout, chunks, token_logprobs
+from batchtune.backends.torch_rl.rollout import Rollout, chunks, micro_batched, token_logprobs
 from batchtune.recipe.schema import Recipe
 
 ADV_EPS = 1e-6
@@ -87,13 +87,10 @@ class GRPOLearner:
             model, rollout, compute_dtype, self.lm.device.type, self.recipe.generation.temperature
         )
 
-    @torch.no_grad()
     def frozen_logprobs(self, model, rollout: Rollout, compute_dtype: torch.dtype) -> torch.Tensor:
+        """Log-probs without grad, micro-batched (the behaviour policy's, at generation)."""
         micro = self.recipe.algorithm.micro_batch_responses
-        parts = [
-            self.logprobs(model, rollout.select(i), compute_dtype) for i in chunks(len(rollout.texts), micro)
-        ]
-        return torch.cat(parts)
+        return micro_batched(lambda r: self.logprobs(model, r, compute_dtype), rollout, micro)
 
     def update(
         self,

@@ -27,7 +27,13 @@ import torch
 from batchtune.backends.models import LoadedModel
 from batchtune.backends.torch_rl.grpo import UpdateStats, clipped_pg, minibatch_groups
 from batchtune.backends.torch_rl.optim import build_optimizer, check_finite, clip_and_norm, set_lr
-from batchtune.backends.torch_rl.rollout import Rollout, chunks, hidden_states, token_logprobs
+from batchtune.backends.torch_rl.rollout import (
+    Rollout,
+    chunks,
+    hidden_states,
+    micro_batched,
+    token_logprobs,
+)
 from batchtune.recipe.schema import Recipe
 
 
@@ -96,10 +102,8 @@ class PPOLearner:
             model, rollout, compute_dtype, self.lm.device.type, self.recipe.generation.temperature
         )
 
-    @torch.no_grad()
     def _frozen(self, fn, rollout: Rollout) -> torch.Tensor:
-        micro = self.recipe.algorithm.micro_batch_responses
-        return torch.cat([fn(rollout.select(i)) for i in chunks(len(rollout.texts), micro)])
+        return micro_batched(fn, rollout, self.recipe.algorithm.micro_batch_responses)
 
     def frozen_logprobs(self, model, rollout: Rollout, compute_dtype) -> torch.Tensor:
         """Log-probs without grad, micro-batched (the behaviour policy's, at generation)."""

@@ -10,7 +10,7 @@ on-policy RL needs samples from the very distribution whose log-probs it trains 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +124,23 @@ def generate(
     return Rollout(seqs, full_mask, positions, prompt_len, rmask, texts)
 
 
+def _forward(model: Any, rollout: Rollout, compute_dtype: torch.dtype, device_type: str) -> Any:
+    """One forward pass over the rollout's sequences, without a KV cache, under autocast unless the
+    compute dtype is float32."""
+    ctx = (
+        contextlib.nullcontext()
+        if compute_dtype == torch.float32
+        else torch.autocast(device_type=device_type, dtype=compute_dtype)
+    )
+    with ctx:
+        return model(
+            input_ids=rollout.sequences,
+            attention_mask=rollout.attention_mask,
+            position_ids=rollout.position_ids,
+            use_cache=False,
+        )
+
+
 def token_logprobs(
     model: Any, rollout: Rollout, compute_dtype: torch.dtype, device_type: str, temperature: float
 ) -> torch.Tensor:
@@ -132,18 +149,7 @@ def token_logprobs(
     Logits are divided by the sampling temperature, so the log-probs are those of the
     distribution the responses were actually drawn from.
     """
-    ctx = (
-        contextlib.nullcontext()
-        if compute_dtype == torch.float32
-        else torch.autocast(device_type=device_type, dtype=compute_dtype)
-    )
-    with ctx:
-        out = model(
-            input_ids=rollout.sequences,
-            attention_mask=rollout.attention_mask,
-            position_ids=rollout.position_ids,
-            use_cache=False,
-        )
+    out = _forward(model, rollout, compute_dtype, device_type)
     p = rollout.prompt_len
     logits = out.logits[:, p - 1 : -1].float()
     if temperature != 1.0:
@@ -154,18 +160,7 @@ def token_logprobs(
 
 def hidden_states(body: Any, rollout: Rollout, compute_dtype: torch.dtype, device_type: str) -> torch.Tensor:
     """Last hidden states at the positions that predict each response token, [N, T, H], float32."""
-    ctx = (
-        contextlib.nullcontext()
-        if compute_dtype == torch.float32
-        else torch.autocast(device_type=device_type, dtype=compute_dtype)
-    )
-    with ctx:
-        out = body(
-            input_ids=rollout.sequences,
-            attention_mask=rollout.attention_mask,
-            position_ids=rollout.position_ids,
-            use_cache=False,
-        )
+    out = _forward(body, rollout, compute_dtype, device_type)
     p = rollout.prompt_len
     return out.last_hidden_state[:, p - 1 : -1].float()
 
@@ -175,3 +170,10 @@ def chunks(n: int, size: int) -> Iterator[torch.Tensor]:
     size = n if size <= 0 else size
     for start in range(0, n, size):
         yield torch.arange(start, min(n, start + size))
+
+
+@torch.no_grad()
+def micro_batched(fn: Callable[[Rollout], torch.Tensor], rollout: Rollout, micro: int) -> torch.Tensor:
+    """``fn`` of the rollout's responses without grad, ``micro`` at a time (all when 0), concatenated
+    along the responses (frozen log-probs and values: the behaviour policy's, the reference's)."""
+    return torch.cat([fn(rollout.select(i)) for i in chunks(len(rollout.texts), micro)])
