@@ -9,6 +9,7 @@ import json
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,32 +92,40 @@ def _line_of_key(lines: list[str], key: str, pattern: str) -> int | None:
     return next((i for i, ln in enumerate(lines, 1) if rx.search(ln)), None)
 
 
-def _json_flat(text: str, path: Path) -> Flat:
+def _parsed_flat(text: str, path: Path, loads: Callable[[str], Any], key_pattern: str) -> Flat:
+    """``loads(text)`` flattened to dotted keys, each value with the first line that matches
+    ``key_pattern`` (``{key}``: its last key); nesting too deep to parse or past MAX_DEPTH is refused."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        data = loads(text)
     except RecursionError:
         raise _too_deep(path) from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object of settings")
     flat: dict[str, Any] = {}
     _flatten(data, "", flat, path)
     lines = text.splitlines()
-    return {k: (v, _line_of_key(lines, k.split(".")[-1], r'"{key}"\s*:')) for k, v in flat.items()}
+    return {k: (v, _line_of_key(lines, k.split(".")[-1], key_pattern)) for k, v in flat.items()}
+
+
+def _json_flat(text: str, path: Path) -> Flat:
+    def loads(text: str) -> dict[str, Any]:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{path}: expected a JSON object of settings")
+        return data
+
+    return _parsed_flat(text, path, loads, r'"{key}"\s*:')
 
 
 def _toml_flat(text: str, path: Path) -> Flat:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML ({exc})") from None
-    except RecursionError:
-        raise _too_deep(path) from None
-    flat: dict[str, Any] = {}
-    _flatten(data, "", flat, path)
-    lines = text.splitlines()
-    return {k: (v, _line_of_key(lines, k.split(".")[-1], r"^\s*{key}\s*=")) for k, v in flat.items()}
+    def loads(text: str) -> dict[str, Any]:
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"{path}: not valid TOML ({exc})") from None
+
+    return _parsed_flat(text, path, loads, r"^\s*{key}\s*=")
 
 
 def _args_flat(text: str, path: Path) -> Flat:

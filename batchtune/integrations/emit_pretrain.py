@@ -43,7 +43,7 @@ in the project's own source (cited where it is used):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from batchtune.analysis.pretrain.schedule import ScheduleStage
@@ -145,10 +145,18 @@ def _megatron(units: list[StageUnits], seq_len: int, micro: int, gpus: int, tota
     return lines
 
 
-def _nanogpt(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> list[str]:
-    lines, total_steps = [], 0
+def _stage_ends(units: list[StageUnits]) -> Iterator[tuple[int, StageUnits, int]]:
+    """Each stage, numbered from 1, with the optimiser steps at its end counted from the first
+    stage's start (the trainers' step counters run on across a resume)."""
+    total_steps = 0
     for i, u in enumerate(units, 1):
         total_steps += u.steps
+        yield i, u, total_steps
+
+
+def _nanogpt(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> list[str]:
+    lines: list[str] = []
+    for i, u, total_steps in _stage_ends(units):
         lines += [
             f"# ---- config/stage{i}.py (karpathy/nanoGPT train.py; "
             f"from {u.start_tokens:,} to {u.end_tokens:,} tokens)",
@@ -170,9 +178,8 @@ def _nanogpt(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> li
 
 
 def _hf(units: list[StageUnits], seq_len: int, micro: int, gpus: int) -> list[str]:
-    lines, total_steps, consumed = [], 0, 0  # consumed: sequences trained, whole steps
-    for i, u in enumerate(units, 1):
-        total_steps += u.steps
+    lines, consumed = [], 0  # consumed: sequences trained, whole steps
+    for i, u, total_steps in _stage_ends(units):
         wd = f", weight_decay={u.weight_decay:g}" if u.weight_decay is not None else ""
         lines.append(
             f"# stage {i}: from {u.start_tokens:,} tokens; sequences of {seq_len} tokens, world size {gpus}"
@@ -199,9 +206,8 @@ def _toml_float(x: float) -> str:
 
 
 def _torchtitan(units: list[StageUnits], seq_len: int, micro: int) -> list[str]:
-    lines, total_steps = [], 0
-    for i, u in enumerate(units, 1):
-        total_steps += u.steps
+    lines: list[str] = []
+    for i, u, total_steps in _stage_ends(units):
         lines += [
             f"# ---- stage{i}.toml (torchtitan <= v0.2.2 job config, torchtitan/config/job_config.py at "
             f"238fa995; from {u.start_tokens:,} to {u.end_tokens:,} tokens)",

@@ -23,9 +23,10 @@ import csv
 import io
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from batchtune.errors import InputError
 from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, as_number
@@ -76,15 +77,20 @@ def _rows_csv(path: Path, text: str, partial: bool) -> tuple[list[str], list[tup
     dupes = sorted({h for h in header if header.count(h) > 1})
     if dupes:
         raise InputError(f"{path}:1: duplicate column(s) {', '.join(dupes)}")
-    rows: list[tuple[int, dict[str, object]]] = []
+    rows: list[tuple[int, dict[str, object]]] = list(csv_rows(reader, header, path))
+    return header, rows
+
+
+def csv_rows(reader: Any, header: list[str], path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The rows after a CSV's header as (line, column -> cell), blank lines skipped; a row whose
+    field count is not the header's is refused."""
     for cells in reader:
         line = reader.line_num
         if not any(c.strip() for c in cells):
             continue
         if len(cells) != len(header):
             raise InputError(f"{path}:{line}: {len(cells)} fields, the header has {len(header)}")
-        rows.append((line, dict(zip(header, cells, strict=True))))
-    return header, rows
+        yield line, dict(zip(header, cells, strict=True))
 
 
 def _flatten(obj: Mapping[str, object], prefix: str = "") -> dict[str, object]:

@@ -27,7 +27,7 @@ from batchtune.integrations.common import (
     merge_keys,
 )
 from batchtune.integrations.convert import build_run
-from batchtune.integrations.logs_generic import read_log_text
+from batchtune.integrations.logs_generic import csv_rows, read_log_text
 from batchtune.integrations.openrlhf import OPENRLHF_KEYS
 from batchtune.integrations.trl import TRL_KEYS
 from batchtune.integrations.verl import VERL_KEYS
@@ -75,13 +75,7 @@ def read_wandb_csv(path: str | Path, info: RunInfo, keys: LogKeys | None = None)
         else:
             layout[col] = (info.run_id or path.stem, col)
     runs: dict[str, list[StepEntry]] = {}
-    for cells in reader:
-        line = reader.line_num
-        if not any(c.strip() for c in cells):
-            continue
-        if len(cells) != len(header):
-            raise InputError(f"{path}:{line}: {len(cells)} fields, the header has {len(header)}")
-        row = dict(zip(header, cells, strict=True))
+    for line, row in csv_rows(reader, header, path):
         raw_step, used = row[step_col].strip(), step_col
         for other in fallback_steps if not raw_step else ():  # an eval row (OpenRLHF: its own step key)
             raw_step, used = row[other].strip(), other
