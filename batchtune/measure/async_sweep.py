@@ -23,8 +23,8 @@ from typing import Any
 
 from batchtune import backends, codec
 from batchtune.analysis.decide.async_sweep import SweepCell, prune_sweep
-from batchtune.backends.spec import Candidate, RunFailed, RunSpec
-from batchtune.measure.plan import Plan, run_id
+from batchtune.backends.spec import Candidate, RunFailed
+from batchtune.measure.plan import Plan, timing_spec
 from batchtune.recipe.schema import Recipe
 from batchtune.records.files import atomic_write_text
 from batchtune.records.store import ResultsStore
@@ -64,16 +64,7 @@ def _time_stages(recipe: Recipe, cand: Candidate, scratch: Path, ref_batch: int)
     """(gen_s of each batch, train_s per update of each) over a few steps of ``cand`` alone, the
     first (warm-up) left out."""
     sync = dataclasses.replace(recipe, algorithm=dataclasses.replace(recipe.algorithm, mode="sync"))
-    spec = RunSpec(
-        run_id=run_id(cand, 0),
-        candidate=cand,
-        seed=0,
-        recipe=sync,
-        run_dir=scratch / run_id(cand, 0),
-        base_lr=recipe.optimizer.lr,
-        reference_batch=ref_batch,
-    )
-    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    spec = timing_spec(sync, cand, scratch, ref_batch)  # sync's optimizer is the recipe's
     stream = backends.load("training", recipe.backend.training)().train(spec)
     gens: list[float] = []
     trains: list[float] = []

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from batchtune.analysis.decide.async_sweep import sweep_grid
 from batchtune.analysis.sample.lr import scaled_lr
-from batchtune.backends.spec import Candidate
+from batchtune.backends.spec import Candidate, RunSpec
 from batchtune.errors import RecipeError
 from batchtune.recipe.schema import Recipe
 from batchtune.records.types import RunRecord, candidate_label
@@ -146,6 +147,22 @@ def plan_pretrain(recipe: Recipe) -> Plan:
 
 def run_id(candidate: Candidate, seed: int) -> str:
     return f"{candidate.label}-s{seed}"
+
+
+def timing_spec(recipe: Recipe, candidate: Candidate, scratch: Path, reference_batch: int) -> RunSpec:
+    """A run of ``candidate`` alone at seed 0 under ``scratch`` (its folder made), whose first steps
+    are timed before a probe: the plan's cost preview, the off-policy sweep."""
+    spec = RunSpec(
+        run_id=run_id(candidate, 0),
+        candidate=candidate,
+        seed=0,
+        recipe=recipe,
+        run_dir=scratch / run_id(candidate, 0),
+        base_lr=recipe.optimizer.lr,
+        reference_batch=reference_batch,
+    )
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    return spec
 
 
 def run_record(

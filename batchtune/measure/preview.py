@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchtune import backends
-from batchtune.backends.spec import Candidate, RunFailed, RunSpec
+from batchtune.backends.spec import Candidate, RunFailed
 from batchtune.measure import contention
 from batchtune.measure.async_sweep import sweep_decision
-from batchtune.measure.plan import Plan, plan_candidates, run_id
+from batchtune.measure.plan import Plan, plan_candidates, run_id, timing_spec
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
 
@@ -103,16 +103,7 @@ def time_candidate(
     training step (allocator and kernel warm-up) is dropped when there are at least two. A run
     that fails while timed (diverged, out of memory) is data, as in a probe: ``failed`` says why,
     and the steps it took before are timed (nan if none)."""
-    spec = RunSpec(
-        run_id=run_id(cand, 0),
-        candidate=cand,
-        seed=0,
-        recipe=recipe,
-        run_dir=scratch / run_id(cand, 0),
-        base_lr=recipe.optimizer.lr,
-        reference_batch=reference_batch or plan_candidates(recipe).reference_batch,
-    )
-    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    spec = timing_spec(recipe, cand, scratch, reference_batch or plan_candidates(recipe).reference_batch)
     backend = backends.load("training", recipe.backend.training)()
     t0 = time.perf_counter()
     stream = backend.train(spec)
