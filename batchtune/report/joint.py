@@ -177,15 +177,27 @@ def pick_to_dict(pick: AsyncPick | None) -> dict[str, Any] | None:
     }
 
 
+def _ranked(rank: int, row: JointRow | SplitRow) -> dict[str, Any]:
+    """The keys a ranked row's JSON starts with (the candidates', the GPU splits')."""
+    return {"rank": rank, "name": row.label, "mode": row.choice.mode}
+
+
+def _queued(c: AsyncChoice) -> int:
+    """algorithm.in_flight_cap of a choice: finished batches queued (0: the bound alone, or sync)."""
+    return 0 if c.mode == "sync" else queue_cap(c.in_flight_cap)
+
+
+def _time_to_target(c: AsyncChoice) -> dict[str, Any]:
+    return {"time_to_target_s": num(c.t), "time_to_target_ci_s": [num(c.t_lo), num(c.t_hi)]}
+
+
 def joint_to_dict(decision: JointDecision) -> dict[str, Any]:
     rows = []
     for rank, row in enumerate(decision.rows, 1):
         c = row.choice
         rows.append(
             {
-                "rank": rank,
-                "name": row.label,
-                "mode": c.mode,
+                **_ranked(rank, row),
                 "prompts": row.prompts,
                 "group_size": row.group_size,
                 "batch_responses": c.batch,
@@ -194,14 +206,13 @@ def joint_to_dict(decision: JointDecision) -> dict[str, Any]:
                 "rollout_gpus": c.rollout_gpus,  # null: colocated
                 # finished batches queued (algorithm.in_flight_cap; 0: the bound alone, or sync), and
                 # the model's count: generated or generating, not yet trained (null: the bound alone)
-                "in_flight_cap": 0 if c.mode == "sync" else queue_cap(c.in_flight_cap),
+                "in_flight_cap": _queued(c),
                 "in_flight_batches": c.in_flight_cap,
                 "responses_per_s": num(c.responses_per_s),
                 "lag_reached_updates": num(c.lag_reached),
                 "trainer_idle_frac": num(c.trainer_idle_frac),
                 "rollout_idle_frac": num(c.rollout_idle_frac),
-                "time_to_target_s": num(c.t),
-                "time_to_target_ci_s": [num(c.t_lo), num(c.t_hi)],
+                **_time_to_target(c),
                 # "trace": measured steps' own times played through the simulation; "mean": their means
                 "step_times": c.step_times,
             }
@@ -226,17 +237,14 @@ def splits_to_dict(splits: SplitRanking) -> dict[str, Any]:
         c = row.choice
         rows.append(
             {
-                "rank": rank,
-                "name": row.label,
-                "mode": c.mode,
+                **_ranked(rank, row),
                 "rollout_gpus": c.rollout_gpus,  # null: colocated on every GPU
                 "train_gpus": None if c.rollout_gpus is None else n - c.rollout_gpus,
-                "in_flight_cap": 0 if c.mode == "sync" else queue_cap(c.in_flight_cap),
+                "in_flight_cap": _queued(c),
                 "responses_per_s": num(c.responses_per_s),
                 "rollout_idle_frac": num(c.rollout_idle_frac),
                 "trainer_idle_frac": num(c.trainer_idle_frac),
-                "time_to_target_s": num(c.t),
-                "time_to_target_ci_s": [num(c.t_lo), num(c.t_hi)],
+                **_time_to_target(c),
                 "reason": row.reason,
             }
         )

@@ -25,24 +25,30 @@ def plan_table(preview: Any) -> Table:
     table = Table(title=f"Probe plan: {preview.runs} runs ({preview.backend} backend), upper bounds")
     shape = shape_header(preview.unit)  # the pre-training grid: sequences x length, tokens per run
     cols = ("candidate", shape, "N", "LR", "seeds", f"{preview.unit}/run", "steps/run", "evals/run")
-    timed = ("s/step", "s/run")
-    for col in cols + (timed if preview.timed_steps else ()):
-        table.add_column(col, justify="left" if col == "candidate" else "right")
+    _columns(table, cols + (("s/step", "s/run") if preview.timed_steps else ()))
     for c in preview.candidates:
-        row = [
-            c.label + (" (ref)" if c.label == preview.reference else ""),
-            f"{c.prompts} x {c.group_size}",
-            str(c.batch_responses),
-            f"{c.lr:.3g}",
-            str(c.seeds),
-            f"{c.max_samples_per_run:,}",
-            f"{c.max_steps_per_run:,}",
-            f"{c.evals_per_run:,}",
-        ]
-        if preview.timed_steps:
-            row += [fmt_n(c.step_s), fmt_time(c.run_s_max) if math.isfinite(c.run_s_max) else "-"]
-        table.add_row(*row)
+        row = _leading_cells(c, c.label + (" (ref)" if c.label == preview.reference else ""))
+        row += [str(c.seeds), f"{c.max_samples_per_run:,}", f"{c.max_steps_per_run:,}"]
+        row.append(f"{c.evals_per_run:,}")
+        table.add_row(*row, *(_timed_cells(c, c.run_s_max) if preview.timed_steps else ()))
     return table
+
+
+def _columns(table: Table, cols: tuple[str, ...]) -> None:
+    """Both plans' columns: the first (the candidate) left-aligned, the numbers right-aligned."""
+    for col in cols:
+        table.add_column(col, justify="left" if col == cols[0] else "right")
+
+
+def _leading_cells(c: Any, label: str) -> list[str]:
+    """The cells both plans' rows start with: the candidate, P x G, N and LR."""
+    return [label, f"{c.prompts} x {c.group_size}", str(c.batch_responses), f"{c.lr:.3g}"]
+
+
+def _timed_cells(c: Any, seconds: float) -> list[str]:
+    """Seconds a step and ``seconds`` (a run's, a branch's) where steps were timed; "-" where the
+    latter is not finite."""
+    return [fmt_n(c.step_s), fmt_time(seconds) if math.isfinite(seconds) else "-"]
 
 
 def plan_summary(preview: Any, run_it: str) -> list[str]:
@@ -94,23 +100,12 @@ def branched_plan_table(preview: Any) -> Table:
     table = Table(title=title + ", upper bounds")
     shape = shape_header(p.unit)  # a pre-training recipe's token batches: seqs x len
     cols = ("batch", shape, "N", "LR", "window", "steps", "longest branch", "branches")
-    timed = ("s/step", "s/branch")
-    for col in cols + (timed if p.timed_steps else ()):
-        table.add_column(col, justify="left" if col == "batch" else "right")
+    _columns(table, cols + (("s/step", "s/branch") if p.timed_steps else ()))
     for c in p.candidates:
-        row = [
-            c.label,
-            f"{c.prompts} x {c.group_size}",
-            str(c.batch_responses),
-            f"{c.lr:.3g}",
-            f"{c.window_samples:,}",
-            f"{c.window_steps:,}",
-            f"{c.longest_samples:,}",
-            f"<= {c.branches_max}",
-        ]
-        if p.timed_steps:
-            row += [fmt_n(c.step_s), fmt_time(c.branch_s_max) if math.isfinite(c.branch_s_max) else "-"]
-        table.add_row(*row)
+        row = _leading_cells(c, c.label)
+        row += [f"{c.window_samples:,}", f"{c.window_steps:,}", f"{c.longest_samples:,}"]
+        row.append(f"<= {c.branches_max}")
+        table.add_row(*row, *(_timed_cells(c, c.branch_s_max) if p.timed_steps else ()))
     return table
 
 
