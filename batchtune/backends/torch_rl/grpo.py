@@ -26,7 +26,7 @@ import torch
 
 from batchtune.backends.models import LoadedModel
 from batchtune.backends.torch_rl.optim import build_optimizer, check_finite, clip_and_norm, set_lr
-from batchtune.backends.torch_rl.rollout import Rollout, chunks, micro_batched, token_logprobs
+from batchtune.backends.torch_rl.rollout import Rollout, micro_batched, micro_batches, token_logprobs
 from batchtune.recipe.schema import Recipe
 
 ADV_EPS = 1e-6
@@ -121,10 +121,7 @@ class GRPOLearner:
             n_tok = mask[mb].sum().clamp(min=1.0)
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = kl_sum = clip_sum = 0.0
-            for part in chunks(len(mb), alg.micro_batch_responses):
-                idx = mb[part]
-                sub = rollout.select(idx)
-                m = mask[idx]
+            for idx, sub, m in micro_batches(rollout, mb, alg.micro_batch_responses):
                 logp = self.logprobs(self.lm.model, sub, compute_dtype)
                 old = logp.detach() if old_all is None else old_all[idx]
                 pg, clipped = clipped_pg(logp, old, adv[idx].unsqueeze(-1), alg.clip_eps)

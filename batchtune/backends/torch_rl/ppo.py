@@ -29,9 +29,9 @@ from batchtune.backends.torch_rl.grpo import UpdateStats, clipped_pg, minibatch_
 from batchtune.backends.torch_rl.optim import build_optimizer, check_finite, clip_and_norm, set_lr
 from batchtune.backends.torch_rl.rollout import (
     Rollout,
-    chunks,
     hidden_states,
     micro_batched,
+    micro_batches,
     token_logprobs,
 )
 from batchtune.recipe.schema import Recipe
@@ -150,10 +150,7 @@ class PPOLearner:
             self.optimizer.zero_grad(set_to_none=True)
             self.critic_optimizer.zero_grad(set_to_none=True)
             loss_sum = vloss_sum = clip_sum = 0.0
-            for part in chunks(len(mb), alg.micro_batch_responses):
-                idx = mb[part]
-                sub = rollout.select(idx)
-                m = mask[idx]
+            for idx, sub, m in micro_batches(rollout, mb, alg.micro_batch_responses):
                 logp = self._logprobs(self.lm.model, sub, compute_dtype)
                 pg, clipped = clipped_pg(logp, old_logp[idx], adv[idx], alg.clip_eps)
                 loss = (pg * m).sum() / n_tok

@@ -177,3 +177,13 @@ def micro_batched(fn: Callable[[Rollout], torch.Tensor], rollout: Rollout, micro
     """``fn`` of the rollout's responses without grad, ``micro`` at a time (all when 0), concatenated
     along the responses (frozen log-probs and values: the behaviour policy's, the reference's)."""
     return torch.cat([fn(rollout.select(i)) for i in chunks(len(rollout.texts), micro)])
+
+
+def micro_batches(
+    rollout: Rollout, mini_batch: torch.Tensor, micro: int
+) -> Iterator[tuple[torch.Tensor, Rollout, torch.Tensor]]:
+    """A mini-batch's micro-batches (gradient accumulation), ``micro`` responses at a time (all when
+    0): each as its response indices, its responses and their response mask."""
+    for part in chunks(len(mini_batch), micro):
+        idx = mini_batch[part]
+        yield idx, rollout.select(idx), rollout.response_mask[idx]
