@@ -74,8 +74,7 @@ def probe(
         if dry_run:
             raise InputError("--smoke and --dry-run: choose one")
         _smoke(recipe, set_, results, json_out)
-    overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
-    cfg = _recipe(recipe, overrides, results)
+    cfg = _recipe_with(recipe, set_, results, "run.workers", workers)
     if dry_run:
         _show_plan(cfg, None, json_out, _command_line("probe", recipe, set_, results, workers))
         return
@@ -130,6 +129,14 @@ def probe(
     exit_if_not_estimated(not_estimated(result.efficiency))
 
 
+def _recipe_with(
+    recipe: str | None, set_: list[str] | None, results: str | None, key: str, value: object
+) -> Any:
+    """The recipe with the user's ``--set`` overrides, then ``key=value`` where an option gave it."""
+    overrides = list(set_ or []) + ([f"{key}={value}"] if value else [])
+    return _recipe(recipe, overrides, results)
+
+
 @app.command()
 @handle_errors
 def plan(
@@ -153,8 +160,7 @@ def plan(
     For probe.mode = branched: the trunk and its checkpoints, each batch's window and longest branch,
     and upper bounds on samples and wall time (the search stops most runs well before them).
     """
-    overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
-    cfg = _recipe(recipe, overrides, results)
+    cfg = _recipe_with(recipe, set_, results, "run.workers", workers)
     _show_plan(cfg, time_steps, json_out, _command_line("probe", recipe, set_, results, workers))
 
 
@@ -208,8 +214,7 @@ def profile_gen(
     with the roofline bound, and times optimiser steps against batch. Out-of-memory points are recorded
     as the ceiling.
     """
-    overrides = list(set_ or []) + ([f"hardware.name={hardware}"] if hardware else [])
-    cfg = _recipe(recipe, overrides, results)
+    cfg = _recipe_with(recipe, set_, results, "hardware.name", hardware)
     _profile(cfg, json_out=json_out, roofline_only=roofline_only)
 
 
@@ -256,8 +261,7 @@ def tune(
             raise InputError("--smoke and --dry-run: choose one")
         _smoke(recipe, set_, results, json_out)
     _check_out(emit, out)
-    overrides = list(set_ or []) + ([f"run.workers={workers}"] if workers else [])
-    cfg = _recipe(recipe, overrides, results)
+    cfg = _recipe_with(recipe, set_, results, "run.workers", workers)
     from batchtune.workflow.pretrain import check_pretrain_ranking
     from batchtune.workflow.study import study_for
 
