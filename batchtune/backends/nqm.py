@@ -223,19 +223,9 @@ class NQMBackend:
                 save_nqm_checkpoint(
                     checkpoint_path(spec.checkpoint_dir, saves.pop(0)), theta, m, v, samples, step
                 )
-            yield StepRecord(
-                run_id=spec.run_id,
-                step=step,
-                samples=samples,
-                tokens=samples * recipe.generation.max_new_tokens,
-                lr=lr,
-                prompts=cand.prompts,
-                group_size=cand.group_size,
-                seed=spec.seed,
-                metrics=metrics,
-                grad_norm=grad_norm,
-                gen_s=gen_s,
-                train_s=train_s,
+            tokens = samples * recipe.generation.max_new_tokens
+            yield spec.step_record(
+                step, samples, tokens, lr, metrics, grad_norm=grad_norm, gen_s=gen_s, train_s=train_s
             )
 
 

@@ -211,19 +211,9 @@ class PretrainLMBackend:
                 next_eval += p.eval_every_tokens * max(
                     1, math.ceil((run.tokens - next_eval + 1) / p.eval_every_tokens)
                 )
-            yield StepRecord(
-                run_id=spec.run_id,
-                step=run.steps,
-                samples=run.tokens,
-                tokens=run.tokens,
-                lr=lr,
-                prompts=cand.prompts,
-                group_size=cand.group_size,
-                seed=spec.seed,
-                metrics=metrics,
-                grad_norm=norm,
-                train_s=train_s,
-                other_s=other_s,
+            samples = tokens = run.tokens  # the samples of a pre-training run are its tokens
+            yield spec.step_record(
+                run.steps, samples, tokens, lr, metrics, grad_norm=norm, train_s=train_s, other_s=other_s
             )
             metrics = {k: v for k, v in metrics.items() if k == "loss_floor"}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from batchtune.recipe.schema import Recipe
 from batchtune.records.types import ModelInfo, StepRecord
@@ -54,6 +54,16 @@ class RunSpec:
     resume_from: Path | None = None
     save_at_samples: tuple[int, ...] = ()
     checkpoint_dir: Path | None = None
+
+    def step_record(
+        self, step: int, samples: int, tokens: int, lr: float, metrics: dict[str, float], **reported: Any
+    ) -> StepRecord:
+        """The record of this run's optimiser step ``step``: the run's id, P, G and seed, with what
+        the backend measured (``reported``: gradient norms, seconds)."""
+        c = self.candidate
+        return StepRecord(
+            self.run_id, step, samples, tokens, lr, c.prompts, c.group_size, self.seed, metrics, **reported
+        )
 
 
 def branch_seed(seed: int, position: int) -> int:

@@ -306,16 +306,12 @@ class TRLBackend:
         # generation, which feeds `mini_batches` optimiser steps
         tokens += p.logs.get("completions/mean_length", 0.0) * c.batch_responses
         step_time = p.logs.get("step_time", 0.0)
-        record = StepRecord(
-            run_id=spec.run_id,
-            step=p.step,
-            samples=samples,
-            tokens=int(round(tokens)),
-            lr=p.logs.get("learning_rate", 0.0 if p.step == 0 else c.lr),
-            prompts=c.prompts,
-            group_size=c.group_size,
-            seed=spec.seed,
-            metrics=dict(p.logs),
+        record = spec.step_record(
+            p.step,
+            samples,
+            int(round(tokens)),
+            p.logs.get("learning_rate", 0.0 if p.step == 0 else c.lr),
+            dict(p.logs),
             grad_norm=p.logs.get("grad_norm"),
             gen_s=p.gen_s,
             train_s=max(0.0, step_time - p.gen_s),

@@ -323,8 +323,7 @@ def _steps(spec, pipe: _Pipe, task, lm, learner, critic_lr, compute_dtype, epoch
     step = samples = tokens = last_eval = 0
 
     def record(metrics, **kw) -> StepRecord:
-        return StepRecord(spec.run_id, step, samples, tokens, kw.pop("lr", 0.0), cand.prompts,
-                          cand.group_size, spec.seed, metrics, **kw)  # fmt: skip
+        return spec.step_record(step, samples, tokens, kw.pop("lr", 0.0), metrics, **kw)
 
     if has_eval:
         t0 = time.perf_counter()

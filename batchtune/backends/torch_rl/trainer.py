@@ -203,12 +203,8 @@ class _Run:
 
     def record(self, lr: float, metrics: dict[str, float], **timing) -> StepRecord:
         """The record of the step the counters are at."""
-        c, cand = self.counters, self.spec.candidate
-        return StepRecord(
-            run_id=self.spec.run_id, step=c.step, samples=c.samples, tokens=c.tokens, lr=lr,
-            prompts=cand.prompts, group_size=cand.group_size, seed=self.spec.seed, metrics=metrics,
-            **timing,
-        )  # fmt: skip
+        c = self.counters
+        return self.spec.step_record(c.step, c.samples, c.tokens, lr, metrics, **timing)
 
 
 def _start(spec: RunSpec) -> _Run:
