@@ -112,8 +112,8 @@ def sequential_pick(inst: Instance, margin: float, first: int) -> tuple[Cand, in
     def estimate() -> tuple[dict[str, float], dict[str, int]]:
         return {n: est(c) for n, c in names.items()}, {n: seeds[c] for n, c in names.items()}
 
-    def run(labels: list[str]) -> None:
-        seeds.update({names[n]: TOP for n in labels})
+    def run(labels: list[str], n: int) -> None:
+        seeds.update({names[lab]: n for lab in labels})
 
     if margin >= 0:
         top_up(estimate, run, margin=margin, top=TOP)

@@ -12,19 +12,26 @@ Seeds: a top-up to N seeds runs the planned seeds and the seeds of sequential ro
 exist) and with the other candidates'. The reference runs unbanded, the others under the probe's
 band, as sequential seeding runs them.
 
-Resumable and recorded: each round is written to ``<results>/async_topup.json`` before its runs
-start; a rerun first finishes the recorded rounds' runs, then goes on from there, so `recommend`
-reports the rounds that were run (``load_top_up``). A record of another margin or seed count is
-started afresh (the runs it made are kept and count as seeds).
+Sequential rounds (opt-in: ``budget.async_top_up_max_seeds`` above ``async_top_up_seeds``): the
+paired seeds' evidence is the ranking made again with each of the rule's GROUPS groups of the seed
+list left out (``analyse`` with ``drop_seeds``); a round brings its candidates to a seed count N of
+the same seed list (``top_up_seeds``).
+
+Resumable and recorded: each round (its candidates and their seed count) is written to
+``<results>/async_topup.json`` before its runs start; a rerun first finishes the recorded rounds'
+runs, then goes on from there, so `recommend` reports the rounds that were run (``load_top_up``). A
+record of another margin, seed count or cap is started afresh (the runs it made are kept and count
+as seeds).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from batchtune import codec
 from batchtune.events import ProbeEvents
@@ -38,12 +45,21 @@ from batchtune.records.store import ResultsStore
 from batchtune.records.types import FAILED_STATUSES
 
 if TYPE_CHECKING:
-    from batchtune.analysis.decide.async_joint import Knobs
+    from batchtune.analysis.decide.async_joint import Knobs, Trace
     from batchtune.analysis.decide.async_topup import TopUpRound
     from batchtune.analysis.sample.efficiency import SampleEfficiency
 
 TOP_UP_FILE = "async_topup.json"
 TIMES = "the probe's own step times"
+
+
+class Analyse(Protocol):
+    """measure/probe.analyse_store's shape: the sample efficiency of the store's runs, less those of
+    ``drop_seeds``."""
+
+    def __call__(
+        self, store: ResultsStore, recipe: Recipe, plan: Plan, *, drop_seeds: frozenset[int] = ...
+    ) -> SampleEfficiency: ...
 
 
 def has_async_knobs(cfg: Recipe) -> bool:
@@ -85,9 +101,16 @@ class TopUpRecord:
     top: int
     rounds: tuple[TopUpRound, ...]
     times_source: str = TIMES
+    cap: int = 0  # budget.async_top_up_max_seeds (<= top: no sequential rounds)
 
     def lines(self) -> list[str]:
         """What `recommend` says: who was topped up, in which round, and why."""
+        seq = (
+            f"; then, up to {self.cap} seeds, the best and the contenders its paired seeds did not "
+            "separate from it doubled their seeds (budget.async_top_up_max_seeds)"
+            if self.cap > self.top
+            else ""
+        )
         if not self.rounds:
             return [
                 f"seed top-up (budget.async_top_up_seeds = {self.top}, margin {self.margin:.0%}): no "
@@ -96,9 +119,17 @@ class TopUpRecord:
         head = (
             f"seed top-up (budget.async_top_up_seeds = {self.top}): candidates within "
             f"{self.margin:.0%} of the best estimated T ({self.times_source}) got {self.top} seeds, "
-            "until no contender lacked seeds"
+            f"until no contender lacked seeds{seq}"
         )
         return [head] + [f"round {i}: {r.words(self.margin, self.top)}" for i, r in enumerate(self.rounds, 1)]
+
+    def asked(self) -> dict[str, int]:
+        """The seeds each candidate was asked for in the recorded rounds."""
+        out: dict[str, int] = {}
+        for r in self.rounds:
+            for t in r.topped:
+                out[t.label] = max(out.get(t.label, 0), r.seeds or self.top)
+        return out
 
 
 def load_top_up(store: ResultsStore) -> TopUpRecord | None:
@@ -115,11 +146,18 @@ def load_top_up(store: ResultsStore) -> TopUpRecord | None:
             str(r["best"]),
             codec.as_float(r["best_t"], where),
             tuple(codec.from_dict(TopUp, t, where) for t in r["topped"]),
+            int(r.get("seeds", data["top"])),
+            str(r.get("kind", "contenders")),
         )
         for r in data["rounds"]
     )
+    top = int(data["top"])
     return TopUpRecord(
-        codec.as_float(data["margin"], where), int(data["top"]), rounds, str(data["times_source"])
+        codec.as_float(data["margin"], where),
+        top,
+        rounds,
+        str(data["times_source"]),
+        int(data.get("cap", top)),
     )
 
 
@@ -127,45 +165,61 @@ def _save(store: ResultsStore, rec: TopUpRecord) -> None:
     data: dict[str, Any] = {
         "margin": rec.margin,
         "top": rec.top,
+        "cap": rec.cap,
         "times_source": rec.times_source,
         "rounds": [dataclasses.asdict(r) for r in rec.rounds],
     }
     atomic_write_text(store.root / TOP_UP_FILE, codec.dumps(data, indent=2))
 
 
-def top_up_seeds(recipe: Recipe) -> list[int]:
-    """The seed ids of a candidate topped up to ``budget.async_top_up_seeds`` seeds."""
+def top_up_seeds(recipe: Recipe, n: int | None = None) -> list[int]:
+    """The seed ids of a candidate topped up to ``n`` seeds (default ``budget.async_top_up_seeds``):
+    the planned seeds, then those of sequential rounds 1, 2, ..."""
     planned = list(recipe.budget.seeds)
-    return planned + [
-        extra_seed(recipe, r) for r in range(1, recipe.budget.async_top_up_seeds - len(planned) + 1)
-    ]
+    n = recipe.budget.async_top_up_seeds if n is None else n
+    return planned + [extra_seed(recipe, r) for r in range(1, n - len(planned) + 1)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _StoreFacts:
+    """What the ranking reads from the store besides the sample efficiency (read once per round)."""
+
+    parallel: dict[str, int]
+    seeds: dict[str, int]
+    knobs: dict[str, Knobs]
+    traces: Mapping[str, Trace]
+
+    @classmethod
+    def of(cls, store: ResultsStore) -> _StoreFacts:
+        from batchtune.measure.async_sweep import stored_traces
+
+        parallel: dict[str, int] = {}
+        for r in store.runs():
+            parallel[r.candidate] = max(parallel.get(r.candidate, 0), r.parallel_runs)
+        return cls(parallel, seeds_by_label(store), run_knobs(store), stored_traces(store))
 
 
 def estimates(
-    recipe: Recipe, store: ResultsStore, eff: SampleEfficiency
+    recipe: Recipe, store: ResultsStore, eff: SampleEfficiency, facts: _StoreFacts | None = None
 ) -> tuple[dict[str, float], dict[str, int]]:
     """(each ranked candidate's best predicted T, its finished seeds) from the store's runs."""
     from batchtune.analysis.decide.async_joint import joint_decision
     from batchtune.analysis.decide.async_topup import best_times
     from batchtune.analysis.decide.recommend import throughput_from_probe
     from batchtune.errors import AnalysisError
-    from batchtune.measure.async_sweep import stored_traces
 
-    parallel: dict[str, int] = {}
-    for r in store.runs():
-        parallel[r.candidate] = max(parallel.get(r.candidate, 0), r.parallel_runs)
-    seeds = seeds_by_label(store)
+    f = _StoreFacts.of(store) if facts is None else facts
     a = recipe.algorithm
     two = a.mode == "async"
     try:
-        thr = throughput_from_probe(eff.candidates, recipe.generation.other_s_per_step, parallel)
+        thr = throughput_from_probe(eff.candidates, recipe.generation.other_s_per_step, f.parallel)
         decision = joint_decision(
-            eff, thr, run_knobs(store), mini_batches=a.mini_batches, two_process=two,
-            sync_every=a.sync_every if two else 1, traces=stored_traces(store),
+            eff, thr, f.knobs, mini_batches=a.mini_batches, two_process=two,
+            sync_every=a.sync_every if two else 1, traces=f.traces,
         )  # fmt: skip
     except AnalysisError:  # nothing to rank yet (no timed on-policy estimate): no contender
-        return {}, seeds
-    return best_times([(row.label, row.choice.t) for row in decision.rows]), seeds
+        return {}, f.seeds
+    return best_times([(row.label, row.choice.t) for row in decision.rows]), f.seeds
 
 
 def add_async_seeds(
@@ -173,48 +227,70 @@ def add_async_seeds(
     store: ResultsStore,
     plan: Plan,
     run_fn: RunFn,
-    analyse: Callable[[ResultsStore, Recipe, Plan], SampleEfficiency],
+    analyse: Analyse,
     policy: Callable[[], StopPolicy],
     progress: ProbeEvents | None = None,
 ) -> int:
     """Run the top-up rounds (module docstring); returns the number of runs executed here.
-    ``analyse`` and ``policy`` as in sequential.add_seeds."""
-    from batchtune.analysis.decide.async_topup import top_up
+    ``analyse`` and ``policy`` as in sequential.add_seeds (``analyse`` also takes ``drop_seeds``)."""
+    from batchtune.analysis.decide.async_topup import SeqRule, top_up
 
     b = recipe.budget
     if not has_async_knobs(recipe) or b.async_top_up_seeds <= len(b.seeds):
         return 0
     by_label = plan.by_label()
     old = load_top_up(store)
+    key = (b.async_top_up_margin, b.async_top_up_seeds, b.async_top_up_max_seeds)
     rec = (
         old
-        if old is not None and (old.margin, old.top) == (b.async_top_up_margin, b.async_top_up_seeds)
-        else TopUpRecord(b.async_top_up_margin, b.async_top_up_seeds, ())
+        if old is not None and (old.margin, old.top, old.cap) == key
+        else TopUpRecord(b.async_top_up_margin, b.async_top_up_seeds, (), cap=b.async_top_up_max_seeds)
     )
-    done = [t.label for r in rec.rounds for t in r.topped]
     ran = 0
 
-    def run(labels: list[str]) -> None:
+    def run(labels: list[str], n: int) -> None:
         nonlocal ran
-        ran += _run_top_up(recipe, store, plan, [by_label[lab] for lab in labels if lab in by_label],
-                           run_fn, policy, progress)  # fmt: skip
+        cands = [by_label[lab] for lab in labels if lab in by_label]
+        ran += _run_top_up(recipe, store, plan, cands, n, run_fn, policy, progress)
 
     def record(rnd: TopUpRound) -> None:
         nonlocal rec
         rec = dataclasses.replace(rec, rounds=(*rec.rounds, rnd))
         _save(store, rec)
 
-    run(done)  # a resumed probe: the recorded rounds' runs first
+    for rnd in rec.rounds:  # a resumed probe: the recorded rounds' runs first
+        run([t.label for t in rnd.topped], rnd.seeds or rec.top)
     _save(store, rec)
     top_up(
         lambda: estimates(recipe, store, analyse(store, recipe, plan)),
         run,
         margin=rec.margin,
         top=rec.top,
-        done=done,
+        seq=SeqRule(cap=rec.cap) if rec.cap > rec.top else None,
+        evidence=lambda labels: group_estimates(recipe, store, plan, analyse, labels, rec.cap),
+        asked=rec.asked(),
         on_round=record,
     )
     return ran
+
+
+def group_estimates(
+    recipe: Recipe, store: ResultsStore, plan: Plan, analyse: Analyse, labels: list[str], cap: int
+) -> dict[str, list[float]]:
+    """Per label, its T with group j of the seed list left out, j = 0 .. GROUPS - 1 (group j: the
+    seeds at positions i of ``top_up_seeds(recipe, cap)`` with i % GROUPS == j, the same seed ids
+    for every candidate: paired); inf where that ranking has no T for it."""
+    from batchtune.analysis.decide.async_topup import GROUPS
+
+    ids = top_up_seeds(recipe, cap)
+    facts = _StoreFacts.of(store)
+    out: dict[str, list[float]] = {lab: [] for lab in labels}
+    for j in range(GROUPS):
+        drop = frozenset(s for i, s in enumerate(ids) if i % GROUPS == j)
+        t, _ = estimates(recipe, store, analyse(store, recipe, plan, drop_seeds=drop), facts)
+        for lab in labels:
+            out[lab].append(t.get(lab, math.inf))
+    return out
 
 
 def _run_top_up(
@@ -222,11 +298,12 @@ def _run_top_up(
     store: ResultsStore,
     plan: Plan,
     cands: list[Any],
+    n: int,
     run_fn: RunFn,
     policy: Callable[[], StopPolicy],
     progress: ProbeEvents | None,
 ) -> int:
-    seeds = top_up_seeds(recipe)
+    seeds = top_up_seeds(recipe, n)
     jobs = [(c, s) for c in cands for s in seeds if not store.is_finished(run_id(c, s))]
     if not jobs:
         return 0

@@ -122,13 +122,19 @@ def load_run_data(store: ResultsStore) -> list[RunData]:
 
 
 def analyse_store(
-    store: ResultsStore, recipe: Recipe, plan: Plan | None = None, *, planned_only: bool = False
+    store: ResultsStore,
+    recipe: Recipe,
+    plan: Plan | None = None,
+    *,
+    planned_only: bool = False,
+    drop_seeds: frozenset[int] = frozenset(),
 ) -> SampleEfficiency:
     """The sample efficiency of the store's runs (``planned_only``: only ``plan``'s candidates at
-    the planned seeds, budget.seeds: what a refinement round decides from, measure/rl_refine.py)."""
+    the planned seeds, budget.seeds: what a refinement round decides from, measure/rl_refine.py;
+    ``drop_seeds``: less the runs of these seeds, the async top-up's paired-seed evidence)."""
     if store.runs_dir.exists() and not store.runs_dir.is_dir():
         raise InputError(f"{store.runs_dir} is a file, not the runs folder: move it away")
-    runs = load_run_data(store)
+    runs = [r for r in load_run_data(store) if r.record.seed not in drop_seeds]
     if planned_only and plan is not None:
         labels, seeds = set(plan.by_label()), set(recipe.budget.seeds)
         runs = [r for r in runs if r.record.candidate in labels and r.record.seed in seeds]

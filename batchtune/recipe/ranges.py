@@ -108,6 +108,7 @@ RANGES: dict[str, Range] = {
     "budget.max_extra_seeds": Range(0, 1000),
     "budget.async_top_up_seeds": Range(0, 1000, why="(0: no top-up)"),
     "budget.async_top_up_margin": Range(0, 10, why="(a share of the best T, e.g. 0.1)"),
+    "budget.async_top_up_max_seeds": Range(0, 1000, why="(<= async_top_up_seeds: none)"),
     "budget.full_run_samples": Range(0, BIG, why="(0: not stated)"),
     "budget.full_run_steps": Range(0, BIG, why="(0: not stated)"),
     "budget.full_run_batch": Range(0, BIG, why="(0: the middle of the main candidates)"),

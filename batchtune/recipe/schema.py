@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchtune.analysis.decide.async_topup import MARGIN, MAX_SEEDS, TOP_SEEDS
 from batchtune.recipe.study import StudyKind, study_of
 
 if sys.version_info >= (3, 11):
@@ -137,12 +138,11 @@ class BudgetConfig:
     diverge_factor: float = 10.0  # loss above this multiple of its first value counts as diverged
     # sequential seeding: rounds of one more seed (paired with the reference) for inconclusive batches
     max_extra_seeds: int = 3
-    # async and off-policy probes (issue 30): after the planned and sequential seeds, every candidate
-    # whose estimated time-to-target is within (1 + async_top_up_margin) x the best is topped up to
-    # async_top_up_seeds seeds, repeated until no contender lacks seeds (measure/async_topup.py);
-    # 0 = no top-up. A recipe without async knobs never tops up
-    async_top_up_seeds: int = 8
-    async_top_up_margin: float = 0.1
+    # async/off-policy probes: candidates within (1 + margin) x the best T get async_top_up_seeds
+    # seeds, then close calls double theirs up to max_seeds (analysis/decide/async_topup.py); 0: none
+    async_top_up_seeds: int = TOP_SEEDS
+    async_top_up_margin: float = MARGIN
+    async_top_up_max_seeds: int = MAX_SEEDS
     # the full run this probe is for (the run you will launch at the pick): its samples, or its steps
     # at full_run_batch samples a step (0 = the geometric middle of the main candidates); 0 = not
     # stated. probe.mode = "auto" weighs the probe's cost against it (measure/probe_size.py)

@@ -4,13 +4,15 @@ the real analysis, joint ranking, stores and record are exercised; `recommend` s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
-from batchtune.analysis.decide.async_topup import contenders, top_up
+from batchtune.analysis.decide.async_topup import SeqRule, contenders, ratio_interval, top_up
 from batchtune.backends.spec import Candidate
 from batchtune.cli import app
 from batchtune.measure.async_topup import TOP_UP_FILE, add_async_seeds, load_top_up, seeds_by_label
@@ -51,9 +53,9 @@ def test_rounds_go_on_until_no_contender_lacks_seeds() -> None:
         t = {"a": 1.0 if seeds["a"] < 8 else 2.0, "b": 1.05, "c": 1.12}
         return t, dict(seeds)
 
-    def run(labels: list[str]) -> None:
+    def run(labels: list[str], n: int) -> None:
         runs.append(labels)
-        seeds.update(dict.fromkeys(labels, 8))
+        seeds.update(dict.fromkeys(labels, n))
 
     rounds = top_up(estimate, run, margin=0.1, top=8)
     assert runs == [["a", "b"], ["c"]]
@@ -61,15 +63,76 @@ def test_rounds_go_on_until_no_contender_lacks_seeds() -> None:
     assert [t.seeds_before for t in rounds[0].topped] == [3, 3]
 
 
-def _cfg(root: Path) -> Recipe:
+def _seq_loop(
+    t: dict[str, float], spread: dict[str, float], seeds: dict[str, int], cap: int = 32
+) -> tuple[list[tuple[list[str], int]], list[str]]:
+    """The loop on hand-made estimates: T per candidate and, per candidate, the spread of its group
+    estimates (seed noise shrinking as 1/sqrt(seeds), a and b's in opposite directions: not
+    paired away): (runs asked, round kinds)."""
+    runs: list[tuple[list[str], int]] = []
+
+    def estimate() -> tuple[dict[str, float], dict[str, int]]:
+        return dict(t), dict(seeds)
+
+    def evidence(labels: list[str]) -> dict[str, list[float]]:
+        sd = {lab: spread[lab] * (8 / seeds[lab]) ** 0.5 for lab in labels}
+        return {
+            lab: [t[lab] * (1 + sd[lab] * (1 if (j + ord(lab)) % 2 else -1)) for j in range(8)]
+            for lab in labels
+        }
+
+    def run(labels: list[str], n: int) -> None:
+        runs.append((labels, n))
+        seeds.update(dict.fromkeys(labels, n))
+
+    rounds = top_up(
+        estimate, run, margin=0.3, top=8, seq=SeqRule(cap=cap, z=1.5, tol=0.05), evidence=evidence
+    )
+    return runs, [r.kind for r in rounds]
+
+
+def test_ratio_interval_is_the_jackknife_lower_end() -> None:
+    r, low = ratio_interval(1.1, 1.0, [1.1] * 8, [1.0] * 8, z=2.0)
+    assert r == 1.1 and math.isclose(low, 1.1)  # the groups agree: no spread
+    r, low = ratio_interval(1.1, 1.0, [1.0, 1.2] * 4, [1.0] * 8, z=1.0)
+    assert math.isclose(low, 1.1 - math.sqrt(7 / 8 * 8 * 0.1**2))
+    assert math.isnan(ratio_interval(1.1, 1.0, [math.inf] * 8, [1.0] * 8, z=1.0)[1])  # not finite
+
+
+def test_sequential_rounds_stop_when_separated() -> None:
+    # b is 20% slower and its groups agree: separated at 8 seeds, no sequential round
+    runs, kinds = _seq_loop(
+        {"a": 1.0, "b": 1.2, "c": 2.0}, {"a": 0.01, "b": 0.01, "c": 0.01}, dict.fromkeys("abc", 3)
+    )
+    assert runs == [(["a", "b"], 8)] and kinds == ["contenders"]
+
+
+def test_sequential_rounds_double_until_separated_and_respect_the_cap() -> None:
+    # a near tie with noisy groups: the best and b double 8 -> 16 -> 32 and stop at the cap
+    seeds = dict.fromkeys("abc", 3)
+    runs, kinds = _seq_loop({"a": 1.0, "b": 1.02, "c": 2.0}, {"a": 0.1, "b": 0.1, "c": 0.1}, seeds)
+    assert runs == [(["a", "b"], 8), (["a", "b"], 16), (["a", "b"], 32)]
+    assert kinds == ["contenders", "sequential", "sequential"] and seeds == {"a": 32, "b": 32, "c": 3}
+    # noise that 16 seeds shrink enough: one doubling, then separated
+    seeds = dict.fromkeys("abc", 3)
+    runs, _ = _seq_loop({"a": 1.0, "b": 1.1, "c": 2.0}, {"a": 0.022, "b": 0.022, "c": 0.1}, seeds)
+    assert runs == [(["a", "b"], 8), (["a", "b"], 16)]
+    # a contender behind the best catches up to its seeds first
+    seeds = {"a": 16, "b": 8, "c": 3}
+    runs, _ = _seq_loop({"a": 1.0, "b": 1.02, "c": 2.0}, {"a": 0.1, "b": 0.1, "c": 0.1}, seeds, cap=16)
+    assert runs == [(["b"], 16)]
+
+
+def _cfg(root: Path, sets: tuple[str, ...] = ()) -> Recipe:
     return load_recipe(
-        str(ASYNC), [f"run.results_dir={root}", "budget.async_top_up_seeds=4", "target.value=0.9"]
+        str(ASYNC), [f"run.results_dir={root}", "budget.async_top_up_seeds=4", "target.value=0.9", *sets]
     )
 
 
 def _curve(store: ResultsStore, cfg: Recipe, cand: Candidate, seed: int) -> RunRecord:
     at0, gen, train = RUNS[cand.label]
-    at = at0 * (1.0 + 0.08 * ((seed * 5) % 3 - 1))  # seeds differ a little, with no trend
+    # seeds differ a little, with no trend; the off-policy candidates' seeds not as the others'
+    at = at0 * (1.0 + 0.08 * ((seed * 5 + len(cand.label)) % 3 - 1))
     b, rid = cand.batch_responses, run_id(cand, seed)
     steps = []
     for i in range(40):
@@ -85,8 +148,11 @@ def _curve(store: ResultsStore, cfg: Recipe, cand: Candidate, seed: int) -> RunR
     return rec
 
 
-def _probe(root: Path) -> tuple[Recipe, ResultsStore, list[str], int]:
-    cfg = _cfg(root)
+def _probe(
+    root: Path, sets: tuple[str, ...] = (), cut: int = -1
+) -> tuple[Recipe, ResultsStore, list[str], int]:
+    """The stand-in probe's top-up; ``cut`` >= 0: interrupted (KeyboardInterrupt) after that many runs."""
+    cfg = _cfg(root, sets)
     plan = plan_candidates(cfg)
     plan = type(plan)(**{**plan.__dict__, "candidates": tuple(c for c in plan.candidates if c.label in RUNS)})
     store = ResultsStore(root)
@@ -100,6 +166,8 @@ def _probe(root: Path) -> tuple[Recipe, ResultsStore, list[str], int]:
     def fake_run(
         recipe: Recipe, where: str, cand: Candidate, seed: int, *a: object, **kw: object
     ) -> RunRecord:
+        if len(ran) == cut:
+            raise KeyboardInterrupt
         ran.append(run_id(cand, seed))
         return _curve(ResultsStore(where), recipe, cand, seed)
 
@@ -135,3 +203,99 @@ def test_the_probe_tops_up_its_contenders_and_records_why(tmp_path: Path) -> Non
     assert any(n.startswith("seed top-up") for n in notes)
     assert any(topped[0] in n and "round 1" in n for n in notes)
     assert (store.root / TOP_UP_FILE).is_file()
+
+
+SEQ = ("budget.async_top_up_max_seeds=16", "budget.async_top_up_margin=0.3")
+
+
+def test_the_probe_doubles_the_close_calls_seeds_and_resumes_a_cut_round(tmp_path: Path) -> None:
+    _, store, ran, _ = _probe(tmp_path / "whole", SEQ)
+    whole = load_top_up(store)
+    assert whole is not None and whole.cap == 16
+    seq = [r for r in whole.rounds if r.kind == "sequential"]
+    assert seq and seq[-1].seeds > 4, whole.lines()
+    seeds = seeds_by_label(store)
+    for r in seq:  # the not-separated ones and the best, each brought to the round's seeds
+        assert all(seeds[t.label] == max(x.seeds for x in seq if t.label in [u.label for u in x.topped])
+                   for t in r.topped)  # fmt: skip
+    # cut during the first sequential round's runs: recorded before its runs; the rerun ends the same
+    first = sum(len(r.topped) for r in whole.rounds if r.kind == "contenders") * 2
+    with contextlib.suppress(KeyboardInterrupt):
+        _probe(tmp_path / "cut", SEQ, cut=first + 1)
+    cut = load_top_up(ResultsStore(tmp_path / "cut"))
+    assert cut is not None and cut.rounds[-1].kind == "sequential"
+    _, store2, ran2, _ = _probe(tmp_path / "cut", SEQ)
+    assert load_top_up(store2) == whole and seeds_by_label(store2) == seeds
+    assert len(ran2) == len(ran) - first - 1  # no run twice
+
+
+# ---- the sequential rounds through the real probe on the NQM backend (stale gradients, reuse) ----
+NQM_SETS = [
+    "probe.mode=grid", "nqm.dim=64", "nqm.noise_scale=4.0", "nqm.curvature_power=2.0",
+    "generation.max_new_tokens=1", "nqm.gen_t0_s=2.0", "nqm.gen_t1_s=0.01", "nqm.train_t0_s=0.5",
+    "nqm.train_t1_s=0.02", "optimizer.lr=0.3", "lr_scaling.rule=sqrt", "candidates.prompts=[8, 16]",
+    "target.value=0.1", "probe.staleness=[1]", "probe.updates_per_batch=[2, 4]",
+    "budget.seeds=[0, 1, 2]", "budget.async_top_up_seeds=4", "budget.async_top_up_max_seeds=16",
+    "budget.async_top_up_margin=0.3", "budget.max_samples=8192",
+]  # fmt: skip
+
+
+def _nqm_probe(root: Path, run_fn: object = None) -> Recipe:
+    import batchtune.measure.probe as probe
+
+    cfg = load_recipe(str(ROOT / "recipes" / "nqm.toml"), [*NQM_SETS, f"run.results_dir={root}"])
+    if run_fn is None:
+        probe.run_probe(cfg)
+    else:
+        real = probe.execute_run
+        probe.execute_run = run_fn  # type: ignore[assignment]
+        try:
+            probe.run_probe(cfg)
+        finally:
+            probe.execute_run = real
+    return cfg
+
+
+@pytest.mark.slow  # ~8 s CPU; the stand-in probe's test above is its fast form
+def test_the_nqm_probe_doubles_the_seeds_of_a_close_call_and_resumes(tmp_path: Path) -> None:
+    from batchtune.measure.async_topup import top_up_seeds
+    from batchtune.measure.one_run import execute_run
+
+    cfg = _nqm_probe(tmp_path / "whole")
+    whole = load_top_up(ResultsStore.of(cfg))
+    assert whole is not None and whole.cap == 16
+    seq = [r for r in whole.rounds if r.kind == "sequential"]
+    assert seq and seq[-1].seeds == 16  # a close call that the paired seeds did not settle at 8
+    seeds = seeds_by_label(ResultsStore.of(cfg))
+    for r in seq:
+        assert all(seeds[t.label] >= r.seeds for t in r.topped)
+        assert all(t.ratio >= 1.0 and t.low <= 0.95 for t in r.topped if not math.isnan(t.ratio))
+
+    # interrupted in the first sequential round's runs, then run again: the same rounds and seeds
+    late = set(top_up_seeds(cfg, 16)[4:])
+    calls: list[int] = []
+
+    def flaky(recipe: Recipe, where: str, cand: Candidate, seed: int, *a: object, **kw: object) -> RunRecord:
+        if seed in late:
+            calls.append(seed)
+            if len(calls) > 2:
+                raise KeyboardInterrupt
+        return execute_run(recipe, where, cand, seed, *a, **kw)  # type: ignore[arg-type]
+
+    root = tmp_path / "cut"
+    with contextlib.suppress(KeyboardInterrupt):
+        _nqm_probe(root, flaky)
+    assert len(calls) == 3  # it was cut
+    cut = load_top_up(ResultsStore(root))
+    assert cut is not None and cut.rounds[-1].kind == "sequential"  # recorded before its runs
+    cfg2 = _nqm_probe(root)
+    again = load_top_up(ResultsStore.of(cfg2))
+    assert again is not None and again.rounds[: len(cut.rounds)] == cut.rounds
+    assert [(r.seeds, [t.label for t in r.topped]) for r in again.rounds] == [
+        (r.seeds, [t.label for t in r.topped]) for r in whole.rounds
+    ]
+    assert seeds_by_label(ResultsStore(root)) == seeds
+    out = CliRunner().invoke(app, ["recommend", "-r", str(root), "--throughput", "probe", "--json"])
+    assert out.exit_code == 0, out.output
+    notes = json.loads(out.stdout)["async_decision"]["notes"]
+    assert any("not separated" in n and "-> 16 seeds" in n for n in notes)

@@ -3,18 +3,38 @@
 Why: a candidate near its stability edge (a large staleness k with reuse u) can look fast on a few
 seeds that all agree, while its expected time is carried by rare large excursions that only more
 seeds show (benchmarks/async_nqm_sequential.py: the 3-seed pick had regret 1.741 on such an NQM
-instance). Seed disagreement cannot flag it; being close to the best can.
+instance). Seed disagreement cannot flag it; being close to the best can. And between close
+contenders the seed noise of the estimate (sd 2-14% at 8 seeds on the NQM, as large as the gaps:
+benchmarks/async_nqm_heldout.py) decides the pick unless more seeds are spent where they decide.
 
-The rule: after the planned seeds, every candidate whose estimated time-to-target T (its best row of
-the joint ranking) is within a factor (1 + margin) of the best estimate is topped up to ``top``
-seeds; the estimates are made again with the new seeds, and the next round tops up the candidates
-that are now contenders, until no contender lacks seeds. Each candidate is topped up at most once
-(a run that fails does not make it a contender again). A best T that is not finite (no candidate
-reached the target) names no contender: more seeds of runs that never reach the target do not rank.
+The rule, in rounds; each round estimates T (each candidate's best row of the joint ranking) from
+the runs so far, then:
 
-The margin (0.1) and the top (8 seeds) were chosen on held-out NQM instances (other noise, curvature
-and gen:train ratios than the reported ones) by benchmarks/async_nqm_sequential.py, which runs this
-very loop. Pure, no I/O: ``top_up`` takes the estimate and the runner as functions.
+1. contenders: every candidate whose T is within a factor (1 + margin) of the best estimate and
+   that was never asked for ``top`` seeds is topped up to ``top`` seeds;
+2. else, sequential (while ``cap`` > ``top``): the leaders are the candidates within the margin;
+   a leader c other than the best b is SEPARATED from it when the interval of T_c / T_b, the ratio
+   on the full seeds minus ``z`` times its delete-a-group jackknife standard error, lies wholly
+   above 1 - ``tol``: the paired seeds rule out that c is more than a share ``tol`` faster than b
+   (so picking b costs at most about ``tol``). The seeds are split into ``GROUPS`` groups by their
+   position in the shared seed list (the same seed ids for every candidate: paired), and group j's
+   estimates T_c^-j, T_b^-j leave group j out. A ratio that is not finite is not separated. A
+   leader outside the margin is separated by the margin. When some leader is not separated, the
+   best and those leaders are brought to the same seed count: the ones behind catch up to the
+   most seeds among them, or, when all have it, all double it (8 -> 16 -> 32), never past ``cap``.
+
+The rounds end when no contender lacks seeds and every leader is separated or at the cap. A
+candidate is never asked twice for the same seed count (a run that fails does not loop), so the
+rounds end. A best T that is not finite (no candidate reached the target) names no contender.
+
+Constants: the margin 0.1 of the fixed rule (``cap`` <= ``top``: no sequential rounds) was chosen on
+held-out NQM instances by benchmarks/async_nqm_sequential.py; the top of 8 seeds was set beforehand,
+not chosen there. The sequential rule's margin 0.3, ``Z`` 1.5 and cap 32 (``SEQ_MARGIN``, ``Z``,
+``SEQ_CAP``) were chosen on the same held-out instances by benchmarks/async_nqm_seqtest.py, which
+scores them on the reported instances and on a third, fresh set where nothing was chosen; ``TOL`` =
+0.05 (the goal's own regret share) and ``GROUPS`` = 8 (leave-one-seed-out at 8 seeds) were set
+beforehand. Here the sequential rule is opt-in (``MAX_SEEDS`` 0).
+Pure, no I/O: ``top_up`` takes the estimates, the evidence and the runner as functions.
 """
 
 from __future__ import annotations
@@ -26,7 +46,16 @@ from dataclasses import dataclass
 from batchtune.errors import AnalysisError
 
 MARGIN = 0.1  # contenders: T within (1 + MARGIN) x the best estimate
-TOP_SEEDS = 8  # each contender's seeds after its top-up
+TOP_SEEDS = 8  # each contender's seeds after its first top-up
+MAX_SEEDS = 0  # the default cap (budget.async_top_up_max_seeds); <= the top: no sequential rounds
+Z = 1.5  # separated: T_c / T_b - Z x its jackknife standard error above 1 - TOL
+TOL = 0.05  # the regret share the paired seeds must rule out
+GROUPS = 8  # delete-a-group jackknife over this many groups of the paired seeds
+SEQ_MARGIN, SEQ_CAP = 0.3, 32  # the opt-in sequential rule: margin and cap chosen with Z
+
+Estimate = Callable[[], tuple[Mapping[str, float], Mapping[str, int]]]
+# evidence(labels): per label, its T with group j of the paired seeds left out, j = 0 .. GROUPS - 1
+Evidence = Callable[[list[str]], Mapping[str, Sequence[float]]]
 
 
 @dataclass(frozen=True)
@@ -36,6 +65,8 @@ class TopUp:
     label: str
     t: float  # its estimated T when it was chosen
     seeds_before: int
+    ratio: float = math.nan  # sequential rounds: T / the best's T, and the interval's lower end
+    low: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -43,11 +74,25 @@ class TopUpRound:
     best: str  # the best estimate's candidate in this round
     best_t: float
     topped: tuple[TopUp, ...]
+    seeds: int = 0  # the seeds each topped candidate is brought to (0: a record before the field)
+    kind: str = "contenders"  # or "sequential"
 
-    def words(self, margin: float, top: int) -> str:
+    def words(self, margin: float, top: int, tol: float = TOL) -> str:
         """The round in one line: who was topped up, from how many seeds, and why."""
+        n = self.seeds or top
+        if self.kind == "sequential":
+            who = ", ".join(
+                f"{t.label} ({t.seeds_before} -> {n} seeds"
+                + ("" if math.isnan(t.ratio) else f"; T {t.ratio:.3f}x the best, interval from {t.low:.3f}")
+                + ")"
+                for t in self.topped
+            )
+            return (
+                f"best estimate {self.best} at T {self.best_t:.4g} s; not separated from it (interval "
+                f"of the T ratio not wholly above {1 - tol:.2f}), so they and the best get more seeds: {who}"
+            )
         who = ", ".join(
-            f"{t.label} (T {t.t:.4g} s, {t.t / self.best_t:.3f}x the best; {t.seeds_before} -> {top} seeds)"
+            f"{t.label} (T {t.t:.4g} s, {t.t / self.best_t:.3f}x the best; {t.seeds_before} -> {n} seeds)"
             for t in self.topped
         )
         return f"best estimate {self.best} at T {self.best_t:.4g} s; within {margin:.0%} of it: {who}"
@@ -63,46 +108,125 @@ def contenders(
 ) -> list[str]:
     """The candidates to top up now: T within (1 + margin) x the best, fewer than ``top`` seeds, and
     not topped up before (``done``), in the order of ``t``."""
+    return [lab for lab in leaders(t, margin) if seeds.get(lab, 0) < top and lab not in done]
+
+
+def leaders(t: Mapping[str, float], margin: float) -> list[str]:
+    """The candidates whose T is within (1 + margin) x the best finite T, in the order of ``t``."""
     finite = [v for v in t.values() if math.isfinite(v)]
     if not finite:
         return []
     best = min(finite)
-    return [
-        lab
-        for lab, v in t.items()
-        if v <= (1.0 + margin) * best and seeds.get(lab, 0) < top and lab not in done
+    return [lab for lab, v in t.items() if v <= (1.0 + margin) * best]
+
+
+def ratio_interval(
+    t_c: float, t_b: float, c_groups: Sequence[float], b_groups: Sequence[float], z: float
+) -> tuple[float, float]:
+    """(T_c / T_b, its lower end: minus ``z`` delete-a-group jackknife standard errors over the paired
+    groups); (nan, nan) when a ratio is not finite."""
+    r = t_c / t_b if t_b > 0 and math.isfinite(t_b) else math.nan
+    parts = [
+        c / b if b > 0 and math.isfinite(b) else math.nan for c, b in zip(c_groups, b_groups, strict=True)
     ]
+    if not math.isfinite(r) or len(parts) < 2 or not all(math.isfinite(p) for p in parts):
+        return math.nan, math.nan
+    g = len(parts)
+    mean = sum(parts) / g
+    se = math.sqrt((g - 1) / g * sum((p - mean) ** 2 for p in parts))
+    return r, r - z * se
+
+
+@dataclass(frozen=True)
+class SeqRule:
+    """The sequential rounds' constants (module docstring)."""
+
+    cap: int = SEQ_CAP
+    z: float = Z
+    tol: float = TOL
 
 
 def top_up(
-    estimate: Callable[[], tuple[Mapping[str, float], Mapping[str, int]]],
-    run: Callable[[list[str]], None],
+    estimate: Estimate,
+    run: Callable[[list[str], int], None],
     *,
     margin: float = MARGIN,
     top: int = TOP_SEEDS,
-    done: Sequence[str] = (),
+    seq: SeqRule | None = None,
+    evidence: Evidence | None = None,
+    asked: Mapping[str, int] | None = None,
     on_round: Callable[[TopUpRound], None] | None = None,
 ) -> list[TopUpRound]:
     """Run the rounds of the module docstring. ``estimate()``: (T per candidate, seeds per candidate)
-    from the runs so far; ``run(labels)``: bring each of ``labels`` to ``top`` seeds; ``done``:
-    candidates topped up earlier (a resumed probe's record); ``on_round``: called with each round
-    before its runs start (so a probe can record it). Returns the rounds run here."""
+    from the runs so far; ``run(labels, n)``: bring each of ``labels`` to ``n`` seeds; ``seq``: the
+    sequential rounds (None or a cap <= ``top``: none); ``evidence``: their group estimates (needed
+    when ``seq`` runs); ``asked``: the seeds each candidate was asked for earlier (a resumed probe's
+    record); ``on_round``: called with each round before its runs start (so a probe can record it).
+    Returns the rounds run here."""
     if not margin >= 0:  # inf: every candidate is a contender (top seeds everywhere)
         raise AnalysisError(f"the top-up margin must be a share >= 0, not {margin}")
+    if seq is not None and seq.cap > top and evidence is None:
+        raise AnalysisError("sequential top-up rounds need the paired seeds' evidence")
     rounds: list[TopUpRound] = []
-    spent = list(done)
+    want = dict(asked or {})
     while True:
         t, seeds = estimate()
-        todo = contenders(t, seeds, margin=margin, top=top, done=spent)
-        if not todo:
+        todo = [lab for lab in contenders(t, seeds, margin=margin, top=top) if want.get(lab, 0) < top]
+        if todo:
+            best = _best(t)
+            rnd = TopUpRound(best, t[best], tuple(TopUp(lab, t[lab], seeds.get(lab, 0)) for lab in todo), top)
+        elif seq is not None and seq.cap > top and evidence is not None:
+            found = _sequential(t, seeds, want, margin, seq, evidence)
+            if found is None:
+                return rounds
+            rnd = found
+        else:
             return rounds
-        best = min((lab for lab in t if math.isfinite(t[lab])), key=lambda lab: t[lab])
-        rnd = TopUpRound(best, t[best], tuple(TopUp(lab, t[lab], seeds.get(lab, 0)) for lab in todo))
         rounds.append(rnd)
         if on_round is not None:
             on_round(rnd)
-        spent += todo
-        run(todo)
+        labels = [u.label for u in rnd.topped]
+        want.update(dict.fromkeys(labels, rnd.seeds))
+        run(labels, rnd.seeds)
+
+
+def _best(t: Mapping[str, float]) -> str:
+    return min((lab for lab in t if math.isfinite(t[lab])), key=lambda lab: t[lab])
+
+
+def _sequential(
+    t: Mapping[str, float],
+    seeds: Mapping[str, int],
+    want: Mapping[str, int],
+    margin: float,
+    seq: SeqRule,
+    evidence: Evidence,
+) -> TopUpRound | None:
+    """The next sequential round (module docstring, 2.), or None: every leader separated or at the cap."""
+    lead = leaders(t, margin)
+    if len(lead) < 2:
+        return None
+    best = _best(t)
+    groups = evidence(lead)
+    have = {lab: max(seeds.get(lab, 0), want.get(lab, 0)) for lab in lead}
+    why: dict[str, tuple[float, float]] = {}
+    for lab in lead:
+        if lab == best:
+            continue
+        r, low = ratio_interval(t[lab], t[best], groups[lab], groups[best], seq.z)
+        if not low > 1.0 - seq.tol:
+            why[lab] = (r, low)
+    if not why:
+        return None
+    group = [best, *why]
+    level = max(have[lab] for lab in group)
+    behind = [lab for lab in group if have[lab] < level]
+    n = level if behind else min(seq.cap, 2 * level)
+    todo = behind or [lab for lab in group if have[lab] < n]
+    if not todo:
+        return None
+    topped = tuple(TopUp(lab, t[lab], seeds.get(lab, 0), *why.get(lab, (math.nan, math.nan))) for lab in todo)
+    return TopUpRound(best, t[best], topped, n, "sequential")
 
 
 def best_times(rows: Sequence[tuple[str, float]]) -> dict[str, float]:
