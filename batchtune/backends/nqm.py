@@ -93,7 +93,7 @@ class SampleStream:
     def __init__(self, seed: int, dim: int):
         self.seed = seed % 2**32
         self.dim = dim
-        self._cache: dict[tuple[int, int], np.ndarray] = {}
+        self._cache: dict[int, dict[int, np.ndarray]] = {}  # level -> index -> block
         self._last: tuple[int, np.ndarray] = (0, np.zeros(dim))
 
     def _draw(self, tag: int, level: int, index: int) -> np.ndarray:
@@ -101,22 +101,27 @@ class SampleStream:
 
     def block(self, level: int, index: int) -> np.ndarray:
         """Sum of xi over samples index*2^level + 1 ... (index+1)*2^level."""
-        key = (level, index)
-        got = self._cache.pop(key, None)
+        got = self._cache.get(level, {}).get(index)
         if got is not None:
-            self._cache[key] = got  # most recently used last
             return got
         if level >= self.LEVELS:
             out = math.sqrt(2.0**level) * self._draw(0xA0, level, index)
-        else:
+        else:  # one draw splits the parent: keep both halves, as a sequential read wants the other next
             parent = self.block(level + 1, index // 2)
             left = 0.5 * parent + math.sqrt(2.0 ** (level - 1)) * self._draw(0xB0, level + 1, index // 2)
-            out = left if index % 2 == 0 else parent - left
-        if len(self._cache) > 4 * self.LEVELS:  # sequential reads need ~2 blocks per level: drop LRU
-            for old in list(self._cache)[: 2 * self.LEVELS]:
-                del self._cache[old]
-        self._cache[key] = out
+            halves = (left, parent - left)
+            self._keep(level, index ^ 1, halves[1 - index % 2])
+            out = halves[index % 2]
+        self._keep(level, index, out)
         return out
+
+    def _keep(self, level: int, index: int, block: np.ndarray) -> None:
+        """Cache a block; a sequential read needs one pair of halves per level, so each level keeps
+        its newest 4 (an LRU over all levels dropped the high halves long before they were read)."""
+        row = self._cache.setdefault(level, {})
+        if len(row) >= 4:
+            del row[next(iter(row))]
+        row[index] = block
 
     def prefix(self, x: int) -> np.ndarray:
         """S(x) = xi_1 + ... + xi_x, as the sum of the dyadic blocks of x's binary expansion."""
