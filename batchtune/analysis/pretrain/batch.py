@@ -33,6 +33,7 @@ grid bracket together, conservative, so agreeing seeds do not make it zero-width
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -212,8 +213,21 @@ def plateaued(tokens: object, loss: object, target: float, *, horizon: float = 4
 
 def _aggregate(steps: np.ndarray) -> np.ndarray:
     """Per-batch median over the seeds that ran it (nan = not run); inf (never reached) sorts last:
-    a majority must reach."""
-    return np.nanmedian(steps, axis=0)
+    a majority must reach. np.nanmedian's answer, but without its masked-array path (~1 ms a call;
+    the bootstrap calls this thousands of times): a sort puts nan after inf, and the median is the
+    mean of the middle two of each column's n values (the same one twice for odd n)."""
+    steps = np.asarray(steps, dtype=float)
+    if steps.ndim != 2 or steps.shape[0] == 0:
+        return np.asarray(np.nanmedian(steps, axis=0))
+    ran = np.count_nonzero(~np.isnan(steps), axis=0)
+    ordered = np.sort(steps, axis=0)
+    cols = np.arange(steps.shape[1])
+    lo, hi = np.maximum((ran - 1) // 2, 0), ran // 2
+    out = (ordered[lo, cols] + ordered[np.minimum(hi, steps.shape[0] - 1), cols]) / 2.0
+    for _ in range(int(np.count_nonzero(ran == 0))):  # as np.nanmedian warns
+        warnings.warn("All-NaN slice encountered", RuntimeWarning, stacklevel=2)
+    out[ran == 0] = np.nan
+    return out
 
 
 def resample_seeds(s: np.ndarray, rng: np.random.Generator) -> np.ndarray:
