@@ -13,6 +13,8 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from batchtune.recipe.tables import field_types
+
 if TYPE_CHECKING:
     from batchtune.recipe.schema import Recipe
 
@@ -177,7 +179,7 @@ RANGES: dict[str, Range] = {
 def numeric_fields(cls: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted name -> type of every numeric field (number, list or table of numbers) of ``cls``."""
     out: dict[str, Any] = {}
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     for f in dataclasses.fields(cls):
         tp, name = hints[f.name], f"{prefix}{f.name}"
         if dataclasses.is_dataclass(tp):

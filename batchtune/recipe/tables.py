@@ -9,6 +9,7 @@ str, and ``T | None`` (None: the key was not given; TOML has no null)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Collection, Mapping
@@ -26,6 +27,14 @@ def type_name(tp: Any) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
 
+@functools.cache
+def field_types(cls: Any) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, evaluated once per class: a recipe is read table by table on
+    every load and every ``--set``, and evaluating the hints again was most of reading one.
+    Read-only."""
+    return typing.get_type_hints(cls)
+
+
 def read_table(
     cls: Any,
     data: dict[str, Any],
@@ -37,7 +46,7 @@ def read_table(
 ) -> Any:
     """``data`` as the dataclass ``cls`` (its defaults for keys not given); each problem is appended
     to ``errors`` as ``path: what``. ``skip``: fields never read from a file (set by the loader)."""
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.name not in skip}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():

@@ -78,14 +78,16 @@ def check_steps(record: RunRecord | None, steps: Sequence[StepRecord], steps_pat
     whole, in order, once each, and end where the record says."""
     strict = record is not None and record.source == "probe"
     prev: StepRecord | None = None
-    for i, s in enumerate(steps):
-        where = f"{steps_path}: step record {i + 1}"
+    for i, s in enumerate(steps):  # run on every read of a run: a message is worded only on failure
         if s.samples < 0 or s.tokens < 0 or s.step < 0:
+            where = f"{steps_path}: step record {i + 1}"
             raise InputError(f"{where} has negative counters (step {s.step}, samples {s.samples}); {_REDO}")
         if prev is not None:
-            if s == prev:
+            if s.step == prev.step and s.samples == prev.samples and s == prev:  # cheap tests first
+                where = f"{steps_path}: step record {i + 1}"
                 raise InputError(f"{where} repeats the line before it (step {s.step}); {_REDO}")
             if s.step < prev.step or s.samples < prev.samples or (strict and s.step == prev.step):
+                where = f"{steps_path}: step record {i + 1}"
                 raise InputError(
                     f"{where} goes back or repeats (step {s.step} at {s.samples} samples after step "
                     f"{prev.step} at {prev.samples}); {_REDO}"
