@@ -20,6 +20,7 @@ line, ``answer`` optional) and the reward ``task.reward = "module:function"``, c
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import random
@@ -100,8 +101,9 @@ def _sample_strings(name: str, length: int, count: int, rng: random.Random) -> l
         )
     seen: set[str] = set()
     out: list[Example] = []
+    choice = rng.choice
     while len(out) < count:
-        s = "".join(rng.choice(LETTERS) for _ in range(length))
+        s = "".join([choice(LETTERS) for _ in range(length)])
         if s not in seen:
             seen.add(s)
             out.append(Example(f"{s}=", _answer(name, s)))
@@ -111,26 +113,31 @@ def _sample_strings(name: str, length: int, count: int, rng: random.Random) -> l
 def builtin_task(cfg: TaskConfig) -> Task:
     if cfg.difficulty < 1:
         raise BackendError(f"task.difficulty must be at least 1, got {cfg.difficulty}")
-    rng = random.Random(f"{SPLIT_SEED}-{cfg.name}-{cfg.difficulty}")
-    total = cfg.train_size + cfg.eval_size
-    if cfg.name == "arithmetic":
-        pool = _all_arithmetic(cfg.difficulty)
-        if total > len(pool):
-            raise BackendError(
-                f"arithmetic with {cfg.difficulty} digit(s) has {len(pool)} distinct problems, fewer "
-                f"than task.train_size + task.eval_size = {total}; raise task.difficulty or lower them"
-            )
-        rng.shuffle(pool)
-        examples = pool[:total]
-    else:
-        examples = _sample_strings(cfg.name, cfg.difficulty, total, rng)
+    examples = _builtin_examples(cfg.name, cfg.difficulty, cfg.train_size + cfg.eval_size)
     return Task(
         name=cfg.name,
-        train=examples[cfg.eval_size :],
-        eval=examples[: cfg.eval_size],
+        train=list(examples[cfg.eval_size :]),
+        eval=list(examples[: cfg.eval_size]),
         reward_fn=char_reward,
         reward_name="batchtune char_reward",
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _builtin_examples(name: str, difficulty: int, total: int) -> tuple[Example, ...]:
+    """A built-in task's examples, drawn once per process: every run of a probe (every candidate,
+    seed and branch) builds the same task, and drawing it is ~30 ms of Python each time."""
+    rng = random.Random(f"{SPLIT_SEED}-{name}-{difficulty}")
+    if name == "arithmetic":
+        pool = _all_arithmetic(difficulty)
+        if total > len(pool):
+            raise BackendError(
+                f"arithmetic with {difficulty} digit(s) has {len(pool)} distinct problems, fewer "
+                f"than task.train_size + task.eval_size = {total}; raise task.difficulty or lower them"
+            )
+        rng.shuffle(pool)
+        return tuple(pool[:total])
+    return tuple(_sample_strings(name, difficulty, total, rng))
 
 
 def import_reward(spec: str) -> RewardFn:
