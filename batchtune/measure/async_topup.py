@@ -30,7 +30,7 @@ import dataclasses
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from batchtune import codec
@@ -320,6 +320,29 @@ def _run_top_up(
     if rest:
         done += run_jobs(run_fn, recipe, store, plan.reference_batch, rest, policy(), progress)
     return done
+
+
+def seeding_plan_note(recipe: Recipe, runs: Sequence[tuple[int, float]]) -> str:
+    """The plan's line on the seeds a grid probe may add past its planned ones ("" = none): up to
+    ``budget.max_extra_seeds`` sequential rounds (measure/sequential.py), and for a recipe with
+    async knobs the top-up to ``budget.async_top_up_seeds`` (``async_top_up_max_seeds`` with its
+    rounds; its seeds are the rounds' ids, so the two share runs). ``runs``: each candidate's
+    (samples, seconds) of one run to its budget; an upper bound, as the plan's totals are."""
+    b = recipe.budget
+    most = max(b.async_top_up_seeds, b.async_top_up_max_seeds)
+    top = most - len(b.seeds) if has_async_knobs(recipe) else 0
+    extra = max(b.max_extra_seeds, top, 0)
+    if recipe.study.pretrain or not extra or not runs:
+        return ""
+    samples, secs = extra * sum(n for n, _ in runs), extra * sum(s for _, s in runs)
+    wall = f", at most {secs:,.0f} s of run time" if math.isfinite(secs) else ""
+    why = [f"up to {b.max_extra_seeds} where a verdict stays inconclusive (budget.max_extra_seeds)"]
+    if top > 0:
+        why.append(f"contenders up to {most} seeds (budget.async_top_up_seeds, async_top_up_max_seeds)")
+    return (
+        f"extra seeds (not in the totals above): up to {extra} more per candidate, {'; '.join(why)}: "
+        f"at most {extra * len(runs)} run(s) = {samples:,} samples{wall}"
+    )
 
 
 def top_up_lines(store: ResultsStore) -> list[str]:

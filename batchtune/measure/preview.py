@@ -356,10 +356,12 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     if not recipe.study.pretrain and plan.offpolicy:
         notes.append(_offpolicy_cost(costs, set(plan.offpolicy), total_samples, total_run_s))
     notes.append(bound_note)
+    from batchtune.measure.async_topup import seeding_plan_note as seeding_note  # extra seeds, bounded
     from batchtune.measure.rl_refine import refinement_note  # the rounds' cost, bounded
 
     refine_note, refine_runs = refinement_note(recipe, max((c.run_s_max for c in costs), default=math.nan))
-    notes += [refine_note] if refine_note else []
+    seed_note = seeding_note(recipe, [(c.max_samples_per_run, c.run_s_max) for c in costs])
+    notes += [n for n in (refine_note, seed_note) if n]
     return PlanPreview(
         source=recipe.source,
         results_dir=str(recipe.run.results_dir),

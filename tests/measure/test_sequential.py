@@ -76,3 +76,31 @@ def test_no_extra_seeds_when_the_reference_cannot_reach_the_target(tmp_path):
     result = run_probe(recipe.with_results_dir(tmp_path / "r"))
     assert result.runs_done == 9 and result.efficiency.extra_seeds == {}
     assert result.efficiency.get("P2xG8").status == "inconclusive"  # no ratio to a censored R0
+
+
+@pytest.mark.parametrize(
+    ("sets", "extra"),
+    [
+        ([], 3),  # sequential seeding: up to budget.max_extra_seeds = 3 more seeds a candidate
+        (["budget.max_extra_seeds=0"], 2),  # the async top-up alone: seeds [0, 1] up to 4
+        (["budget.max_extra_seeds=1"], 2),  # the top-up's seeds 2 and 3 include round 1's seed 2
+        (["budget.async_top_up_max_seeds=6"], 4),  # the top-up's own rounds: up to 6 seeds
+        (["budget.max_extra_seeds=0", "budget.async_top_up_seeds=0"], 0),
+    ],
+)
+def test_the_plan_bounds_the_extra_seeds_it_does_not_count(tmp_path, sets, extra):
+    """The tune of recipes/tiny-grpo-async.toml ran 60 runs (12 candidates x 5 seeds) against a
+    plan of "24 runs, upper bounds": the plan must say what sequential seeding and the async
+    top-up may add beyond its totals."""
+    from batchtune.measure.preview import plan_preview
+
+    recipe = load_recipe(ROOT / "recipes" / "tiny-grpo-async.toml", [f"run.results_dir={tmp_path}", *sets])
+    pre = plan_preview(recipe, time_steps=0)
+    notes = [n for n in pre.notes if n.startswith("extra seeds (not in the totals above)")]
+    if not extra:
+        assert notes == []
+        return
+    n = len(pre.candidates)
+    assert n == 12 and len(notes) == 1
+    runs, samples = extra * n, extra * sum(c.max_samples_per_run for c in pre.candidates)
+    assert f"at most {runs} run(s) = {samples:,} samples" in notes[0]
