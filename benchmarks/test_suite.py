@@ -29,7 +29,7 @@ def main() -> int:
     print(f"commit {head.stdout.strip()}{' (with uncommitted changes)' if dirty.stdout.strip() else ''}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     status = 0
-    for label, extra in (("default", []), ("slow", ["-m", "slow"])):
+    for label, extra in (("default", ["-n", "auto", "--dist", "loadfile"]), ("slow", ["-m", "slow"])):
         load = os.getloadavg()[0]
         start = time.perf_counter()
         proc = subprocess.run(
@@ -40,7 +40,7 @@ def main() -> int:
         )
         wall = time.perf_counter() - start
         command = f"pytest -q {' '.join(extra)}".strip()
-        print(f"{label:8s} {command:18s} {_closing_line(proc.stdout)}  (wall {wall:.0f} s, load {load:.1f})")
+        print(f"{label:8s} {command:38s} {_closing_line(proc.stdout)}  (wall {wall:.0f} s, load {load:.1f})")
         for line in proc.stdout.splitlines():  # which test failed, when one did
             if line.startswith(("FAILED ", "ERROR ")):
                 print(f"         {line}")

@@ -15,7 +15,7 @@ for _ in $(seq "$n"); do python3 -c "while True: pass" & pids+=($!); done
 sleep 20  # let the busy loops raise the load first
 echo "commit $(git log -1 --format='%h %cs'); $(nproc) cores; $n busy loops beside pytest"
 start=$(date +%s)
-PYTHONPATH="$PWD" python -m pytest -q -p no:cacheprovider > "$out" 2>&1; rc=$?
+PYTHONPATH="$PWD" python -m pytest -q -n auto --dist loadfile -p no:cacheprovider > "$out" 2>&1; rc=$?
 end=$(date +%s)
 kill "${pids[@]}" "$lp"
 cat "$log"

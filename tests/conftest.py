@@ -58,6 +58,7 @@ os.environ.setdefault("BATCHTUNE_RETIME_CONTENDED", "0")
 
 LIMIT_S = 10.0  # a default test over this (setup + call + teardown) is listed at the end
 _TIMES: dict[str, dict[str, float]] = {}  # nodeid -> {"wall_s", "cpu_s"}, summed over its phases
+_TIME_KEY = "batchtune_phase_times"  # a user property on each test report
 
 
 @pytest.fixture(scope="session")
@@ -81,9 +82,9 @@ def _timed(item: pytest.Item, phase: str) -> Generator[None, Any, Any]:
     wall, cpu = time.perf_counter(), _cpu_s()
     result = yield
     wall_s, cpu_s = time.perf_counter() - wall, _cpu_s() - cpu
-    total = _TIMES.setdefault(item.nodeid, {"wall_s": 0.0, "cpu_s": 0.0})
-    total["wall_s"] += wall_s
-    total["cpu_s"] += cpu_s
+    # carried on the test's reports, so the summary sees it under pytest-xdist too (the README's
+    # command runs the tests in worker processes; the summary is written by the controller)
+    item.user_properties.append((_TIME_KEY, {"wall_s": wall_s, "cpu_s": cpu_s}))
     path = os.environ.get("BATCHTUNE_TEST_TIMES")
     if path:
         line = {"nodeid": item.nodeid, "phase": phase, "wall_s": round(wall_s, 3), "cpu_s": round(cpu_s, 3)}
@@ -105,6 +106,16 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, Any, Any]:
     return (yield from _timed(item, "teardown"))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "teardown":  # the teardown report carries all three phases
+        return
+    total = _TIMES.setdefault(report.nodeid, {"wall_s": 0.0, "cpu_s": 0.0})
+    for key, value in report.user_properties:
+        if key == _TIME_KEY:
+            total["wall_s"] += value["wall_s"]
+            total["cpu_s"] += value["cpu_s"]
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
