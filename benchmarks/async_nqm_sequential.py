@@ -42,7 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from async_nqm_regret import BATCHES, INSTANCES, KS, US, Instance, lr_of, pipeline_of  # noqa: E402
 
-from batchtune.analysis.decide.async_topup import MARGIN, TOP_SEEDS, top_up  # noqa: E402
+from batchtune.analysis.decide.async_topup import (  # noqa: E402
+    FIXED_MARGIN,
+    MARGIN,
+    MAX_SEEDS,
+    TOP_SEEDS,
+    top_up,
+)
 from batchtune.backends.nqm_async import (  # noqa: E402
     expected_async_losses,
     expected_async_samples_to_target,
@@ -167,7 +173,12 @@ def main() -> int:
     ok = [m for m in MARGINS if held[m][0] <= 1.05]
     chosen = min(ok) if ok else min(MARGINS, key=lambda m: (held[m][0], m))
     why = "smallest with held-out max regret <= 1.05" if ok else "least held-out max regret, then smallest"
-    shipped = "the shipped default" if chosen == MARGIN else f"NOT the shipped default {MARGIN}"
+    shipped = (
+        f"the fixed rule's margin async_topup.FIXED_MARGIN; the default margin {MARGIN} goes with the "
+        "sequential rounds, async_nqm_seqtest.py"
+        if chosen == FIXED_MARGIN
+        else f"NOT the fixed rule's margin {FIXED_MARGIN}"
+    )
     lines += ["", f"chosen margin {chosen} ({why}; {shipped}: budget.async_top_up_margin)", ""]
     lines.append("reported instances at the chosen margin (out of sample for the margin):")
     lines.append(f"{'noise':>5} {'p':>4} {'gen:train':>9}  {'best':>13}  {'pick draw 0':>13} {'regret':>7}  "
@@ -248,7 +259,7 @@ def _real_probe(inst: Instance, root: Path, top: int) -> tuple[str, dict[str, fl
     theta = {r.label: r.choice.responses_per_s for r in d.rows}
     pick = min(d.rows, key=lambda r: r.choice.t).label
     record = load_top_up(ResultsStore.of(cfg))
-    topped = len({lab for r in record.rounds for lab in r.topped}) if record is not None else 0
+    topped = len({t.label for r in record.rounds for t in r.topped}) if record is not None else 0
     return pick, theta, len(ResultsStore.of(cfg).runs()), topped
 
 
@@ -300,7 +311,8 @@ def real_probe_lines() -> list[str]:
         "",
         "through the real probe (run_probe on the NQM backend, its store, top-up record and recommend):",
         f"grid B {[8 * p for p in PROBE_PROMPTS]}, k {list(PROBE_KS)}, u {list(PROBE_US)}; plain = "
-        f"{BASE} seeds (async_top_up_seeds {BASE}), top-up = {TOP} seeds within margin {MARGIN}, "
+        f"{BASE} seeds (async_top_up_seeds {BASE}), top-up = the shipped defaults: {TOP} seeds within margin "
+        f"{MARGIN}, then sequential rounds up to {MAX_SEEDS} seeds, "
         "rerun in the plain probe's results directory (its runs reused);",
         "truth: R_true at delay k (the backend's own dynamics) / the row's responses/s; R_true read per",
         "update (nqm_async's definition, part 1's truth) and, in the last three columns, at the step ends",

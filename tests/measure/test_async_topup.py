@@ -176,8 +176,11 @@ def _probe(
     return cfg, store, ran, n
 
 
+FIXED = ("budget.async_top_up_margin=0.1", "budget.async_top_up_max_seeds=0")  # no sequential rounds
+
+
 def test_the_probe_tops_up_its_contenders_and_records_why(tmp_path: Path) -> None:
-    cfg, store, ran, n = _probe(tmp_path / "r")
+    cfg, store, ran, n = _probe(tmp_path / "r", FIXED)
     rec = load_top_up(store)
     assert rec is not None and rec.rounds and n == len(ran) > 0
     topped = [t.label for r in rec.rounds for t in r.topped]
