@@ -20,6 +20,11 @@ def test_at_most_65_edges_and_11_layers():
     assert n_edges <= 65 and depth <= 11, (n_edges, depth)
 
 
+def test_no_cycle_between_folders():
+    edges = import_graph.graph()
+    assert [c for c in import_graph.components(edges) if len(c) > 1] == []
+
+
 def test_the_counter_reads_lazy_imports_and_skips_type_checking():
     src = (
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from batchtune.measure import probe\n"

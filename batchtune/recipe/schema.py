@@ -11,7 +11,6 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchtune.analysis.decide.async_topup import MARGIN, MAX_SEEDS, TOP_SEEDS
 from batchtune.recipe.study import StudyKind, study_of
 
 if sys.version_info >= (3, 11):
@@ -140,9 +139,10 @@ class BudgetConfig:
     max_extra_seeds: int = 3
     # async/off-policy probes: candidates within (1 + margin) x the best T get async_top_up_seeds
     # seeds, then close calls double theirs up to max_seeds (analysis/decide/async_topup.py); 0: none
-    async_top_up_seeds: int = TOP_SEEDS
-    async_top_up_margin: float = MARGIN
-    async_top_up_max_seeds: int = MAX_SEEDS
+    # (margin and cap chosen on held-out NQM instances: docs/async.md; the rule reads them from here)
+    async_top_up_seeds: int = 8
+    async_top_up_margin: float = 0.3
+    async_top_up_max_seeds: int = 32
     # the full run this probe is for (the run you will launch at the pick): its samples, or its steps
     # at full_run_batch samples a step (0 = the geometric middle of the main candidates); 0 = not
     # stated. probe.mode = "auto" weighs the probe's cost against it (measure/probe_size.py)

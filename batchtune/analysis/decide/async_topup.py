@@ -46,11 +46,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from batchtune.errors import AnalysisError
+from batchtune.recipe.schema import BudgetConfig
 
-MARGIN = 0.3  # contenders: T within (1 + MARGIN) x the best estimate (with the sequential rounds)
+# the recipe's defaults are the one home of these three (budget.async_top_up_*)
+MARGIN = BudgetConfig.async_top_up_margin  # contenders: T within (1 + MARGIN) x the best estimate
 FIXED_MARGIN = 0.1  # the margin chosen for the fixed rule alone (a cap <= the top)
-TOP_SEEDS = 8  # each contender's seeds after its first top-up
-MAX_SEEDS = 32  # the sequential rounds' cap (budget.async_top_up_max_seeds); <= the top: none
+TOP_SEEDS = BudgetConfig.async_top_up_seeds  # each contender's seeds after its first top-up
+MAX_SEEDS = BudgetConfig.async_top_up_max_seeds  # the sequential rounds' cap; <= the top: none
 Z = 1.5  # separated: T_c / T_b - Z x its jackknife standard error above 1 - TOL
 TOL = 0.05  # the regret share the paired seeds must rule out
 GROUPS = 8  # delete-a-group jackknife over this many groups of the paired seeds
