@@ -135,6 +135,26 @@ def test_the_split_of_the_cluster_is_ranked_and_said_to_be_modelled(tmp_path: Pa
     assert one["async_decision"]["gpu_split"] is None
 
 
+def test_run_as_and_the_rows_count_the_in_flight_cap_alike(tmp_path: Path) -> None:
+    # one convention (docs/async.md, JSON): in_flight_cap is algorithm.in_flight_cap, 0 where no cap
+    # binds (the staleness bound alone); the pick here is k = 1, where a queue of 1 is the bound itself
+    results = _store(tmp_path / "r", [], ASYNC_RUNS)
+    data = json.loads(_recommend(results, "--json", "--gpus", "8").stdout)
+    run_as, joint = data["recommended"]["run_as"], data["async_decision"]
+    assert (run_as["mode"], run_as["staleness"]) == ("async", 1)
+    mine = next(r for r in joint["candidates"] if r["name"] == run_as["name"])
+    split = next(
+        r for r in joint["gpu_split"]["rows"]
+        if (r["name"], r["rollout_gpus"]) == (run_as["name"], run_as["rollout_gpus"])
+    )  # fmt: skip
+    assert run_as["in_flight_cap"] == mine["in_flight_cap"] == split["in_flight_cap"] == 0
+    k = {r["name"]: r["staleness"] for r in joint["candidates"]}
+    for r in joint["candidates"] + joint["gpu_split"]["rows"]:  # a cap reported is one that binds
+        assert r["in_flight_cap"] == 0 or r["in_flight_cap"] < k[r["name"]]
+    text = _recommend(results, "--gpus", "8").stdout
+    assert "the staleness bound alone (1 finished batch(es) queued)" in text
+
+
 def test_recommend_plays_the_sweeps_timed_steps_and_says_so(tmp_path: Path) -> None:
     results = _store(tmp_path / "r", [], ASYNC_RUNS)
     before = json.loads(_recommend(results, "--json").stdout)["async_decision"]

@@ -15,28 +15,14 @@ from batchtune.analysis.decide.async_rank import (
     SplitRanking,
     SplitRow,
     queue_cap,
+    queue_label,
+    split_label,
 )
 from batchtune.report.json import num
 from batchtune.report.terminal import fmt_n, fmt_time
 
 SHOWN_ROWS = 12  # the table's rows; --json carries every one
 COLUMNS = ("candidate", "mode", "P x G", "k", "u", "split", "queue", "resp/s", "lag", "T", "T interval")
-
-
-def _split(row: JointRow, total_gpus: int) -> str:
-    """Rollout:training GPUs; "shared" on one device (two processes, each side the whole of it)."""
-    g = row.choice.rollout_gpus
-    if g is None:
-        return "colocated"
-    return "shared" if total_gpus == 1 else f"{g}:{total_gpus - g}"
-
-
-def _cap(row: JointRow | SplitRow) -> str:
-    """Finished batches queued, as algorithm.in_flight_cap counts them; "k": the bound alone."""
-    c = row.choice
-    if c.mode == "sync":
-        return "-"
-    return "k" if c.in_flight_cap is None else str(queue_cap(c.in_flight_cap))
 
 
 def _cells(row: JointRow, total_gpus: int) -> tuple[str, ...]:
@@ -48,8 +34,8 @@ def _cells(row: JointRow, total_gpus: int) -> tuple[str, ...]:
         f"{row.prompts}x{row.group_size}",
         str(c.staleness),
         str(c.updates_per_batch),
-        _split(row, total_gpus),
-        _cap(row),
+        split_label(c, total_gpus),  # the verdict's words too (async_rank.async_verdict)
+        queue_label(c),
         fmt_n(c.responses_per_s),
         f"{c.lag_reached:.2f}",
         fmt_time(c.t),
@@ -82,12 +68,11 @@ def shown_splits(splits: SplitRanking, winner: str) -> list[SplitRow]:
 
 def _split_cells(row: SplitRow, total: int) -> tuple[str, ...]:
     c: AsyncChoice = row.choice
-    where = "colocated" if c.rollout_gpus is None else f"{c.rollout_gpus}:{total - c.rollout_gpus}"
     return (
         row.label,
         c.mode,
-        where,
-        _cap(row),
+        split_label(c, total),
+        queue_label(c),
         fmt_n(c.responses_per_s),
         f"{c.rollout_idle_frac:.0%}",
         f"{c.trainer_idle_frac:.0%}",

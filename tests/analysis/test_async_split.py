@@ -48,3 +48,13 @@ def test_with_one_batch_scaling_is_linear_and_no_split_beats_colocated() -> None
     r = rank_splits(est, one, LABELS, total_gpus=8)
     assert r.rows[0].choice.rollout_gpus is None  # perfect data parallelism: colocated is as fast
     assert "one batch measured: assumed" in r.notes[0]
+
+
+def test_a_cap_that_does_not_bind_is_the_bound_alone() -> None:
+    # k = 1 keeps at most 2 batches in flight: a cap of 2 ties with the bound, so the row is the bound's
+    # (queue "k", algorithm.in_flight_cap 0), as in the joint ranking, not "at most 1 queued"
+    est = [REstimate(16, 0, 1, 1600, 1500, 1700), REstimate(16, 1, 1, 1600, 1500, 1700)]
+    r = rank_splits(est, TIMES, LABELS, total_gpus=8, in_flight_caps=(2, 3, None))
+    async_rows = [row.choice for row in r.rows if row.choice.mode == "async"]
+    assert {c.rollout_gpus for c in async_rows} == {2, 4, 6}
+    assert all(c.in_flight_cap is None for c in async_rows)

@@ -26,6 +26,19 @@ def test_sync_and_async_by_hand() -> None:
     assert "not decided" in lines[-1]  # 1210 [1100, 1444] vs 1500 [1406, 1641]: overlap
 
 
+def test_the_verdict_names_split_and_queue_as_the_table_does() -> None:
+    # the joint table's words (report/joint.py: split "shared" / "6:2", queue "k" / a number), not the
+    # model's fields (split=1, cap=None)
+    est = [REstimate(64, 0, 1, 6400, 6000, 7000), REstimate(64, 1, 1, 7040, 6400, 8400)]
+    best = async_verdict(rank_async(est, TIMES))[1]
+    assert best.startswith("best async: B=64 k=1 u=1, split shared, queue k (the staleness bound alone): T=")
+    assert "None" not in best and "split=" not in best and "cap=" not in best
+    capped = rank_async([REstimate(64, 0, 1, 6400, 6000, 7000), REstimate(64, 3, 1, 7040, 6400, 8400)],
+                        TIMES, total_gpus=8, splits=[6], in_flight_caps=(2,))  # fmt: skip
+    line = async_verdict(capped, total_gpus=8)[1]
+    assert ", split 6:2, queue 1 (finished batches): T=" in line
+
+
 def test_async_does_not_pay_when_r_grows_faster() -> None:
     est = [REstimate(64, 0, 1, 6400, 6300, 6500), REstimate(64, 1, 1, 9600, 9000, 10000)]
     ranked = rank_async(est, TIMES)

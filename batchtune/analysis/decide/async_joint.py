@@ -45,7 +45,7 @@ from batchtune.analysis.decide.async_rank import (
     rank_async,
     verdict_status,
 )
-from batchtune.analysis.decide.async_split import rank_splits
+from batchtune.analysis.decide.async_split import binding_caps, rank_splits
 from batchtune.analysis.decide.recommend import ThroughputModel
 from batchtune.analysis.sample.efficiency import CandidateEfficiency, SampleEfficiency
 from batchtune.errors import AnalysisError
@@ -75,10 +75,6 @@ def _r_interval(eff: SampleEfficiency, c: CandidateEfficiency) -> tuple[float, f
         lo = max((b for b in est.censored_at if b is not None and math.isfinite(b)), default=math.inf)
     r = est.samples_to_target
     return min(lo, r), r, max(hi, r)
-
-
-def _same(a: float, b: float) -> bool:
-    return a == b or (math.isfinite(a) and math.isfinite(b) and math.isclose(a, b, rel_tol=1e-9))
 
 
 def _ratio(values: Sequence[float], base: float) -> float:
@@ -199,19 +195,11 @@ def joint_decision(
         sync_every=sync_every,
         async_times=async_t,
     )
-    # the bound keeps at most k + 1 batches in flight, so a cap of k + 1 or more is the "k alone" row;
-    # a cap that predicts the same time as k alone buys nothing and is left out
-    alone = {(c.batch, c.staleness, c.updates_per_batch): c.t for c in ranked if c.in_flight_cap is None}
     rows = []
-    for ch in ranked:
-        key = (ch.batch, ch.staleness, ch.updates_per_batch)
-        if ch.in_flight_cap is not None and (
-            ch.in_flight_cap >= ch.staleness + 1 or _same(ch.t, alone.get(key, math.nan))
-        ):
-            continue
-        c = who[key]
+    for ch in binding_caps(ranked):  # a cap that does not bind is the bound alone: left out
+        c = who[(ch.batch, ch.staleness, ch.updates_per_batch)]
         rows.append(JointRow(c.label, c.prompts, c.group_size, ch))
-    verdict = async_verdict([r.choice for r in rows])
+    verdict = async_verdict([r.choice for r in rows])  # on the one device: total_gpus 1
     source = f"stage times: {thr.source} (generation, training), weight syncs from the probe's records"
     splits = None
     if cluster_gpus >= 2:

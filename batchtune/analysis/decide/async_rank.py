@@ -105,6 +105,23 @@ def queue_cap(in_flight_batches: int | None) -> int:
     return 0 if in_flight_batches is None else max(1, in_flight_batches - 1)
 
 
+def split_label(c: AsyncChoice, total_gpus: int) -> str:
+    """Where a choice runs, as the tables and the verdict say it: "colocated" (sync), "shared" (one
+    device, rollout and trainer each the whole of it) or rollout:train GPUs of ``total_gpus``."""
+    g = c.rollout_gpus
+    if g is None:
+        return "colocated"
+    return "shared" if total_gpus == 1 else f"{g}:{total_gpus - g}"
+
+
+def queue_label(c: AsyncChoice) -> str:
+    """The finished batches queued, as the tables and the verdict say it: "-" for sync, "k" for the
+    staleness bound alone, else algorithm.in_flight_cap (``queue_cap``)."""
+    if c.mode == "sync":
+        return "-"
+    return "k" if c.in_flight_cap is None else str(queue_cap(c.in_flight_cap))
+
+
 @dataclass(frozen=True)
 class JointRow:
     """One ranked (mode, P, G, k, u, split, in-flight cap)."""
@@ -301,7 +318,12 @@ def _reuse_line(sync: Sequence[AsyncChoice]) -> str | None:
     )
 
 
-def async_verdict(ranked: Sequence[AsyncChoice]) -> list[str]:
+def _queue_words(c: AsyncChoice) -> str:
+    q = queue_label(c)
+    return f"{q} (the staleness bound alone)" if q == "k" else f"{q} (finished batches)"
+
+
+def async_verdict(ranked: Sequence[AsyncChoice], total_gpus: int = 1) -> list[str]:
     """Reasons, one a line: which mode wins, by how much, and when async does not pay.
 
     Staleness and reuse are told apart: the best async choice (k >= 1, updates u) is compared with
@@ -309,7 +331,8 @@ def async_verdict(ranked: Sequence[AsyncChoice]) -> list[str]:
     at that u has too) is not counted for async; reuse is reported on its own line (sync at u against
     sync at the least u). Async does not pay when its R grows faster than its throughput over sync
     at its u. With no sync choice at that u that reached the target, the best sync choice at any u
-    is the comparison, and a line says the two effects are not separated there."""
+    is the comparison, and a line says the two effects are not separated there. ``total_gpus``: the
+    devices ``ranked`` runs on (1: rollout and trainer share one), for the split's words."""
     sync = [r for r in ranked if r.mode == "sync" and math.isfinite(r.t)]
     asy = _overlapping(ranked)
     if not sync or not asy:
@@ -328,9 +351,9 @@ def async_verdict(ranked: Sequence[AsyncChoice]) -> list[str]:
     )
     lines = [
         f"best sync at u={s.updates_per_batch}: B={s.batch} T={s.t:.4g} s [{s.t_lo:.4g}, {s.t_hi:.4g}]",
-        f"best async: B={a.batch} k={a.staleness} u={a.updates_per_batch} split={a.rollout_gpus} "
-        f"cap={a.in_flight_cap} T={a.t:.4g} s [{a.t_lo:.4g}, {a.t_hi:.4g}], lag reached "
-        f"{a.lag_reached:.2f}",
+        f"best async: B={a.batch} k={a.staleness} u={a.updates_per_batch}, split "
+        f"{split_label(a, total_gpus)}, queue {_queue_words(a)}: T={a.t:.4g} s [{a.t_lo:.4g}, "
+        f"{a.t_hi:.4g}], lag reached {a.lag_reached:.2f}",
         f"async throughput x{theta_gain:.3f}, samples-to-target x{r_growth:.3f} ({against})",
     ]
     reuse = _reuse_line(sync)

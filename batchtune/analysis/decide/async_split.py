@@ -14,6 +14,9 @@ train on the other N - g, for the splits offered (default N/4, N/2 and 3N/4: 1:3
 the in-flight caps of the joint ranking. No contention between the sides (separate GPUs) and the
 probe's weight-sync seconds, which a cluster's interconnect changes: both said in the notes.
 
+A cap that does not bind (``binding_caps``) is left out, as in the joint ranking, so a tie with the
+staleness bound alone is reported as the bound (queue "k", algorithm.in_flight_cap 0).
+
 Each row carries its reason: which side is the bottleneck (the other idles) and so which way GPUs
 would move. Pure, no I/O.
 """
@@ -34,6 +37,28 @@ from batchtune.analysis.decide.async_rank import (
 )
 
 IDLE_GAP = 0.05  # idle shares closer than this count as balanced
+
+
+def binding_caps(ranked: Sequence[AsyncChoice]) -> list[AsyncChoice]:
+    """``ranked`` less the rows whose in-flight cap does not bind (k in trainer steps): the bound keeps
+    at most k + 1 batches in flight, so a cap of k + 1 or more is the "k alone" row, and a cap that
+    predicts the same T as k alone at the same split buys nothing. Every ranking (the joint one, the
+    GPU splits) reports a cap only where it binds: one convention for the tables and the JSON."""
+    alone = {_key(c): c.t for c in ranked if c.in_flight_cap is None}
+    return [
+        c
+        for c in ranked
+        if c.in_flight_cap is None
+        or not (c.in_flight_cap >= c.staleness + 1 or same_t(c.t, alone.get(_key(c), math.nan)))
+    ]
+
+
+def _key(c: AsyncChoice) -> tuple[int, int, int, int | None]:
+    return (c.batch, c.staleness, c.updates_per_batch, c.rollout_gpus)
+
+
+def same_t(a: float, b: float) -> bool:
+    return a == b or (math.isfinite(a) and math.isfinite(b) and math.isclose(a, b, rel_tol=1e-9))
 
 
 def default_splits(total_gpus: int) -> list[int]:
@@ -107,7 +132,7 @@ def rank_splits(
         sync_every=sync_every,
     )
     best: dict[tuple[str, int | None], AsyncChoice] = {}
-    for c in ranked:  # best first: one row per (candidate, split), its best cap
+    for c in binding_caps(ranked):  # best first: one row per (candidate, split), its best cap
         key = (labels[(c.batch, c.staleness, c.updates_per_batch)], c.rollout_gpus)
         best.setdefault(key, c)
     rows = tuple(SplitRow(lab, c, reason(c, n)) for (lab, _), c in best.items())
