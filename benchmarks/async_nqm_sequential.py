@@ -179,7 +179,7 @@ def main() -> int:
         if chosen == FIXED_MARGIN
         else f"NOT the fixed rule's margin {FIXED_MARGIN}"
     )
-    lines += ["", f"chosen margin {chosen} ({why}; {shipped}: budget.async_top_up_margin)", ""]
+    lines += ["", f"chosen margin {chosen} ({why}; {shipped})", ""]
     lines.append("reported instances at the chosen margin (out of sample for the margin):")
     lines.append(f"{'noise':>5} {'p':>4} {'gen:train':>9}  {'best':>13}  {'pick draw 0':>13} {'regret':>7}  "
                  f"{'pick draw 1':>13} {'regret':>7}  {'3 seeds plain':>13}")  # fmt: skip

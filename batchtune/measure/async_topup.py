@@ -12,7 +12,7 @@ Seeds: a top-up to N seeds runs the planned seeds and the seeds of sequential ro
 exist) and with the other candidates'. The reference runs unbanded, the others under the probe's
 band, as sequential seeding runs them.
 
-Sequential rounds (opt-in: ``budget.async_top_up_max_seeds`` above ``async_top_up_seeds``): the
+Sequential rounds (``budget.async_top_up_max_seeds`` above ``async_top_up_seeds``, the default): the
 paired seeds' evidence is the ranking made again with each of the rule's GROUPS groups of the seed
 list left out (``analyse`` with ``drop_seeds``); a round brings its candidates to a seed count N of
 the same seed list (``top_up_seeds``).

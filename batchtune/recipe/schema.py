@@ -142,7 +142,7 @@ class BudgetConfig:
     # (margin and cap chosen on held-out NQM instances: docs/async.md; the rule reads them from here)
     async_top_up_seeds: int = 8
     async_top_up_margin: float = 0.3
-    async_top_up_max_seeds: int = 32
+    async_top_up_max_seeds: int = 64
     # the full run this probe is for (the run you will launch at the pick): its samples, or its steps
     # at full_run_batch samples a step (0 = the geometric middle of the main candidates); 0 = not
     # stated. probe.mode = "auto" weighs the probe's cost against it (measure/probe_size.py)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from batchtune.analysis.decide.async_topup import SeqRule, contenders, ratio_interval, top_up
+from batchtune.analysis.decide.async_topup import SeqRule, contenders, family_z, ratio_interval, top_up
 from batchtune.backends.spec import Candidate
 from batchtune.cli import app
 from batchtune.measure.async_topup import TOP_UP_FILE, add_async_seeds, load_top_up, seeds_by_label
@@ -121,6 +121,45 @@ def test_sequential_rounds_double_until_separated_and_respect_the_cap() -> None:
     seeds = {"a": 16, "b": 8, "c": 3}
     runs, _ = _seq_loop({"a": 1.0, "b": 1.02, "c": 2.0}, {"a": 0.1, "b": 0.1, "c": 0.1}, seeds, cap=16)
     assert runs == [(["b"], 16)]
+
+
+def test_family_z_shares_the_tail_among_the_comparisons() -> None:
+    from statistics import NormalDist
+
+    nd = NormalDist()
+    assert family_z(1.5, 1) == 1.5 and family_z(1.5, 0) == 1.5  # one comparison: z itself
+    for m in (2, 3, 10):
+        assert math.isclose(1 - nd.cdf(family_z(1.5, m)), (1 - nd.cdf(1.5)) / m)
+    assert 1.5 < family_z(1.5, 2) < family_z(1.5, 3) < family_z(1.5, 10)
+
+
+def _family_loop(family: bool) -> list[tuple[list[str], int]]:
+    """Three leaders 10% behind the best, each with jackknife se 1.1 x 0.03 x sqrt(7) of its ratio:
+    separated at z 1.5 (low ~0.963), not at the family z of 3 comparisons (~2.01, low ~0.934)."""
+    t = {"a": 1.0, "b": 1.1, "c": 1.101, "d": 1.102, "e": 3.0}
+    seeds = dict.fromkeys(t, 8)
+    runs: list[tuple[list[str], int]] = []
+
+    def evidence(labels: list[str]) -> dict[str, list[float]]:
+        return {
+            lab: [t[lab] * (1 + (0.0 if lab == "a" else 0.03 * (-1) ** j)) for j in range(8)]
+            for lab in labels
+        }
+
+    def run(labels: list[str], n: int) -> None:
+        runs.append((labels, n))
+        seeds.update(dict.fromkeys(labels, n))
+
+    top_up(
+        lambda: (dict(t), dict(seeds)), run, margin=0.3, top=8,
+        seq=SeqRule(cap=16, z=1.5, tol=0.05, family=family), evidence=evidence,
+    )  # fmt: skip
+    return runs
+
+
+def test_the_family_z_keeps_several_close_leaders_from_separating_at_once() -> None:
+    assert _family_loop(False) == []  # each comparison at z 1.5: all separated, no round
+    assert _family_loop(True) == [(["a", "b", "c", "d"], 16)]  # Bonferroni over 3: all double, to the cap
 
 
 def _cfg(root: Path, sets: tuple[str, ...] = ()) -> Recipe:
