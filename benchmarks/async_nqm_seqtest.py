@@ -4,15 +4,15 @@ benchmarks/async_nqm_heldout.py found the held-out misses of the fixed top-up (c
 of the best estimate get 8 seeds: held-out max regret 1.162) to be seed noise, not a biased R: sd
 2-14% at 8 seeds, as large as the gaps between contenders. This script scores the sequential rule of
 analysis/decide/async_topup.py (after the 8-seed round, the best and every leader within the margin
-that the paired seeds do not separate from it double their seeds, 8 -> 16 -> 32, up to a cap;
+that the paired seeds do not separate from it double their seeds, 8 -> 16 -> 32 -> 64, up to a cap;
 separated: T_c / T_b minus z delete-a-group jackknife standard errors above 1 - tol), run by the
 probe's own loop (top_up) fed these estimates, against the fixed rule (cap 8), on three sets of NQM
 instances generated the same way (the grid, dim, target and LR rule of async_nqm_regret.py):
 
-- reported: the 8 of async_nqm_regret.py, seeds 0.. and 100..;
-- held-out: the 8 of async_nqm_sequential.py, seeds 0.. and 100..;
-- fresh: 8 new ones (noise 0.75 / 3, curvature power 1.1 / 1.75, gen:train 2:1 / 1:3), seeds 200..
-  and 300.., made for this script and looked at only to score.
+- reported: the 8 of async_nqm_regret.py;
+- held-out: the 8 of async_nqm_sequential.py (its margin was chosen on their draws 0.. and 100..);
+- fresh: 8 new ones (noise 0.75 / 3, curvature power 1.1 / 1.75, gen:train 2:1 / 1:3), made for
+  this script and looked at only to score.
 
 The rule's margin, z, cap and family (z per comparison, or shared among the distinct leaders
 compared at once: Bonferroni, async_topup.family_z) are CHOSEN ON THE HELD-OUT SET ONLY, on 8 seed
