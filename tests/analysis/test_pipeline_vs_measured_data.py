@@ -20,5 +20,7 @@ def test_the_committed_table_is_recomputed_from_its_data() -> None:
     spec.loader.exec_module(pvm)
     raw = json.loads(pvm.RAW.read_text())
     assert pvm.tabulate(raw) == pvm.OUT.read_text()
-    # every overlapped setting had its overlapped calibration; k = 0 had none (c = 1 there)
-    assert all(("pair" in got) == (got["setting"][0] >= 1) for got in raw["runs"])
+    # every round ran its overlapped calibration and each setting once, calibration and run
+    for got in raw["rounds"]:
+        assert got["pair"] and sorted(tuple(one["setting"]) for one in got["runs"]) == sorted(pvm.SETTINGS)
+        assert all(one["cal"] and one["run"] for one in got["runs"])
