@@ -10,6 +10,8 @@ import pytest
 from batchtune.backends.nqm_async import (
     expected_async_losses,
     expected_async_samples_to_target,
+    probe_half_width,
+    read_crossing,
     simulate_samples_to_target,
 )
 from batchtune.backends.nqm_theory import expected_sgd_losses
@@ -56,6 +58,34 @@ def test_drawn_runs_agree_with_the_expectation() -> None:
     mean_r, per_seed = simulate_samples_to_target(CFG, target_loss=target, seeds=list(range(16)), **kw)  # type: ignore[arg-type]
     assert len(per_seed) == 16 and all(math.isfinite(r) for r in per_seed)
     assert mean_r == pytest.approx(truth, rel=0.15)
+
+
+def test_the_shrunk_window_does_not_read_a_convex_approach_late() -> None:
+    # near noise-free, so the 64-seed mean curve is the expected one: the shipped full-width centred
+    # average lifts its convex approach (Jensen) and reads it 1.8% late; shrink_from=8 does not
+    cfg = NQMConfig(dim=16, noise_scale=1e-6)
+    kw = dict(lr=0.4, batch=16, delay=1, updates_per_batch=2)
+    losses = expected_async_losses(cfg, n_updates=400, **kw)  # type: ignore[arg-type]
+    target = float(losses[0] + losses[-1]) / 4
+    truth = expected_async_samples_to_target(cfg, target_loss=target, **kw)  # type: ignore[arg-type]
+    seeds = list(range(64))
+    new, per_seed = simulate_samples_to_target(cfg, target_loss=target, seeds=seeds, shrink_from=8, **kw)  # type: ignore[arg-type]
+    old, _ = simulate_samples_to_target(cfg, target_loss=target, seeds=seeds, **kw)  # type: ignore[arg-type]
+    assert new == pytest.approx(truth, rel=0.002)
+    assert old > 1.01 * truth  # the shipped reading's floor
+    assert per_seed[0] > 1.01 * truth  # one seed's curve keeps the full width
+    # read_crossing alone: exp(-n / 50) reaches e^-2 at update n = 100, i.e. after 101 samples
+    curve, t = np.exp(-np.arange(400) / 50.0), math.exp(-2)
+    assert (
+        probe_half_width(curve, t, 64)
+        == probe_half_width(curve, t, 1, 8)
+        == probe_half_width(curve, t, 8, 8)
+        == 25
+    )
+    assert probe_half_width(curve, t, 64, 8) == 3
+    exact = read_crossing(curve, target_loss=t, batch=1, updates_per_batch=1, loss0=2.0, half_width=0)
+    late = read_crossing(curve, target_loss=t, batch=1, updates_per_batch=1, loss0=2.0, half_width=25)
+    assert exact == pytest.approx(101, abs=0.02) and late > 102.5
 
 
 def test_bad_input() -> None:
