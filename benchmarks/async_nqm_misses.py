@@ -22,6 +22,8 @@ async_nqm_seqtest.py's scoring draws (seeds 2000.. to 2700..). Per miss:
 
 Nothing is chosen here.
     python benchmarks/async_nqm_misses.py  (writes benchmarks/out/async_nqm_misses.txt)
+    python benchmarks/async_nqm_misses.py --shrink-from 8  (another reading of R, not shipped:
+        benchmarks/async_nqm_smoothing.py; writes benchmarks/out/async_nqm_misses_shrink8.txt)
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from async_nqm_regret import Instance, lr_of  # noqa: E402
-from async_nqm_seqtest import BEFORE, MORE, SCORE, SETS, Cand, _r, _seed_list, run_rule  # noqa: E402
+from async_nqm_seqtest import BEFORE, MORE, SCORE, SETS, Cand, _r, _seed_list, run_rule, use_reading  # noqa: E402
 from async_nqm_sequential import _cfg, _grid, _truth  # noqa: E402
 
 from batchtune.analysis.decide.async_topup import (  # noqa: E402
@@ -112,7 +114,9 @@ def _bias(inst: Instance, c: Cand) -> float:
 def main() -> int:
     t0 = time.process_time()
     old_m, old = BEFORE
+    out, note = use_reading(sys.argv[1:], OUT)
     lines = [
+        *note,
         "misses (regret > 1.05) of the async seed top-up; gap = T_true(pick) / T_true(best); seeds =",
         "pick/best at the stop; est = T_est(best) / T_est(pick) at the stop; low = its interval's lower end",
         "(separated when low > 1 - tol); why: outside = the true best not within the margin of the best",
@@ -129,7 +133,7 @@ def main() -> int:
         *diagnose(MARGIN, SeqRule(MAX_SEEDS, Z, TOL, FAMILY), SCORE),
     ]
     text = "\n".join(lines) + "\n"
-    OUT.write_text(text)
+    out.write_text(text)
     print(text, end="")
     print(f"cpu {time.process_time() - t0:.1f} s", file=sys.stderr)
     return 0

@@ -30,6 +30,8 @@ that would miss the goal; a gap near 1 is a miss no seed rule avoids at a reason
 seed-runs of distinct (B, d, u) over the plain 3-seed probe's.
 
     python benchmarks/async_nqm_seqtest.py  (writes benchmarks/out/async_nqm_seqtest.txt)
+    python benchmarks/async_nqm_seqtest.py --shrink-from 8  (another reading of R, not shipped:
+        benchmarks/async_nqm_smoothing.py; writes benchmarks/out/async_nqm_seqtest_shrink8.txt)
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from batchtune.analysis.decide.async_topup import (  # noqa: E402
     Z,
     top_up,
 )
-from batchtune.backends.nqm_async import simulate_samples_to_target  # noqa: E402
+from batchtune.backends.nqm_async import SHRINK_FROM, simulate_samples_to_target  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "async_nqm_seqtest.txt"
 FRESH = [
@@ -84,6 +86,23 @@ MORE = tuple(range(400, 1000, 100))  # the 6 further draws the rule shipped firs
 TODAY = (FIXED_MARGIN, None)  # the fixed rule: margin 0.1, 8 seeds, no sequential rounds
 BEFORE = (0.3, SeqRule(32, 1.5, TOL, False))  # the sequential rule shipped before this choice
 LIMIT, LIMIT_FIRST = 512, 5000  # the estimator's large-sample limit: 512 seeds
+SHRINK = SHRINK_FROM  # nqm_async's smoothing: the shipped reading unless --shrink-from N
+
+
+def use_reading(argv: list[str], out: Path) -> tuple[Path, list[str]]:
+    """``--shrink-from N``: read R with nqm_async's smoothing window shrunk as N / seeds beyond N seeds
+    (benchmarks/async_nqm_smoothing.py), writing OUT_shrinkN.txt beside ``out``; (the path, the
+    header lines that say so). Without it: (out, [])."""
+    global SHRINK
+    if argv[:1] != ["--shrink-from"] or len(argv) != 2:
+        return out, []
+    SHRINK = float(argv[1])
+    _r.cache_clear()
+    return out.with_name(f"{out.stem}_shrink{argv[1]}.txt"), [
+        f"NOT the shipped reading: R read with nqm_async's smoothing window shrunk as {argv[1]} / seeds "
+        f"beyond {argv[1]} seeds (shrink_from={argv[1]}; benchmarks/async_nqm_smoothing.py)",
+        "",
+    ]
 
 
 @cache
@@ -91,7 +110,7 @@ def _r(inst: Instance, b: int, d: int, u: int, seeds: tuple[int, ...]) -> float:
     cfg, target = _cfg(inst)
     r, _ = simulate_samples_to_target(
         cfg, lr=lr_of(b), batch=b, delay=d, updates_per_batch=u, target_loss=target,
-        seeds=list(seeds), max_updates=4000,
+        seeds=list(seeds), max_updates=4000, shrink_from=SHRINK,
     )  # fmt: skip
     return r
 
@@ -188,7 +207,9 @@ def _row(name: str, rules: list[tuple[float, float, float, list[float]]], where:
 
 def main() -> int:
     t0 = time.process_time()
+    out, note = use_reading(sys.argv[1:], OUT)
     lines = [
+        *note,
         "async NQM regret: the fixed top-up (contenders within 10% of the best estimate get "
         f"{TOP_SEEDS} seeds) vs the sequential rule",
         "(then the best and each leader within the margin not separated from it double their seeds up to a "
@@ -248,7 +269,7 @@ def main() -> int:
     for name in SETS:
         lines.append(f"{name:>9}: " + " ".join("-" if math.isinf(v) else f"{v:.3f}" for v in limit(name)))
     text = "\n".join(lines) + "\n"
-    OUT.write_text(text)
+    out.write_text(text)
     print(text, end="")
     print(f"cpu {time.process_time() - t0:.1f} s", file=sys.stderr)
     return 0
