@@ -12,7 +12,10 @@ the same drawn curves (nqm_async.simulate_loss_curves), per seed count n:
   seeds, so the window shrinks with them; at n <= 8 the reading is the old one;
 - sqrt: the half-width x min(1, sqrt(8 / n)), the slower shrink;
 - sg2: a Savitzky-Golay filter, polyorder 2, over the old window (keeps a local quadratic unbiased);
-- none: no smoothing of the mean curve.
+- none: no smoothing of the mean curve;
+- iso (nqm_async reading="isotonic", added after the choice above, opt-in): the crossing of the
+  isotonic (non-increasing) fit of the mean curve (nqm_async.read_isotonic_crossing, the torch
+  probe's monotone_crossing), no smoothing.
 
 The variant was CHOSEN ON THE HELD-OUT SET ONLY (async_nqm_sequential.py's 8 instances), on the bias
 at 256 seeds and the sd at 8 seeds (new); the reported and fresh sets of async_nqm_seqtest.py are
@@ -48,6 +51,7 @@ from batchtune.backends.nqm_async import (  # noqa: E402
     expected_async_samples_to_target,
     probe_half_width,
     read_crossing,
+    read_isotonic_crossing,
     simulate_loss_curves,
 )
 from batchtune.backends.nqm_theory import curvatures, initial_theta  # noqa: E402
@@ -56,11 +60,13 @@ OUT = Path(__file__).resolve().parent / "out" / "async_nqm_smoothing.txt"
 FIRST, BIG, NEAR = 5000, 256, 1.10
 SHRINK_FROM = 8  # the new reading's: at <= 8 seeds (the probe's first round) it is the old one
 ORDER = ("held-out", "reported", "fresh")
-VARIANTS = ("old", "new", "sqrt", "sg2", "none")
+VARIANTS = ("old", "new", "sqrt", "sg2", "none", "iso")
 
 
 def _read(curve: np.ndarray, n: int, variant: str, target: float, b: int, u: int, loss0: float) -> float:
     """R of the mean of n seeds' curves, read the variant's way (module docstring)."""
+    if variant == "iso":
+        return read_isotonic_crossing(curve, target_loss=target, batch=b, updates_per_batch=u, loss0=loss0)
     w = probe_half_width(curve, target, n, math.inf)  # the old, full half-width
     if variant == "new":
         w = probe_half_width(curve, target, n, SHRINK_FROM)
@@ -78,8 +84,10 @@ def _read(curve: np.ndarray, n: int, variant: str, target: float, b: int, u: int
 
 
 def measure(inst: Instance, b: int, d: int, u: int) -> dict[str, dict[str, float]]:
-    """Per variant: b256, m64, m8, sd8 (module docstring). Each group runs alone, as a probe would
-    (its own confirmation length)."""
+    """Per variant: b256, m64, m8, sd8 (module docstring), over the groups whose reading is finite;
+    cens: how many of the 37 groups (1 + 4 + 32) read inf (the curve runs as long again as its raw
+    crossing, and an isotonic fit can stay above the target over it). Each group runs alone, as a
+    probe would (its own confirmation length)."""
     cfg, target = _cfg(inst)
     kw = dict(lr=lr_of(b), batch=b, delay=d, updates_per_batch=u, target_loss=target)
     rt = expected_async_samples_to_target(cfg, **kw)  # type: ignore[arg-type]
@@ -94,11 +102,21 @@ def measure(inst: Instance, b: int, d: int, u: int) -> dict[str, dict[str, float
     out = {}
     for v in VARIANTS:
         r = {n: [_read(c, n, v, target, b, u, loss0) / rt for c in cs] for n, cs in groups.items()}
+        fin = {n: [x for x in rs if math.isfinite(x)] for n, rs in r.items()}
         out[v] = {
-            "b256": r[BIG][0], "m64": statistics.fmean(r[64]), "m8": statistics.fmean(r[8]),
-            "sd8": statistics.stdev(r[8]), "sd64": statistics.stdev(r[64]),
+            "b256": r[BIG][0], "m64": _mean(fin[64]), "m8": _mean(fin[8]),
+            "sd8": _sd(fin[8]), "sd64": _sd(fin[64]),
+            "cens": float(sum(len(rs) - len(fin[n]) for n, rs in r.items())),
         }  # fmt: skip
     return out
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else math.inf
+
+
+def _sd(xs: list[float]) -> float:
+    return statistics.stdev(xs) if len(xs) > 1 else math.nan
 
 
 def table(name: str, insts: list[Instance]) -> tuple[list[str], list[dict[str, dict[str, float]]]]:
@@ -116,11 +134,12 @@ def table(name: str, insts: list[Instance]) -> tuple[list[str], list[dict[str, d
             rows.append(m)
             ratio = inst.gen_per_resp_s / inst.train_per_resp_s
             g_t = f"{ratio:.0f}:1" if ratio >= 1 else f"1:{1 / ratio:.0f}"
-            o, n = m["old"], m["new"]
+            o, n, i = m["old"], m["new"], m["iso"]
             lines.append(
                 f"{name:>9} {inst.noise:5.2f} {inst.power:4.2f} {g_t:>4} {str(c):>13} {d:2d} "
                 f"{truth[c] / best:6.3f} {o['b256']:7.3f} {n['b256']:7.3f} {o['m64']:7.3f} "
-                f"{n['m64']:7.3f} {n['m8']:6.3f} {n['sd8']:6.3f}"
+                f"{n['m64']:7.3f} {n['m8']:6.3f} {n['sd8']:6.3f} "
+                f"{i['b256']:7.3f} {i['m64']:7.3f} {i['sd8']:6.3f}"
             )
     return lines, rows
 
@@ -131,9 +150,10 @@ def summary(name: str, rows: list[dict[str, dict[str, float]]]) -> list[str]:
     for v in VARIANTS:
         worst = {k: max(abs(r[v][k] - 1) for r in rows) for k in ("b256", "m64", "m8")}
         sd = {k: statistics.fmean(r[v][k] for r in rows) for k in ("sd8", "sd64")}
+        cens = sum(r[v]["cens"] for r in rows)
         out.append(
             f"{name:>9} {v:>5} {len(rows):3d} {worst['b256']:9.3f} {worst['m64']:8.3f} {worst['m8']:7.3f} "
-            f"{sd['sd8']:9.3f} {sd['sd64']:10.3f}"
+            f"{sd['sd8']:9.3f} {sd['sd64']:10.3f} {cens:5.0f}"
         )
     return out
 
@@ -142,7 +162,8 @@ def main() -> int:
     t0 = time.process_time()
     head = (
         f"{'set':>9} {'noise':>5} {'p':>4} {'g:t':>4} {'cand':>13} {'d':>2} {'T/Tb':>6} {'b256old':>7} "
-        f"{'b256new':>7} {'m64old':>7} {'m64new':>7} {'m8':>6} {'sd8':>6}"
+        f"{'b256new':>7} {'m64old':>7} {'m64new':>7} {'m8':>6} {'sd8':>6} "
+        f"{'b256iso':>7} {'m64iso':>7} {'sd8iso':>6}"
     )
     lines = [
         "the probe's smoothing: R_est / R_true per (B, d, u) of a candidate within "
@@ -151,15 +172,18 @@ def main() -> int:
         "of them, m64 the mean over 4 groups of 64,",
         f"m8 / sd8 over 32 groups of 8 (the same old and new: at <= {SHRINK_FROM} seeds the reading is "
         "unchanged); old: half-width SMOOTH x",
-        f"the crossing at any seed count (shipped), new: x min(1, {SHRINK_FROM} / seeds)",
+        f"the crossing at any seed count (shipped), new: x min(1, {SHRINK_FROM} / seeds); iso: the "
+        "crossing of the",
+        "isotonic (non-increasing) fit, no smoothing (nqm_async reading='isotonic', opt-in)",
         "",
         head,
     ]
     sums = [
         "per set and variant (module docstring; chosen on held-out only): the worst |R_est / R_true - 1|; "
-        "the mean sd at 8 seeds (32 groups) and 64 (4 groups)",
+        "the mean sd at 8 seeds (32 groups) and 64 (4 groups),",
+        f"over the groups read finite; inf: the groups read inf, of {1 + 4 + 32} per row",
         f"{'set':>9} {'read':>5} {'n':>3} {'at 256':>9} {'64 (m4)':>8} {'8 (m32)':>7} {'mean sd8':>9} "
-        f"{'mean sd64':>10}",
+        f"{'mean sd64':>10} {'inf':>5}",
     ]
     for name in ORDER:
         body, rows = table(name, SETS[name][0])

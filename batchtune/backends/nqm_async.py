@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from batchtune.analysis.sample.monotone import monotone_crossing
 from batchtune.backends.nqm_theory import curvatures, initial_theta
 from batchtune.errors import AnalysisError
 from batchtune.recipe.schema import NQMConfig
@@ -121,6 +122,7 @@ def simulate_samples_to_target(
     seeds: list[int],
     max_updates: int = 20000,
     shrink_from: float = SHRINK_FROM,
+    reading: str = "smoothed",
 ) -> tuple[float, list[float]]:
     """A probe of the drawn dynamics, one run per seed: (samples at the first crossing of the
     seed-averaged loss curve, each seed's own first crossing), both read after a centred moving
@@ -135,7 +137,12 @@ def simulate_samples_to_target(
     (benchmarks/async_nqm_smoothing.py, async_nqm_seqtest.py --shrink-from 8).
     A crossing counts only when the run then stays below its initial loss for as many updates again
     (capped at ``max_updates``):
-    a probe that sees a run blow up after the crossing rejects it (inf). inf when not reached."""
+    a probe that sees a run blow up after the crossing rejects it (inf). inf when not reached.
+    reading="isotonic" (opt-in, not the default): both crossings read instead from the curve's
+    isotonic fit (``read_isotonic_crossing``; no smoothing, shrink_from unused): held-out worst
+    bias 3.7% at 256 seeds, but a 64-seed sd of 0.047 against 0.034 (async_nqm_smoothing.py)."""
+    if reading not in ("smoothed", "isotonic"):
+        raise AnalysisError(f"reading must be 'smoothed' or 'isotonic' (got {reading!r})")
     curves = simulate_loss_curves(
         cfg, lr=lr, batch=batch, delay=delay, updates_per_batch=updates_per_batch,
         target_loss=target_loss, seeds=seeds, max_updates=max_updates,
@@ -143,6 +150,10 @@ def simulate_samples_to_target(
     loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
 
     def crossing(c: np.ndarray, averaged: int) -> float:
+        if reading == "isotonic":
+            return read_isotonic_crossing(
+                c, target_loss=target_loss, batch=batch, updates_per_batch=updates_per_batch, loss0=loss0
+            )
         w = probe_half_width(c, target_loss, averaged, shrink_from)
         return read_crossing(
             c,
@@ -227,3 +238,22 @@ def read_crossing(
     n = int(hit[0])
     before = float(c[n - 1]) if n else loss0
     return _samples_at(n, batch, updates_per_batch, before, float(c[n]), target_loss)
+
+
+def read_isotonic_crossing(
+    curve: np.ndarray, *, target_loss: float, batch: int, updates_per_batch: int, loss0: float
+) -> float:
+    """Samples where the isotonic (non-increasing) fit of ``curve`` (loss per update, with loss0 at
+    0 samples before it) reaches ``target_loss`` (analysis/sample/monotone.monotone_crossing: the
+    torch probe's reading; noise cannot make the fit cross early, and it needs no smoothing).
+    Update n ends at B (n + 1) / u samples, as ``_samples_at`` counts them. The fit covers the
+    finite prefix (a blown-up run is inf from its blow-up on); inf when it does not cross, or when
+    the curve reaches ``loss0`` again at or after the crossing (as ``read_crossing``)."""
+    finite = np.flatnonzero(~np.isfinite(curve))
+    stop = int(finite[0]) if finite.size else len(curve)
+    samples = batch * np.arange(len(curve) + 1, dtype=float) / updates_per_batch
+    loss = np.r_[loss0, curve[:stop]]
+    r = monotone_crossing(samples[: stop + 1], -loss, -target_loss)
+    if r is None or np.any(curve[samples[1:] >= r] >= loss0):
+        return math.inf
+    return r

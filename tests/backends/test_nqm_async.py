@@ -12,6 +12,7 @@ from batchtune.backends.nqm_async import (
     expected_async_samples_to_target,
     probe_half_width,
     read_crossing,
+    read_isotonic_crossing,
     simulate_samples_to_target,
 )
 from batchtune.backends.nqm_theory import expected_sgd_losses
@@ -86,6 +87,29 @@ def test_the_shrunk_window_does_not_read_a_convex_approach_late() -> None:
     exact = read_crossing(curve, target_loss=t, batch=1, updates_per_batch=1, loss0=2.0, half_width=0)
     late = read_crossing(curve, target_loss=t, batch=1, updates_per_batch=1, loss0=2.0, half_width=25)
     assert exact == pytest.approx(101, abs=0.02) and late > 102.5
+
+
+def test_isotonic_reading_ignores_a_lucky_point_and_keeps_the_blow_up_rule() -> None:
+    # exp(-n / 50) is already non-increasing: its fit is itself, read at update 100 (101 samples);
+    # one lucky point below the target at update 60 is read there raw, but the fit pools it with
+    # its neighbours; a blow-up after the crossing (inf) rejects the run; B / u scales the samples
+    curve, t = np.exp(-np.arange(400) / 50.0), math.exp(-2)
+    kw = dict(target_loss=t, updates_per_batch=1, loss0=2.0)
+    assert read_isotonic_crossing(curve, batch=1, **kw) == pytest.approx(101, abs=1e-9)  # type: ignore[arg-type]
+    scaled = read_isotonic_crossing(curve, batch=8, target_loss=t, updates_per_batch=2, loss0=2.0)
+    assert scaled == pytest.approx(404)
+    lucky = curve.copy()
+    lucky[60] = 0.1
+    assert 60 < read_crossing(lucky, batch=1, half_width=0, **kw) < 61  # type: ignore[arg-type]
+    assert read_isotonic_crossing(lucky, batch=1, **kw) == pytest.approx(101, abs=0.5)  # type: ignore[arg-type]
+    blown = curve.copy()
+    blown[300:] = np.inf
+    assert read_isotonic_crossing(blown, batch=1, **kw) == math.inf  # type: ignore[arg-type]
+    assert read_isotonic_crossing(curve[:50], batch=1, **kw) == math.inf  # type: ignore[arg-type]
+    with pytest.raises(AnalysisError):
+        simulate_samples_to_target(
+            CFG, lr=0.1, batch=8, delay=0, updates_per_batch=1, target_loss=0.1, seeds=[0], reading="iso"
+        )
 
 
 def test_bad_input() -> None:
