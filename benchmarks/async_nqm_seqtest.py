@@ -32,6 +32,8 @@ seed-runs of distinct (B, d, u) over the plain 3-seed probe's.
     python benchmarks/async_nqm_seqtest.py  (writes benchmarks/out/async_nqm_seqtest.txt)
     python benchmarks/async_nqm_seqtest.py --shrink-from 8  (another reading of R, not shipped:
         benchmarks/async_nqm_smoothing.py; writes benchmarks/out/async_nqm_seqtest_shrink8.txt)
+    python benchmarks/async_nqm_seqtest.py --isotonic  (R off an isotonic fit, not shipped;
+        writes benchmarks/out/async_nqm_seqtest_isotonic.txt)
 """
 
 from __future__ import annotations
@@ -87,13 +89,23 @@ TODAY = (FIXED_MARGIN, None)  # the fixed rule: margin 0.1, 8 seeds, no sequenti
 BEFORE = (0.3, SeqRule(32, 1.5, TOL, False))  # the sequential rule shipped before this choice
 LIMIT, LIMIT_FIRST = 512, 5000  # the estimator's large-sample limit: 512 seeds
 SHRINK = SHRINK_FROM  # nqm_async's smoothing: the shipped reading unless --shrink-from N
+READING = "smoothed"  # nqm_async's reading of R: the shipped one unless --isotonic
 
 
 def use_reading(argv: list[str], out: Path) -> tuple[Path, list[str]]:
     """``--shrink-from N``: read R with nqm_async's smoothing window shrunk as N / seeds beyond N seeds
     (benchmarks/async_nqm_smoothing.py), writing OUT_shrinkN.txt beside ``out``; (the path, the
-    header lines that say so). Without it: (out, [])."""
-    global SHRINK
+    header lines that say so). ``--isotonic``: R read off an isotonic fit of the curve (nqm_async's
+    reading="isotonic"), writing OUT_isotonic.txt. Without either: (out, [])."""
+    global SHRINK, READING
+    if argv == ["--isotonic"]:
+        READING = "isotonic"
+        _r.cache_clear()
+        return out.with_name(f"{out.stem}_isotonic.txt"), [
+            "NOT the shipped reading: R read off an isotonic fit of the loss curve, no smoothing "
+            '(reading="isotonic"; benchmarks/async_nqm_smoothing.py)',
+            "",
+        ]
     if argv[:1] != ["--shrink-from"] or len(argv) != 2:
         return out, []
     SHRINK = float(argv[1])
@@ -110,7 +122,7 @@ def _r(inst: Instance, b: int, d: int, u: int, seeds: tuple[int, ...]) -> float:
     cfg, target = _cfg(inst)
     r, _ = simulate_samples_to_target(
         cfg, lr=lr_of(b), batch=b, delay=d, updates_per_batch=u, target_loss=target,
-        seeds=list(seeds), max_updates=4000, shrink_from=SHRINK,
+        seeds=list(seeds), max_updates=4000, shrink_from=SHRINK, reading=READING,
     )  # fmt: skip
     return r
 
