@@ -274,31 +274,29 @@ def predict(cal: Stages, c: tuple[float, float], setting: Setting) -> PipelineEs
     )  # fmt: skip
 
 
+def log_t_ratios(rounds: list[dict[str, Any]]) -> dict[Setting, float]:
+    """Per setting, log(T / measured wall time) from the pooled ``rounds`` (T alone: no replays)."""
+    c, per = pooled(rounds)
+    return {s: math.log(predict(cal, c, s).step_time_s / (wall100(m) / 100)) for s, (cal, m) in per.items()}
+
+
 def jackknife(rounds: list[dict[str, Any]]) -> dict[Setting, tuple[float, float]]:
     """T's interval per setting: the delete-one-round jackknife's standard error of log(T / measured)
     (calibrations and runs of a round left out together, c refitted), times Student's t at LEVEL."""
     n = len(rounds)
     if n < 3:
         return {s: (math.nan, math.nan) for s in SETTINGS}
-    full = {s: math.log(r[0]) for s, r in ratios(rounds).items()}
+    full = log_t_ratios(rounds)
     loo: dict[Setting, list[float]] = {s: [] for s in SETTINGS}
     for i in range(n):
-        c, per = pooled(rounds[:i] + rounds[i + 1 :])
-        for s, (cal, m) in per.items():
-            loo[s].append(math.log(predict(cal, c, s).step_time_s / (wall100(m) / 100)))
+        for s, x in log_t_ratios(rounds[:i] + rounds[i + 1 :]).items():
+            loo[s].append(x)
     t = float(student_t.ppf((1 + LEVEL) / 2, n - 1))
     out = {}
     for s, xs in loo.items():
         se = math.sqrt((n - 1) / n * sum((x - statistics.fmean(xs)) ** 2 for x in xs))
         out[s] = (math.exp(full[s] - t * se), math.exp(full[s] + t * se))
     return out
-
-
-def ratios(rounds: list[dict[str, Any]]) -> dict[Setting, list[float]]:
-    """Per setting, predicted / measured wall time per 100 steps for T, S, R, Rt, from the pooled rounds."""
-    c, per = pooled(rounds)
-    return {s: [p.step_time_s / (wall100(m) / 100) for p in predictions(cal, c, m, s)]
-            for s, (cal, m) in per.items()}  # fmt: skip
 
 
 def _line(name: str, x: Stages) -> str:
