@@ -135,6 +135,35 @@ def test_the_split_of_the_cluster_is_ranked_and_said_to_be_modelled(tmp_path: Pa
     assert one["async_decision"]["gpu_split"] is None
 
 
+def test_the_json_says_shared_colocated_or_a_split_as_the_table_does(tmp_path: Path) -> None:
+    # one convention (docs/async.md, JSON): rollout_gpus is a number only for a real rollout:train
+    # split; a shared-device async row and a colocated sync row carry null, and "split" says which in
+    # the table's words, so a script never reads a shared row as a 1-GPU rollout
+    results = _store(tmp_path / "r", [], ASYNC_RUNS)
+    data = json.loads(_recommend(results, "--json", "--gpus", "8").stdout)
+    joint = data["async_decision"]
+    assert joint["total_gpus"] == 1  # the main ranking: the probe's one device
+    for r in joint["candidates"]:
+        assert r["rollout_gpus"] is None, r
+        assert r["split"] == ("shared" if r["mode"] == "async" else "colocated")
+    for r in joint["gpu_split"]["rows"]:  # the 8 GPUs, modelled: a real split, or colocated sync
+        g = r["rollout_gpus"]
+        assert r["split"] == ("colocated" if g is None else f"{g}:{8 - g}")
+        assert (g is None) == (r["mode"] == "sync")
+    run_as = data["recommended"]["run_as"]
+    assert run_as == joint["pick"] and run_as["mode"] == "async"
+    assert run_as["split"] == f"{run_as['rollout_gpus']}:{run_as['train_gpus']}"
+    table = _recommend(results, "--gpus", "8").stdout
+    shown = [line for line in table.splitlines() if "│ async" in line and "P4xG8-k1u1" in line]
+    assert shown and "shared" in shown[0]
+    one = json.loads(_recommend(results, "--json", "--gpus", "1").stdout)["recommended"]["run_as"]
+    shared = (one["mode"], one["rollout_gpus"], one["train_gpus"], one["split"])
+    assert shared == ("async", None, None, "shared")
+    # an emitter splits the 8 GPUs as the modelled split says, never 1:7 from a shared row
+    emitted = json.loads(_recommend(results, "--json", "--gpus", "8", "--emit", "verl").stdout)["emitted"]
+    assert emitted["values"]["actor_rollout_ref.rollout.n_gpus_per_node"] == run_as["rollout_gpus"]
+
+
 def test_run_as_and_the_rows_count_the_in_flight_cap_alike(tmp_path: Path) -> None:
     # one convention (docs/async.md, JSON): in_flight_cap is algorithm.in_flight_cap, 0 where no cap
     # binds (the staleness bound alone); the pick here is k = 1, where a queue of 1 is the bound itself

@@ -145,6 +145,13 @@ def render_joint(console: Console, decision: JointDecision, winner: str) -> None
             console.print(f"[yellow]note:[/] {n}", highlight=False)
 
 
+def pick_split(pick: AsyncPick) -> str:
+    """The pick's ``split`` in split_label's words: "colocated", "shared" or rollout:train."""
+    if pick.mode == "sync":
+        return "colocated"
+    return "shared" if pick.rollout_gpus is None else f"{pick.rollout_gpus}:{pick.train_gpus}"
+
+
 def pick_to_dict(pick: AsyncPick | None) -> dict[str, Any] | None:
     if pick is None:
         return None
@@ -156,9 +163,10 @@ def pick_to_dict(pick: AsyncPick | None) -> dict[str, Any] | None:
         "mini_batches": pick.mini_batches,
         "sync_every": pick.sync_every,
         "in_flight_cap": pick.in_flight_cap,  # finished batches queued; 0 = the staleness bound
-        "rollout_gpus": pick.rollout_gpus,
+        "rollout_gpus": pick.rollout_gpus,  # null: colocated or shared (split says which)
         "train_gpus": pick.train_gpus,
         "total_gpus": pick.total_gpus,
+        "split": pick_split(pick),
     }
 
 
@@ -188,7 +196,9 @@ def joint_to_dict(decision: JointDecision) -> dict[str, Any]:
                 "batch_responses": c.batch,
                 "staleness": c.staleness,
                 "updates_per_batch": c.updates_per_batch,
-                "rollout_gpus": c.rollout_gpus,  # null: colocated
+                # null: colocated (sync) or shared (async, both sides on one device); split says which
+                "rollout_gpus": c.rollout_gpus,
+                "split": split_label(c, decision.total_gpus),  # the table's words
                 # finished batches queued (algorithm.in_flight_cap; 0: the bound alone, or sync), and
                 # the model's count: generated or generating, not yet trained (null: the bound alone)
                 "in_flight_cap": _queued(c),
@@ -225,6 +235,7 @@ def splits_to_dict(splits: SplitRanking) -> dict[str, Any]:
                 **_ranked(rank, row),
                 "rollout_gpus": c.rollout_gpus,  # null: colocated on every GPU
                 "train_gpus": None if c.rollout_gpus is None else n - c.rollout_gpus,
+                "split": split_label(c, n),
                 "in_flight_cap": _queued(c),
                 "responses_per_s": num(c.responses_per_s),
                 "rollout_idle_frac": num(c.rollout_idle_frac),

@@ -126,3 +126,17 @@ def test_measured_step_times_change_async_t_as_the_simulation_says() -> None:
     assert [r.t for r in rank_async(est, {8: doubled}, staleness_unit="steps")] == pytest.approx(
         [r.t for r in trace]
     )
+
+
+def test_a_shared_device_row_names_no_split() -> None:
+    # one device: the async row runs both sides on the whole of it. Its rollout_gpus is None, as the
+    # sync row's is, and split_label tells the two apart by mode; a number is only ever a real split
+    from batchtune.analysis.decide.async_rank import split_label
+
+    est = [REstimate(64, 0, 1, 6400, 6000, 7000), REstimate(64, 1, 1, 7040, 6400, 8400)]
+    one = {r.mode: r for r in rank_async(est, TIMES)}
+    assert one["async"].rollout_gpus is None and one["sync"].rollout_gpus is None
+    assert (split_label(one["async"], 1), split_label(one["sync"], 1)) == ("shared", "colocated")
+    eight = rank_async(est, TIMES, total_gpus=8, splits=[1, 6])
+    assert {r.rollout_gpus for r in eight if r.mode == "async"} == {1, 6}
+    assert {split_label(r, 8) for r in eight} == {"1:7", "6:2", "colocated"}

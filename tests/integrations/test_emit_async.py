@@ -169,6 +169,28 @@ def test_pick_read_from_the_async_choice_or_the_label():
     assert "scaled to 4:4" in emit("verl", r8, 8).text
 
 
+def test_a_shared_pick_is_no_one_gpu_rollout_and_a_real_split_is_kept():
+    """A pick ranked on one shared device (rollout_gpus None, split "shared") names no split: each
+    emitter falls back to half and says so, never a 1-GPU rollout; a modelled 6:2 of 8 is emitted 6:2."""
+    from batchtune.analysis.decide.async_rank import AsyncPick
+    from batchtune.report.joint import pick_to_dict
+
+    def pick(rollout, train, total):
+        return AsyncPick("P64xG8-k1u1", "async", 1, 1, 1, 1, 0, rollout, train, total)
+
+    shared, split = pick(None, None, 1), pick(6, 2, 8)
+    assert (pick_to_dict(shared)["split"], pick_to_dict(split)["split"]) == ("shared", "6:2")
+    for choice, want, said in ((shared, 4, "names no rollout:train split"), (split, 6, None)):
+        r = _recommendation("P64xG8-k1u1")
+        r.async_choice = choice
+        inp = recommendation_input(r, None, 8)  # type: ignore[arg-type]
+        assert (inp.mode, inp.rollout_gpus) == ("async", 0 if choice is shared else 6)
+        verl = emit("verl", inp, 8)
+        assert verl.values["actor_rollout_ref.rollout.n_gpus_per_node"] == want
+        assert emit("openrlhf", inp, 8).values["--vllm.num_engines"] == want
+        assert (said in verl.text) if said else "names no rollout:train split" not in verl.text
+
+
 def _read(tmp_path, trainer: str, text: str, extra: str = ""):
     from batchtune.integrations.trainer_configs import read_trainer_config
 

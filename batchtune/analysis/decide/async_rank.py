@@ -57,7 +57,9 @@ class AsyncChoice:
     batch: int
     staleness: int
     updates_per_batch: int
-    rollout_gpus: int | None  # None: colocated on all GPUs
+    # None: colocated on all GPUs (mode "sync"), or one device both sides share (mode "async"): the
+    # JSON and the emitters read a number as a rollout:train split (split_label says which)
+    rollout_gpus: int | None
     in_flight_cap: int | None  # batches; None: the staleness bound alone
     responses_per_s: float
     lag_reached: float  # mean policy lag per update from the pipeline model
@@ -78,6 +80,7 @@ class _Setting:
     train_scaling: float
     steps: bool = False  # k and sync_every in trainer steps (else k in updates, one sync per batch)
     sync_every: int = 1  # trainer steps per weight sync (steps only)
+    shared: bool = False  # one device: each side on the whole of it (the model's 1:1 of 2, unscaled)
 
 
 @dataclass(frozen=True)
@@ -106,11 +109,12 @@ def queue_cap(in_flight_batches: int | None) -> int:
 
 
 def split_label(c: AsyncChoice, total_gpus: int) -> str:
-    """Where a choice runs, as the tables and the verdict say it: "colocated" (sync), "shared" (one
-    device, rollout and trainer each the whole of it) or rollout:train GPUs of ``total_gpus``."""
+    """Where a choice runs, as the tables, the verdict and the JSON's ``split`` say it: "colocated"
+    (sync), "shared" (async on one device, rollout and trainer each the whole of it; rollout_gpus
+    None) or rollout:train GPUs of ``total_gpus``."""
     g = c.rollout_gpus
     if g is None:
-        return "colocated"
+        return "colocated" if c.mode == "sync" else "shared"
     return "shared" if total_gpus == 1 else f"{g}:{total_gpus - g}"
 
 
@@ -228,7 +232,7 @@ def _choices(est: REstimate, times: StageTimes, atimes: StageTimes, st: _Setting
                 batch=est.batch,
                 staleness=k,
                 updates_per_batch=u,
-                rollout_gpus=g,
+                rollout_gpus=None if st.shared else g,  # shared: no split for a reader to take
                 in_flight_cap=cap,
                 responses_per_s=th,
                 lag_reached=e.mean_staleness,
@@ -270,7 +274,7 @@ def rank_async(
         raise AnalysisError(f"staleness_unit must be updates or steps, not {staleness_unit!r}")
     steps = staleness_unit == "steps"
     if total_gpus == 1:  # no split to make: each side on the one device (times as measured)
-        st = _Setting(2, [1], in_flight_caps, 0.0, 0.0, steps, sync_every)
+        st = _Setting(2, [1], in_flight_caps, 0.0, 0.0, steps, sync_every, shared=True)
     else:
         split = list(splits) or [total_gpus // 2]
         st = _Setting(total_gpus, split, in_flight_caps, gen_scaling, train_scaling, steps, sync_every)
