@@ -36,8 +36,6 @@ import time
 from functools import cache
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from async_nqm_regret import BATCHES, INSTANCES, KS, US, Instance, lr_of, pipeline_of  # noqa: E402
@@ -50,11 +48,10 @@ from batchtune.analysis.decide.async_topup import (  # noqa: E402
     top_up,
 )
 from batchtune.backends.nqm_async import (  # noqa: E402
-    expected_async_losses,
     expected_async_samples_to_target,
+    expected_async_step_samples_to_target,
     simulate_samples_to_target,
 )
-from batchtune.backends.nqm_theory import curvatures, initial_theta  # noqa: E402
 from batchtune.recipe.schema import NQMConfig  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "async_nqm_sequential.txt"
@@ -263,23 +260,6 @@ def _real_probe(inst: Instance, root: Path, top: int) -> tuple[str, dict[str, fl
     return pick, theta, len(ResultsStore.of(cfg).runs()), topped
 
 
-def _step_crossing(cfg: NQMConfig, b: int, k: int, u: int, target: float, r_update: float) -> float:
-    """Samples at the first crossing of E[L] read at the END of each step (after its u updates,
-    where the backend logs ``loss``), linear between step ends; inf when not within 4x the updates
-    of ``r_update`` (the per-update crossing) or when that is inf."""
-    if not math.isfinite(r_update):
-        return math.inf
-    n = u * (4 * math.ceil(r_update / b) + 1)
-    ends = expected_async_losses(cfg, lr=lr_of(b), batch=b, delay=k, updates_per_batch=u, n_updates=n)
-    before = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))  # E[L] at theta_0
-    for j, cur in enumerate(ends[u - 1 :: u]):
-        if cur <= target:
-            frac = (before - target) / (before - cur) if before > cur else 1.0
-            return b * (j + min(1.0, max(0.0, frac)))
-        before = float(cur)
-    return math.inf
-
-
 def _real_truth(inst: Instance) -> tuple[dict[str, float], dict[str, float]]:
     """(R_true per update, as nqm_async defines it; R_true read at step ends, as the probe reads)."""
     cfg, target = _cfg(inst)
@@ -291,7 +271,10 @@ def _real_truth(inst: Instance) -> tuple[dict[str, float], dict[str, float]]:
                 cfg, lr=lr_of(b), batch=b, delay=k, updates_per_batch=u, target_loss=target
             )
             lab = f"P{p}xG8" + ("" if (k, u) == (0, 1) else f"-k{k}u{u}")
-            out[lab], steps[lab] = r, _step_crossing(cfg, b, k, u, target, r)
+            out[lab] = r
+            steps[lab] = expected_async_step_samples_to_target(
+                cfg, lr=lr_of(b), batch=b, delay=k, updates_per_batch=u, target_loss=target
+            )
     return out, steps
 
 

@@ -106,6 +106,38 @@ def expected_async_samples_to_target(
     return math.inf
 
 
+def expected_async_step_samples_to_target(
+    cfg: NQMConfig,
+    *,
+    lr: float,
+    batch: int,
+    delay: int,
+    updates_per_batch: int,
+    target_loss: float,
+    max_updates: int = 20000,
+) -> float:
+    """Samples until the expected loss READ AT STEP ENDS (after each batch's u updates, where a
+    trainer evaluates and the probe's backend logs ``loss``) first reaches ``target_loss``, linear
+    between step ends (step j ends at B (j + 1) samples); inf as ``expected_async_samples_to_target``.
+    With u = 1 the two are the same; with u > 1 this one never credits a dip inside a reused batch."""
+    _check(batch, delay, updates_per_batch)
+    u = updates_per_batch
+    loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
+    kw = dict(lr=lr, batch=batch, delay=delay, updates_per_batch=u)
+    r = expected_async_samples_to_target(cfg, target_loss=target_loss, max_updates=max_updates, **kw)  # type: ignore[arg-type]
+    if not math.isfinite(r) or u == 1:
+        return r
+    # the step-end curve crosses within a batch of the per-update one, or later: run 4x as long
+    n = min(max_updates, u * (4 * math.ceil(r / batch) + 1))
+    ends = expected_async_losses(cfg, n_updates=n, **kw)  # type: ignore[arg-type]
+    hit = np.flatnonzero(ends[u - 1 :: u] <= target_loss)
+    if not hit.size:
+        return math.inf
+    j = int(hit[0])
+    before = float(ends[u * j - 1]) if j else loss0
+    return _samples_at(j, batch, 1, before, float(ends[u * j + u - 1]), target_loss)
+
+
 SMOOTH = 0.25  # half-width of the probe's moving average, as a share of the raw crossing's update
 SHRINK_FROM = math.inf  # seeds beyond which the half-width shrinks as SHRINK_FROM / seeds; inf: never
 # (benchmarks/async_nqm_smoothing.py: 8 removes the late-reading floor but not the top-up's misses)
@@ -123,6 +155,8 @@ def simulate_samples_to_target(
     max_updates: int = 20000,
     shrink_from: float = SHRINK_FROM,
     reading: str = "smoothed",
+    at: str = "update",
+    per_seed: bool = True,
 ) -> tuple[float, list[float]]:
     """A probe of the drawn dynamics, one run per seed: (samples at the first crossing of the
     seed-averaged loss curve, each seed's own first crossing), both read after a centred moving
@@ -140,13 +174,20 @@ def simulate_samples_to_target(
     a probe that sees a run blow up after the crossing rejects it (inf). inf when not reached.
     reading="isotonic" (opt-in, not the default): both crossings read instead from the curve's
     isotonic fit (``read_isotonic_crossing``; no smoothing, shrink_from unused): held-out worst
-    bias 3.7% at 256 seeds, but a 64-seed sd of 0.047 against 0.034 (async_nqm_smoothing.py)."""
+    bias 3.7% at 256 seeds, but a 64-seed sd of 0.047 against 0.034 (async_nqm_smoothing.py).
+    at="step": the curves are read at step ends only (after each batch's u updates, as the probe's
+    backend logs ``loss``; the truth to match is ``expected_async_step_samples_to_target``), each
+    point B samples. per_seed=False: skip the seeds' own crossings (returned empty)."""
     if reading not in ("smoothed", "isotonic"):
         raise AnalysisError(f"reading must be 'smoothed' or 'isotonic' (got {reading!r})")
+    if at not in ("update", "step"):
+        raise AnalysisError(f"at must be 'update' or 'step' (got {at!r})")
     curves = simulate_loss_curves(
         cfg, lr=lr, batch=batch, delay=delay, updates_per_batch=updates_per_batch,
         target_loss=target_loss, seeds=seeds, max_updates=max_updates,
     )  # fmt: skip
+    if at == "step":
+        curves, updates_per_batch = curves[updates_per_batch - 1 :: updates_per_batch], 1
     loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
 
     def crossing(c: np.ndarray, averaged: int) -> float:
@@ -164,7 +205,8 @@ def simulate_samples_to_target(
             half_width=w,
         )
 
-    return crossing(curves.mean(axis=1), len(seeds)), [crossing(curves[:, i], 1) for i in range(len(seeds))]
+    mean = crossing(curves.mean(axis=1), len(seeds))
+    return mean, [crossing(curves[:, i], 1) for i in range(len(seeds))] if per_seed else []
 
 
 def simulate_loss_curves(

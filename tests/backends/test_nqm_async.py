@@ -10,6 +10,7 @@ import pytest
 from batchtune.backends.nqm_async import (
     expected_async_losses,
     expected_async_samples_to_target,
+    expected_async_step_samples_to_target,
     probe_half_width,
     read_crossing,
     read_isotonic_crossing,
@@ -110,6 +111,42 @@ def test_isotonic_reading_ignores_a_lucky_point_and_keeps_the_blow_up_rule() -> 
         simulate_samples_to_target(
             CFG, lr=0.1, batch=8, delay=0, updates_per_batch=1, target_loss=0.1, seeds=[0], reading="iso"
         )
+
+
+def test_the_step_end_truth_reads_after_each_batch() -> None:
+    kw = dict(lr=0.4, batch=16, delay=1)
+    losses = expected_async_losses(CFG, updates_per_batch=4, n_updates=400, **kw)  # type: ignore[arg-type]
+    target = float(losses[0] + losses[-1]) / 4
+    # u = 1: a step is an update, the two truths agree
+    one = dict(kw, updates_per_batch=1, target_loss=target)
+    assert expected_async_step_samples_to_target(CFG, **one) == expected_async_samples_to_target(CFG, **one)  # type: ignore[arg-type]
+    # u = 4, by hand: the first step end j (update 4j + 3) at or below the target, linear from the last
+    ends = losses[3::4]
+    j = int(np.flatnonzero(ends <= target)[0])
+    frac = (ends[j - 1] - target) / (ends[j - 1] - ends[j])
+    got = expected_async_step_samples_to_target(CFG, updates_per_batch=4, target_loss=target, **kw)  # type: ignore[arg-type]
+    assert got == pytest.approx(16 * (j + frac), rel=1e-12)
+    assert got >= expected_async_samples_to_target(CFG, updates_per_batch=4, target_loss=target, **kw)  # type: ignore[arg-type]
+    # never reached: inf, as the per-update truth
+    assert math.isinf(expected_async_step_samples_to_target(CFG, updates_per_batch=4, target_loss=-1.0, **kw))  # type: ignore[arg-type]
+
+
+def test_the_drawn_probe_read_at_step_ends() -> None:
+    kw = dict(lr=0.4, batch=16, delay=1)
+    target = 1.5 * float(expected_async_losses(CFG, updates_per_batch=4, n_updates=200, **kw)[-1])  # type: ignore[arg-type]
+    # u = 1: the same reading; per_seed=False keeps the mean and skips the seeds' own crossings
+    one = dict(kw, updates_per_batch=1, target_loss=target, seeds=list(range(8)))
+    upd, per = simulate_samples_to_target(CFG, **one)  # type: ignore[arg-type]
+    step, none = simulate_samples_to_target(CFG, at="step", per_seed=False, **one)  # type: ignore[arg-type]
+    assert step == upd and len(per) == 8 and none == []
+    # u = 4: read only after each batch's 4 updates, so near the step-end truth (25% above the
+    # per-update one here), not the per-update truth
+    four = dict(kw, updates_per_batch=4, target_loss=target)
+    got, _ = simulate_samples_to_target(CFG, seeds=list(range(64)), at="step", **four)  # type: ignore[arg-type]
+    assert got == pytest.approx(expected_async_step_samples_to_target(CFG, **four), rel=0.1)  # type: ignore[arg-type]
+    assert got > 1.1 * expected_async_samples_to_target(CFG, **four)  # type: ignore[arg-type]
+    with pytest.raises(AnalysisError):
+        simulate_samples_to_target(CFG, at="batch", **one)  # type: ignore[arg-type]
 
 
 def test_bad_input() -> None:
