@@ -34,6 +34,10 @@ seed-runs of distinct (B, d, u) over the plain 3-seed probe's.
         benchmarks/async_nqm_smoothing.py; writes benchmarks/out/async_nqm_seqtest_shrink8.txt)
     python benchmarks/async_nqm_seqtest.py --isotonic  (R off an isotonic fit, not shipped;
         writes benchmarks/out/async_nqm_seqtest_isotonic.txt)
+    python benchmarks/async_nqm_seqtest.py --step-ends  (the loss read at step ends, after each
+        batch's u updates, as the probe's backend logs it, and scored against the truth read there:
+        nqm_async at="step", expected_async_step_samples_to_target; the rule's constants are chosen
+        again on the held-out draws; writes benchmarks/out/async_nqm_seqtest_stepends.txt)
 """
 
 from __future__ import annotations
@@ -64,7 +68,11 @@ from batchtune.analysis.decide.async_topup import (  # noqa: E402
     Z,
     top_up,
 )
-from batchtune.backends.nqm_async import SHRINK_FROM, simulate_samples_to_target  # noqa: E402
+from batchtune.backends.nqm_async import (  # noqa: E402
+    SHRINK_FROM,
+    expected_async_step_samples_to_target,
+    simulate_samples_to_target,
+)
 
 OUT = Path(__file__).resolve().parent / "out" / "async_nqm_seqtest.txt"
 FRESH = [
@@ -90,6 +98,7 @@ BEFORE = (0.3, SeqRule(32, 1.5, TOL, False))  # the sequential rule shipped befo
 LIMIT, LIMIT_FIRST = 512, 5000  # the estimator's large-sample limit: 512 seeds
 SHRINK = SHRINK_FROM  # nqm_async's smoothing: the shipped reading unless --shrink-from N
 READING = "smoothed"  # nqm_async's reading of R: the shipped one unless --isotonic
+AT = "update"  # where the loss is read, and the truth with it: per update unless --step-ends
 
 
 def use_reading(argv: list[str], out: Path) -> tuple[Path, list[str]]:
@@ -97,7 +106,16 @@ def use_reading(argv: list[str], out: Path) -> tuple[Path, list[str]]:
     (benchmarks/async_nqm_smoothing.py), writing OUT_shrinkN.txt beside ``out``; (the path, the
     header lines that say so). ``--isotonic``: R read off an isotonic fit of the curve (nqm_async's
     reading="isotonic"), writing OUT_isotonic.txt. Without either: (out, [])."""
-    global SHRINK, READING
+    global SHRINK, READING, AT
+    if argv == ["--step-ends"]:
+        AT = "step"
+        _r.cache_clear()
+        return out.with_name(f"{out.stem}_stepends.txt"), [
+            "READ AT STEP ENDS: the loss after each batch's u updates (as the probe's backend logs it),",
+            'both in the estimate (nqm_async at="step") and in the truth',
+            "(expected_async_step_samples_to_target); the shipped smoothing; the rule chosen again",
+            "",
+        ]
     if argv == ["--isotonic"]:
         READING = "isotonic"
         _r.cache_clear()
@@ -122,9 +140,25 @@ def _r(inst: Instance, b: int, d: int, u: int, seeds: tuple[int, ...]) -> float:
     cfg, target = _cfg(inst)
     r, _ = simulate_samples_to_target(
         cfg, lr=lr_of(b), batch=b, delay=d, updates_per_batch=u, target_loss=target,
-        seeds=list(seeds), max_updates=4000, shrink_from=SHRINK, reading=READING,
+        seeds=list(seeds), max_updates=4000, shrink_from=SHRINK, reading=READING, at=AT, per_seed=False,
     )  # fmt: skip
     return r
+
+
+@cache
+def _step_truth(inst: Instance) -> dict[Cand, float]:
+    """T per candidate with R read at step ends (as _truth, whose R is per update)."""
+    cfg, target = _cfg(inst)
+    out = {}
+    for (b, k, u), (theta, d) in _grid(inst).items():
+        kw = dict(lr=lr_of(b), batch=b, delay=d, updates_per_batch=u, target_loss=target)
+        out[(b, k, u)] = expected_async_step_samples_to_target(cfg, **kw) / theta  # type: ignore[arg-type]
+    return out
+
+
+def truth_of(inst: Instance) -> dict[Cand, float]:
+    """The truth the picks are scored against: R per update, or at step ends with --step-ends."""
+    return _step_truth(inst) if AT == "step" else _truth(inst)
 
 
 def _seed_list(first: int, n: int) -> tuple[int, ...]:
@@ -184,7 +218,7 @@ def score(
     draws = draws or two
     regs, spent, base = [], 0, 0
     for inst in insts:
-        truth = _truth(inst)
+        truth = truth_of(inst)
         for first in draws:
             p, cost, _ = pick(inst, first, seq, margin)
             regs.append(truth[p] / min(truth.values()))
@@ -199,7 +233,7 @@ def limit(name: str) -> list[float]:
     estimator separates them at a reasonable cost."""
     out = []
     for inst in SETS[name][0]:
-        truth, grid = _truth(inst), _grid(inst)
+        truth, grid = truth_of(inst), _grid(inst)
         best = min(truth, key=lambda c: truth[c])
         far = [c for c in grid if 1.05 * truth[best] < truth[c] <= 1.3 * truth[best]]
         ids = _seed_list(LIMIT_FIRST, LIMIT)
