@@ -159,6 +159,28 @@ def noise_rows() -> list[str]:
     return out
 
 
+def conditioning_rows() -> list[str]:
+    """Part 4: how noisy the seed-mean curve is at the drop, against how far below the target the drop
+    lands (the margin a reading has before the crossing leaves the batch)."""
+    inst = next(i for i in HELD_OUT if (i.noise, i.power) == SHOWN[:2])
+    cfg, target = _cfg(inst)
+    b, d, u = SHOWN[2]
+    kw = dict(lr=lr_of(b), batch=b, delay=d, updates_per_batch=u, target_loss=target)
+    rt = expected_async_samples_to_target(cfg, **kw)  # type: ignore[arg-type]
+    n = int(rt * u / b)  # the update of the drop that crosses
+    exact = expected_async_losses(cfg, lr=kw["lr"], batch=b, delay=d, updates_per_batch=u, n_updates=n + 1)  # type: ignore[arg-type]
+    margin = 1 - exact[n] / target
+    c = simulate_loss_curves(cfg, seeds=list(range(FIRST, FIRST + BIG)), max_updates=4000, **kw)  # type: ignore[arg-type]
+    sd = float(np.std(c[n])) / target
+    need = math.ceil((sd / (margin / 2)) ** 2)
+    return [
+        f"update {n} (the crossing drop): exact level {margin:.2%} below the target; one seed's loss sd "
+        f"{sd:.1%} of the target ({BIG} seeds)",
+        f"sd of the seed-mean there: {sd / 8:.2%} at 64 seeds, {sd / 16:.2%} at 256; seeds for an sd of "
+        f"half the margin: {need}",
+    ]
+
+
 def main() -> int:
     t0 = time.process_time()
     inst = next(i for i in HELD_OUT if (i.noise, i.power) == SHOWN[:2])
@@ -199,6 +221,9 @@ def main() -> int:
         f"{'seeds':>5} {'groups':>6} {'ma mean':>9} {'sd':>7} {'phase mean':>9} {'sd':>7} "
         f"{'deseas mean':>9} {'sd':>7}",
         *noise_rows(),
+        "",
+        "4. the conditioning: the seed-mean's noise at the drop against the drop's margin below the target",
+        *conditioning_rows(),
     ]
     text = "\n".join(line.rstrip() for line in lines) + "\n"
     OUT.write_text(text)
