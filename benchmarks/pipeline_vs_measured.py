@@ -67,6 +67,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -280,16 +281,21 @@ def log_t_ratios(rounds: list[dict[str, Any]]) -> dict[Setting, float]:
     return {s: math.log(predict(cal, c, s).step_time_s / (wall100(m) / 100)) for s, (cal, m) in per.items()}
 
 
-def jackknife(rounds: list[dict[str, Any]]) -> dict[Setting, tuple[float, float]]:
+def jackknife(
+    rounds: list[dict[str, Any]], ratios: Callable[[list[dict[str, Any]]], dict[Setting, float]] | None = None
+) -> dict[Setting, tuple[float, float]]:
     """T's interval per setting: the delete-one-round jackknife's standard error of log(T / measured)
-    (calibrations and runs of a round left out together, c refitted), times Student's t at LEVEL."""
+    (calibrations and runs of a round left out together, c refitted), times Student's t at LEVEL.
+    ``ratios``: another prediction's log(predicted / measured) from pooled rounds, in T's place
+    (benchmarks/pipeline_vs_measured_product.py)."""
+    ratios = ratios or log_t_ratios
     n = len(rounds)
     if n < 3:
         return {s: (math.nan, math.nan) for s in SETTINGS}
-    full = log_t_ratios(rounds)
+    full = ratios(rounds)
     loo: dict[Setting, list[float]] = {s: [] for s in SETTINGS}
     for i in range(n):
-        for s, x in log_t_ratios(rounds[:i] + rounds[i + 1 :]).items():
+        for s, x in ratios(rounds[:i] + rounds[i + 1 :]).items():
             loo[s].append(x)
     t = float(student_t.ppf((1 + LEVEL) / 2, n - 1))
     out = {}

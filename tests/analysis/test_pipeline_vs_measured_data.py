@@ -24,3 +24,22 @@ def test_the_committed_table_is_recomputed_from_its_data() -> None:
     for got in raw["rounds"]:
         assert got["pair"] and sorted(tuple(one["setting"]) for one in got["runs"]) == sorted(pvm.SETTINGS)
         assert all(one["cal"] and one["run"] for one in got["runs"])
+
+
+def test_the_product_convention_table_is_recomputed_from_the_same_data() -> None:
+    """benchmarks/pipeline_vs_measured_product.py's committed table (quoted in docs/async.md) is what
+    the two committed invocations' data give through the product's ranking code as it is now."""
+    bench = ROOT / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "pipeline_vs_measured_product", bench / "pipeline_vs_measured_product.py"
+        )
+        assert spec is not None and spec.loader is not None
+        pvp = importlib.util.module_from_spec(spec)
+        sys.modules["pipeline_vs_measured_product"] = pvp
+        spec.loader.exec_module(pvp)
+    finally:
+        sys.path.remove(str(bench))
+    raws = [(p.name, json.loads(p.read_text())) for p in pvp.RAWS]
+    assert pvp.tabulate(raws) == pvp.OUT.read_text()
