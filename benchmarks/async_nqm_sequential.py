@@ -226,7 +226,7 @@ PROBE_INSTANCES = INSTANCES  # the 8 reported ones, seeds 0.. (draw 0)
 PROBE_KS, PROBE_US, PROBE_PROMPTS = KS, US, tuple(b // 8 for b in BATCHES)  # the same grid
 
 
-def _probe_sets(inst: Instance, root: Path, top: int) -> list[str]:
+def _probe_sets(inst: Instance, root: Path, top: int, first: int = 0) -> list[str]:
     _, target = _cfg(inst)
     return [
         "probe.mode=grid", f"run.results_dir={root}", "nqm.dim=64", f"nqm.noise_scale={inst.noise}",
@@ -235,20 +235,23 @@ def _probe_sets(inst: Instance, root: Path, top: int) -> list[str]:
         f"nqm.train_t1_s={inst.train_per_resp_s}",
         "optimizer.lr=0.3", "lr_scaling.rule=sqrt", f"candidates.prompts={list(PROBE_PROMPTS)}",
         f"target.value={target}", f"probe.staleness={list(PROBE_KS)}",
-        f"probe.updates_per_batch={list(PROBE_US)}", f"budget.seeds={list(range(BASE))}",
+        f"probe.updates_per_batch={list(PROBE_US)}", f"budget.seeds={list(range(first, first + BASE))}",
         f"budget.async_top_up_seeds={top}", "budget.max_samples=8192",
     ]  # fmt: skip
 
 
-def _real_probe(inst: Instance, root: Path, top: int) -> tuple[str, dict[str, float], int, int]:
-    """(pick, label -> responses/s, seed-runs in the store, topped-up candidates) of one probe."""
+def _real_probe(
+    inst: Instance, root: Path, top: int, first: int = 0
+) -> tuple[str, dict[str, float], int, int]:
+    """(pick, label -> responses/s, seed-runs in the store, topped-up candidates) of one probe whose
+    planned seeds start at ``first`` (the top-up's follow them)."""
     from batchtune.measure.async_topup import load_top_up
     from batchtune.measure.probe import run_probe
     from batchtune.recipe.load import load_recipe
     from batchtune.records.store import ResultsStore
     from batchtune.workflow.recommend import recommend_for_recipe
 
-    cfg = load_recipe("recipes/nqm.toml", _probe_sets(inst, root, top))
+    cfg = load_recipe("recipes/nqm.toml", _probe_sets(inst, root, top, first))
     run_probe(cfg)
     rec, _, _ = recommend_for_recipe(cfg, "probe", None, 1, plot=False)
     d = rec.async_decision

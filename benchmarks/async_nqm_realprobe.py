@@ -1,0 +1,202 @@
+"""The shipped seed top-up through the REAL probe on every async NQM instance set (issue 30).
+
+async_nqm_seqtest.py scores the top-up's rule on a simulated probe that reads the loss after every
+update; async_nqm_sequential.py (part 2) runs the real probe (measure/probe.run_probe on the NQM
+backend, its store, top-up record and `recommend`) on the 8 reported instances, one seed draw. The
+real probe's backend logs the loss once per step, after the batch's u updates, and on the reported
+instances its top-up picked the best at every one against the truth read there.
+
+This script runs that same real-probe pipeline (async_nqm_sequential._real_probe: the plain 3-seed
+probe, then the top-up at the shipped defaults in the same results directory) on all three sets of
+async_nqm_seqtest.py (reported, held-out, fresh: 24 instances), 4 seed draws each (planned seeds
+0-2, 100-102, 200-202, 300-302; the top-up's seeds follow them, at most 64), and scores each pick
+against both truths of R (async_nqm_sequential._real_truth):
+
+- at step ends: E[L] after each batch's u updates, linear between step ends
+  (nqm_async.expected_async_step_samples_to_target): what the probe can see;
+- per update: nqm_async's definition (the truth of async_nqm_seqtest.py);
+- a typical run: the median over 256 other seeds (10000..10255) of each run's own crossing, read as
+  the probe reads a run (the isotonic fit of its loss at step ends, nqm_async.read_isotonic_crossing,
+  over the whole simulated run; a run that never crosses counts as inf). Where the loss is
+  heavy-tailed (a run near its stability edge spikes now and then) the mean loss E[L] crosses far
+  later than a typical run does: the two truths answer different questions, and the probe's reading
+  estimates the second.
+
+T_true = R_true / the row's responses/s from the probe's own ranking. Nothing is tuned here: the
+top-up runs at its shipped defaults. Two probes run at a time (one per core).
+
+    python benchmarks/async_nqm_realprobe.py  (writes benchmarks/out/async_nqm_realprobe.{txt,json})
+    python benchmarks/async_nqm_realprobe.py --from benchmarks/out/async_nqm_realprobe.json  (re-renders)
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+OUT = Path(__file__).resolve().parent / "out" / "async_nqm_realprobe.txt"
+TYPICAL_SEEDS = tuple(range(10000, 10256))
+DRAWS = (0, 100, 200, 300)
+SET_NAMES = ("reported", "held-out", "fresh")
+GOAL = 1.05
+
+
+def _sets() -> dict[str, list]:  # type: ignore[type-arg]
+    from async_nqm_seqtest import SETS
+
+    return {name: SETS[name][0] for name in SET_NAMES}
+
+
+def task(job: tuple[str, int, int]) -> dict[str, object]:
+    """One instance and draw: the plain probe and the top-up, scored under both truths."""
+    name, i, first = job
+    import async_nqm_sequential as S
+
+    inst = _sets()[name][i]
+    truth, steps = S._real_truth(inst)
+    with tempfile.TemporaryDirectory() as tmp:
+        plain, theta, n_plain, _ = S._real_probe(inst, Path(tmp), S.BASE, first)
+        pick, theta2, n_top, topped = S._real_probe(inst, Path(tmp), S.TOP, first)
+    best_u, u_plain, u_top = S._regrets(truth, theta, theta2, (plain, pick))
+    best_s, s_plain, s_top = S._regrets(steps, theta, theta2, (plain, pick))
+    return dict(
+        name=name, i=i, first=first, plain=plain, pick=pick, best_s=best_s, best_u=best_u,
+        s_plain=s_plain, s_top=s_top, u_plain=u_plain, u_top=u_top, n_plain=n_plain, n_top=n_top,
+        topped=topped, theta=theta, theta2=theta2,
+    )  # fmt: skip
+
+
+def typical_truth(job: tuple[str, int]) -> dict[str, float]:
+    """R of a typical run per candidate label (module docstring): the median of the runs' own
+    crossings at step ends over TYPICAL_SEEDS."""
+    import itertools
+
+    import async_nqm_sequential as S
+    import numpy as np
+    from async_nqm_regret import lr_of
+
+    from batchtune.backends.nqm_async import read_isotonic_crossing, simulate_loss_curves
+    from batchtune.backends.nqm_theory import curvatures, initial_theta
+
+    inst = _sets()[job[0]][job[1]]
+    cfg, target = S._cfg(inst)
+    loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
+    out = {}
+    for p in S.PROBE_PROMPTS:
+        b = 8 * p
+        for k, u in itertools.product(S.PROBE_KS, S.PROBE_US):
+            kw = dict(lr=lr_of(b), batch=b, delay=k, updates_per_batch=u, target_loss=target)
+            ends = simulate_loss_curves(cfg, seeds=list(TYPICAL_SEEDS), max_updates=4000, **kw)[u - 1 :: u]  # type: ignore[arg-type]
+            rs = [
+                read_isotonic_crossing(
+                    ends[:, j], target_loss=target, batch=b, updates_per_batch=1, loss0=loss0
+                )
+                for j in range(ends.shape[1])
+            ]
+            out[f"P{p}xG8" + ("" if (k, u) == (0, 1) else f"-k{k}u{u}")] = float(np.median(rs))
+    return out
+
+
+def _summary(rows: list[dict[str, object]], key: str) -> str:
+    vals = [float(r[key]) for r in rows]  # type: ignore[arg-type]
+    miss = sum(v > GOAL for v in vals)
+    return f"{max(vals):6.3f} {statistics.fmean(vals):6.3f} {miss:3d}"
+
+
+def render(done: list[dict[str, object]], wall: float, load: float) -> str:
+    """The tables (module docstring) from the tasks' records."""
+    sets = _sets()
+    lines = [
+        "the shipped seed top-up through the real probe (run_probe on the NQM backend, then recommend), "
+        f"every set, {len(DRAWS)} seed draws",
+        f"(planned seeds {', '.join(f'{d}..{d + 2}' for d in DRAWS)}); regret = T_true(pick) / least T_true; "
+        f"miss = regret > {GOAL}; plain = the 3-seed probe,",
+        "top-up = the shipped defaults in its results directory; truths: E[L] read at step ends (what the "
+        "probe sees), per update (nqm_async's),",
+        f"and a typical run (the median of {len(TYPICAL_SEEDS)} runs' own crossings, read as the probe "
+        "reads a run)",
+        f"machine: {platform.machine()} {os.cpu_count()} cores; two probes at a time; load at the end "
+        f"{load:.2f}; wall {wall:.0f} s",
+        "",
+        "per instance: the best under E[L] at step ends and under a typical run; per draw the top-up's pick, "
+        "its regret under each",
+        f"{'set':>9} {'noise':>5} {'p':>4} {'g:t':>4} {'best E[L]':>14} {'best typical':>14}  "
+        "per draw: pick  E[L]  typical",
+    ]
+    for name in SET_NAMES:
+        for i, inst in enumerate(sets[name]):
+            rs = [r for r in done if r["name"] == name and r["i"] == i]
+            g_t = inst.gen_per_resp_s / inst.train_per_resp_s
+            ratio = f"{g_t:.0f}:1" if g_t >= 1 else f"1:{1 / g_t:.0f}"
+            cells = "  ".join(
+                f"{r['pick']!s:>14} {float(r['s_top']):5.3f} {float(r['t_top']):5.3f}"  # type: ignore[arg-type]
+                for r in rs
+            )
+            lines.append(
+                f"{name:>9} {inst.noise:5.2f} {inst.power:4.2f} {ratio:>4} {rs[0]['best_s']!s:>14} "
+                f"{rs[0]['best_t']!s:>14}  {cells}"
+            )
+    lines += [
+        "",
+        f"per set, over {len(DRAWS)} draws x 8 instances: max regret, mean, misses; cost = the top-up's "
+        "seed-runs over the plain probe's",
+        f"{'':>9}  {'E[L] at step ends':^35}  {'E[L] per update':^35}  {'a typical run':^35}",
+        f"{'set':>9}  " + "  ".join([f"{'plain':^17} {'top-up':^17}"] * 3) + f"  {'cost':>5}",
+    ]
+    for name in SET_NAMES:
+        rows = [r for r in done if r["name"] == name]
+        cost = sum(int(r["n_top"]) for r in rows) / sum(int(r["n_plain"]) for r in rows)  # type: ignore[call-overload]
+        cells = "  ".join(
+            f"{_summary(rows, p + 'plain')} {_summary(rows, p + 'top')}" for p in ("s_", "u_", "t_")
+        )
+        lines.append(f"{name:>9}  {cells}  {cost:4.2f}x")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    """Run every probe and the typical-run truth, or (``--from``) re-render the committed JSON."""
+    if sys.argv[1:2] == ["--from"]:
+        saved = json.loads(Path(sys.argv[2]).read_text())
+        text = render(saved["runs"], saved["wall_s"], saved["load_end"])
+        OUT.write_text(text)
+        print(text, end="")
+        return 0
+    t0 = time.time()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sets = _sets()
+    jobs = [(name, i, first) for name in SET_NAMES for i in range(len(sets[name])) for first in DRAWS]
+    insts = [(name, i) for name in SET_NAMES for i in range(len(sets[name]))]
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        done = pool.map(task, jobs, chunksize=1)
+        typical = dict(zip(insts, pool.map(typical_truth, insts, chunksize=1), strict=True))
+    import async_nqm_sequential as S
+
+    for r in done:
+        truth = typical[(str(r["name"]), int(r["i"]))]  # type: ignore[call-overload]
+        picks = (str(r["plain"]), str(r["pick"]))
+        r["best_t"], r["t_plain"], r["t_top"] = S._regrets(truth, r["theta"], r["theta2"], picks)  # type: ignore[arg-type]
+    wall, load = time.time() - t0, os.getloadavg()[0]
+    saved = {
+        "wall_s": wall,
+        "load_end": load,
+        "runs": done,
+        "typical": {f"{n}/{i}": v for (n, i), v in typical.items()},
+    }
+    OUT.with_suffix(".json").write_text(json.dumps(saved, indent=1) + "\n")
+    text = render(done, wall, load)
+    OUT.write_text(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
