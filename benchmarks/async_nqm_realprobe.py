@@ -102,7 +102,7 @@ def typical_truth(job: tuple[str, int]) -> dict[str, float]:
                 )
                 for j in range(ends.shape[1])
             ]
-            out[f"P{p}xG8" + ("" if (k, u) == (0, 1) else f"-k{k}u{u}")] = float(np.median(rs))
+            out[S.probe_label(p, k, u)] = float(np.median(rs))
     return out
 
 

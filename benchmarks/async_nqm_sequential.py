@@ -263,6 +263,11 @@ def _real_probe(
     return pick, theta, len(ResultsStore.of(cfg).runs()), topped
 
 
+def probe_label(prompts: int, k: int, u: int) -> str:
+    """The probe's candidate label of (P, k, u) at G = 8."""
+    return f"P{prompts}xG8" + ("" if (k, u) == (0, 1) else f"-k{k}u{u}")
+
+
 def _real_truth(inst: Instance) -> tuple[dict[str, float], dict[str, float]]:
     """(R_true per update, as nqm_async defines it; R_true read at step ends, as the probe reads)."""
     cfg, target = _cfg(inst)
@@ -273,7 +278,7 @@ def _real_truth(inst: Instance) -> tuple[dict[str, float], dict[str, float]]:
             r = expected_async_samples_to_target(
                 cfg, lr=lr_of(b), batch=b, delay=k, updates_per_batch=u, target_loss=target
             )
-            lab = f"P{p}xG8" + ("" if (k, u) == (0, 1) else f"-k{k}u{u}")
+            lab = probe_label(p, k, u)
             out[lab] = r
             steps[lab] = expected_async_step_samples_to_target(
                 cfg, lr=lr_of(b), batch=b, delay=k, updates_per_batch=u, target_loss=target
