@@ -98,11 +98,11 @@ def typical_truth(job: tuple[str, int]) -> dict[str, float]:
     from async_nqm_regret import lr_of
 
     from batchtune.backends.nqm_async import read_isotonic_crossing, simulate_loss_curves
-    from batchtune.backends.nqm_theory import curvatures, initial_theta
+    from batchtune.backends.nqm_theory import initial_theta, nqm_loss
 
     inst = _sets()[job[0]][job[1]]
     cfg, target = S._cfg(inst)
-    loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
+    loss0 = nqm_loss(cfg, initial_theta(cfg))
     out = {}
     for p in S.PROBE_PROMPTS:
         b = 8 * p

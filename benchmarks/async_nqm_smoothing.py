@@ -54,7 +54,7 @@ from batchtune.backends.nqm_async import (  # noqa: E402
     read_isotonic_crossing,
     simulate_loss_curves,
 )
-from batchtune.backends.nqm_theory import curvatures, initial_theta  # noqa: E402
+from batchtune.backends.nqm_theory import initial_theta, nqm_loss  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "async_nqm_smoothing.txt"
 FIRST, BIG, NEAR = 5000, 256, 1.10
@@ -91,7 +91,7 @@ def measure(inst: Instance, b: int, d: int, u: int) -> dict[str, dict[str, float
     cfg, target = _cfg(inst)
     kw = dict(lr=lr_of(b), batch=b, delay=d, updates_per_batch=u, target_loss=target)
     rt = expected_async_samples_to_target(cfg, **kw)  # type: ignore[arg-type]
-    loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
+    loss0 = nqm_loss(cfg, initial_theta(cfg))
     groups = {
         n: [
             simulate_loss_curves(cfg, seeds=list(range(g, g + n)), max_updates=4000, **kw).mean(axis=1)  # type: ignore[arg-type]

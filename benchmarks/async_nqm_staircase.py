@@ -46,7 +46,7 @@ from batchtune.backends.nqm_async import (  # noqa: E402
     read_crossing,
     simulate_loss_curves,
 )
-from batchtune.backends.nqm_theory import curvatures, initial_theta  # noqa: E402
+from batchtune.backends.nqm_theory import initial_theta, nqm_loss  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "async_nqm_staircase.txt"
 NEAR = 1.10
@@ -110,7 +110,7 @@ def readings(
 def exact_rows(inst: Instance) -> list[str]:
     """Part 2: per candidate near the best, R read off the exact curve over R_true."""
     cfg, target = _cfg(inst)
-    loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
+    loss0 = nqm_loss(cfg, initial_theta(cfg))
     truth = _truth(inst)
     best = min(truth.values())
     seen: dict[tuple[int, int, int], float] = {}
@@ -142,7 +142,7 @@ def noise_rows() -> list[str]:
     inst = next(i for i in HELD_OUT if (i.noise, i.power) == SHOWN[:2])
     cfg, target = _cfg(inst)
     b, d, u = SHOWN[2]
-    loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
+    loss0 = nqm_loss(cfg, initial_theta(cfg))
     kw = dict(lr=lr_of(b), batch=b, delay=d, updates_per_batch=u, target_loss=target)
     rt = expected_async_samples_to_target(cfg, **kw)  # type: ignore[arg-type]
     out = []

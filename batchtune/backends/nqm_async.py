@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from batchtune.analysis.sample.monotone import monotone_crossing
-from batchtune.backends.nqm_theory import curvatures, initial_theta
+from batchtune.backends.nqm_theory import curvatures, initial_theta, nqm_loss
 from batchtune.errors import AnalysisError
 from batchtune.recipe.schema import NQMConfig
 
@@ -91,7 +91,7 @@ def expected_async_samples_to_target(
     _check(batch, delay, updates_per_batch)
     gen = _moments(cfg, lr, batch, delay, updates_per_batch)
     losses: list[float] = []
-    loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
+    loss0 = nqm_loss(cfg, initial_theta(cfg))
     for n in range(max_updates):
         cur = next(gen)
         if cur <= target_loss:
@@ -122,7 +122,7 @@ def expected_async_step_samples_to_target(
     With u = 1 the two are the same; with u > 1 this one never credits a dip inside a reused batch."""
     _check(batch, delay, updates_per_batch)
     u = updates_per_batch
-    loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
+    loss0 = nqm_loss(cfg, initial_theta(cfg))
     kw = dict(lr=lr, batch=batch, delay=delay, updates_per_batch=u)
     r = expected_async_samples_to_target(cfg, target_loss=target_loss, max_updates=max_updates, **kw)  # type: ignore[arg-type]
     if not math.isfinite(r) or u == 1:
@@ -188,7 +188,7 @@ def simulate_samples_to_target(
     )  # fmt: skip
     if at == "step":
         curves, updates_per_batch = curves[updates_per_batch - 1 :: updates_per_batch], 1
-    loss0 = 0.5 * float(np.dot(curvatures(cfg), initial_theta(cfg) ** 2))
+    loss0 = nqm_loss(cfg, initial_theta(cfg))
 
     def crossing(c: np.ndarray, averaged: int) -> float:
         if reading == "isotonic":
@@ -229,7 +229,7 @@ def simulate_loss_curves(
     rngs = [np.random.default_rng([s, batch, d, u, 0xA5]) for s in seeds]
     hist = [np.tile(initial_theta(cfg), (len(seeds), 1)) for _ in range(d + 1)]  # hist[0]: current
     sd = np.sqrt(cfg.noise_scale * h / batch)
-    loss0 = 0.5 * float(np.dot(h, initial_theta(cfg) ** 2))
+    loss0 = nqm_loss(cfg, initial_theta(cfg))
     eps = np.zeros((len(seeds), cfg.dim))
     curves = np.full((max_updates, len(seeds)), np.inf)
     stop = max_updates
