@@ -47,8 +47,28 @@ def test_estimates_verdicts_and_critical_batch():
     assert by["P4xG8"].status == "invariant" and by["P16xG8"].status == "deviates"
     assert eff.critical.batch == 32
     assert by["P16xG8"].failures == ("seed 3: diverged",)
-    assert by["P16xG8"].estimate.n_seeds == 3  # the diverged seed is reported, not estimated
+    est = by["P16xG8"].estimate  # the diverged seed is reported, and censored in R (not dropped)
+    assert (est.n_seeds, est.n_censored, est.per_seed[3], est.ci_high) == (4, 1, None, np.inf)
     assert eff.grad_slope.slope == pytest.approx(-0.5, abs=0.1)
+
+
+def test_a_diverged_seed_counts_as_never_reaching_not_as_absent():
+    # two of three seeds diverged after their curves crossed: the typical run never reached the
+    # target, though the survivor did; dropping them would read the survivor's R (the old rule)
+    rng = np.random.default_rng(1)
+    runs = [_run(p, s, rng) for p in (2, 4) for s in range(3)]
+    runs += [_run(16, 0, rng)] + [_run(16, s, rng, status="diverged") for s in (1, 2)]
+    by = {c.label: c for c in analyse_runs(runs, metric="reward", target=0.5).candidates}
+    assert by["P16xG8"].estimate.samples_to_target == np.inf and by["P16xG8"].estimate.n_censored == 2
+    assert len(by["P16xG8"].failures) == 2
+
+
+def test_only_oom_and_crashes_are_left_out_of_r():
+    rng = np.random.default_rng(2)
+    runs = [_run(p, s, rng) for p in (2, 4) for s in range(3)] + [_run(4, 3, rng, status="oom")]
+    assert {c.label: c for c in analyse_runs(runs, metric="reward", target=0.5).candidates}[
+        "P4xG8"
+    ].estimate.n_seeds == 3
 
 
 def test_critic_slope_is_judged_on_its_own():

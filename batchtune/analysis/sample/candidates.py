@@ -28,13 +28,16 @@ def _family(label: str, record: RunRecord, main_g: int) -> str:
     return "main" if record.group_size == main_g else "group_sweep"
 
 
+_NOT_DATA = tuple(s for s in FAILED_STATUSES if s != "diverged")  # failures that say nothing of R
+
+
 def _median(values: Sequence[float]) -> float:
     return float(np.median(values)) if len(values) else 0.0
 
 
 def _crossing(run: RunData, metric: str, target: float, higher: bool, ema_alpha: float) -> TargetCrossing:
     samples, values = run.curve(metric)
-    if samples.size == 0:
+    if samples.size == 0 or run.record.status == "diverged":
         return TargetCrossing(samples_to_target=None, censored=True, max_samples=float(run.record.samples))
     crossing = samples_to_target(samples, values, target, higher_is_better=higher, ema_alpha=ema_alpha)
     # a run stopped by the probe may have consumed more than its last metric point: censor there
@@ -69,10 +72,15 @@ def candidates_from_runs(
 ) -> list[CandidateEfficiency]:
     """Group runs by candidate and estimate samples-to-target over seeds (verdicts come later).
 
-    Failed runs (diverged, OOM, ...) are reported, not estimated; runs that never reach the target
-    are censored at the samples they consumed. ``families`` maps label -> main | group_sweep |
-    fixed_lr (the probe's plan knows it); otherwise fixed-LR controls are recognised by their rule
-    and the group sweep by a group size other than the most common one.
+    Failed runs (diverged, OOM, ...) are reported. A diverged run never reached the target: beside
+    a seed that did not fail it is censored at the samples it consumed, as a run that never reaches
+    the target is (dropping it would read the survivors, biasing R low where a candidate diverges
+    now and then, near its stability edge). OOM, timeout and failed runs say nothing of R and are
+    left out; a candidate whose every run failed has no estimate.
+
+    ``families`` maps label -> main | group_sweep | fixed_lr (the probe's plan knows it); otherwise
+    fixed-LR controls are recognised by their rule and the group sweep by a group size other than
+    the most common one.
     """
     if not runs:
         raise AnalysisError("no runs to analyse: run `batchtune probe` or import logs first")
@@ -94,6 +102,8 @@ def candidates_from_runs(
     for lab, group in by_label.items():
         rec0 = group[0].record
         usable = [r for r in group if r.record.status not in FAILED_STATUSES]
+        if usable:  # a diverged seed is censored beside them, not dropped (docstring)
+            usable = [r for r in group if r.record.status not in _NOT_DATA]
         failures = tuple(
             f"seed {r.record.seed}: {r.record.status}" + (f" ({r.record.reason})" if r.record.reason else "")
             for r in group
