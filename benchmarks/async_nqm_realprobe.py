@@ -20,7 +20,10 @@ against both truths of R (async_nqm_sequential._real_truth):
   over the whole simulated run; a run that never crosses counts as inf). Where the loss is
   heavy-tailed (a run near its stability edge spikes now and then) the mean loss E[L] crosses far
   later than a typical run does: the two truths answer different questions, and the probe's reading
-  estimates the second.
+  estimates the second;
+- the probe's estimand (async_nqm_probetruth.py): each run trained and stopped exactly as a probe
+  run is, the median over 256 seeds (1280 for the contenders) by the probe's own estimator; what a
+  perfect probe of this recipe converges to. Read from the committed async_nqm_probetruth.json.
 
 T_true = R_true / the row's responses/s from the probe's own ranking. Nothing is tuned here: the
 top-up runs at its shipped defaults. Two probes run at a time (one per core).
@@ -119,7 +122,27 @@ def typical_truth(job: tuple[str, int]) -> dict[str, float]:
     return out
 
 
+def score_estimand(rows: list[dict[str, object]]) -> None:
+    """Each row's regrets under the probe's estimand (async_nqm_probetruth.json), where committed."""
+    import async_nqm_sequential as S
+    from async_nqm_probetruth import OUT as TRUTH
+
+    if not TRUTH.with_suffix(".json").exists():
+        return
+    truth = json.loads(TRUTH.with_suffix(".json").read_text())["truth"]
+    for r in rows:
+        est = {lab: v["r"] for lab, v in truth[f"{r['name']}/{r['i']}"].items()}
+        picks = (str(r["plain"]), str(r["pick"]))
+        r["best_p"], r["p_plain"], r["p_top"] = S._regrets(est, r["theta"], r["theta2"], picks)  # type: ignore[arg-type]
+
+
+def _p(row: dict[str, object], key: str) -> str:
+    return f"{float(row[key]):5.3f}" if key in row else "    -"  # type: ignore[arg-type]
+
+
 def _summary(rows: list[dict[str, object]], key: str) -> str:
+    if any(key not in r for r in rows):  # rendered before the probe's estimand was computed
+        return f"{'-':>6} {'-':>6} {'-':>3}"
     vals = [float(r[key]) for r in rows]  # type: ignore[arg-type]
     miss = sum(v > GOAL for v in vals)
     return f"{max(vals):6.3f} {statistics.fmean(vals):6.3f} {miss:3d}"
@@ -144,15 +167,17 @@ def render(done: list[dict[str, object]], wall: float, load: float, margin: floa
         f"miss = regret > {GOAL}; plain = the 3-seed probe,",
         "top-up = the shipped defaults in its results directory; truths: E[L] read at step ends (what the "
         "probe sees), per update (nqm_async's),",
-        f"and a typical run (the median of {len(TYPICAL_SEEDS)} runs' own crossings, read as the probe "
-        "reads a run)",
+        f"a typical run (the median of {len(TYPICAL_SEEDS)} runs' own crossings over a long run, read as "
+        "the probe reads a run) and the probe's estimand",
+        "(async_nqm_probetruth.py: runs trained and stopped as the probe's, 256 seeds, 1280 for the "
+        "contenders, read by its estimator)",
         f"machine: {platform.machine()} {os.cpu_count()} cores; two probes at a time; load at the end "
         f"{load:.2f}; wall {wall:.0f} s",
         "",
-        "per instance: the best under E[L] at step ends and under a typical run; per draw the top-up's pick, "
-        "its regret under each",
-        f"{'set':>9} {'noise':>5} {'p':>4} {'g:t':>4} {'best E[L]':>14} {'best typical':>14}  "
-        "per draw: pick  E[L]  typical",
+        "per instance: the best under E[L] at step ends, a typical run and the probe's estimand; per draw "
+        "the top-up's pick, its regret under each",
+        f"{'set':>9} {'noise':>5} {'p':>4} {'g:t':>4} {'best E[L]':>14} {'best typical':>14} "
+        f"{'best estimand':>14}  per draw: pick  E[L]  typical  estimand",
     ]
     for name in SET_NAMES:
         for i, inst in enumerate(sets[name]):
@@ -160,25 +185,26 @@ def render(done: list[dict[str, object]], wall: float, load: float, margin: floa
             g_t = inst.gen_per_resp_s / inst.train_per_resp_s
             ratio = f"{g_t:.0f}:1" if g_t >= 1 else f"1:{1 / g_t:.0f}"
             cells = "  ".join(
-                f"{r['pick']!s:>14} {float(r['s_top']):5.3f} {float(r['t_top']):5.3f}"  # type: ignore[arg-type]
+                f"{r['pick']!s:>14} {float(r['s_top']):5.3f} {float(r['t_top']):5.3f} {_p(r, 'p_top')}"
                 for r in rs
             )
             lines.append(
                 f"{name:>9} {inst.noise:5.2f} {inst.power:4.2f} {ratio:>4} {rs[0]['best_s']!s:>14} "
-                f"{rs[0]['best_t']!s:>14}  {cells}"
+                f"{rs[0]['best_t']!s:>14} {rs[0].get('best_p', '-')!s:>14}  {cells}"
             )
     lines += [
         "",
         f"per set, over {len(DRAWS)} draws x 8 instances: max regret, mean, misses; cost = the top-up's "
         "seed-runs over the plain probe's",
-        f"{'':>9}  {'E[L] at step ends':^35}  {'E[L] per update':^35}  {'a typical run':^35}",
-        f"{'set':>9}  " + "  ".join([f"{'plain':^17} {'top-up':^17}"] * 3) + f"  {'cost':>5}",
+        f"{'':>9}  {'E[L] at step ends':^35}  {'E[L] per update':^35}  {'a typical run':^35}  "
+        f"{'the probe estimand':^35}",
+        f"{'set':>9}  " + "  ".join([f"{'plain':^17} {'top-up':^17}"] * 4) + f"  {'cost':>5}",
     ]
     for name in SET_NAMES:
         rows = [r for r in done if r["name"] == name]
         cost = sum(int(r["n_top"]) for r in rows) / sum(int(r["n_plain"]) for r in rows)  # type: ignore[call-overload]
         cells = "  ".join(
-            f"{_summary(rows, p + 'plain')} {_summary(rows, p + 'top')}" for p in ("s_", "u_", "t_")
+            f"{_summary(rows, p + 'plain')} {_summary(rows, p + 'top')}" for p in ("s_", "u_", "t_", "p_")
         )
         lines.append(f"{name:>9}  {cells}  {cost:4.2f}x")
     return "\n".join(lines) + "\n"
@@ -189,6 +215,7 @@ def main() -> int:
     if sys.argv[1:2] == ["--from"]:
         path = Path(sys.argv[2])
         saved = json.loads(path.read_text())
+        score_estimand(saved["runs"])
         text = render(saved["runs"], saved["wall_s"], saved["load_end"], saved.get("confirm_margin"))
         path.with_suffix(".txt").write_text(text)
         print(text, end="")
@@ -215,6 +242,7 @@ def main() -> int:
         truth = typical[(str(r["name"]), int(r["i"]))]  # type: ignore[call-overload]
         picks = (str(r["plain"]), str(r["pick"]))
         r["best_t"], r["t_plain"], r["t_top"] = S._regrets(truth, r["theta"], r["theta2"], picks)  # type: ignore[arg-type]
+    score_estimand(done)
     wall, load = time.time() - t0, os.getloadavg()[0]
     saved = {
         "confirm_margin": margin,
