@@ -33,6 +33,9 @@ top-up runs at its shipped defaults. Two probes run at a time (one per core).
     python benchmarks/async_nqm_realprobe.py --confirm-margin 1.0  (NOT the shipped probe: each run
         stops 100% past its crossing, not 25%; every set again, the typical
         truth read from the committed JSON; writes async_nqm_realprobe_margin1.0.{txt,json})
+    python benchmarks/async_nqm_realprobe.py --top-up-seeds 16 held-out  (NOT the shipped top-up:
+        async_top_up_seeds 16 instead of 8, on one set; the typical truth read from the committed
+        JSON; writes async_nqm_realprobe_topup16_held-out.{txt,json})
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 OUT = Path(__file__).resolve().parent / "out" / "async_nqm_realprobe.txt"
 TYPICAL_SEEDS = tuple(range(10000, 10256))
 MARGIN_ENV = "BT_BENCH_CONFIRM_MARGIN"  # set by --confirm-margin for the spawned workers
+TOPUP_ENV = "BT_BENCH_TOP_UP_SEEDS"  # set by --top-up-seeds for the spawned workers
 DRAWS = (0, 100, 200, 300)
 SET_NAMES = ("reported", "held-out", "fresh")
 GOAL = 1.05
@@ -81,7 +85,8 @@ def task(job: tuple[str, int, int]) -> dict[str, object]:
     truth, steps = S._real_truth(inst)
     with tempfile.TemporaryDirectory() as tmp:
         plain, theta, n_plain, _ = S._real_probe(inst, Path(tmp), S.BASE, first)
-        pick, theta2, n_top, topped = S._real_probe(inst, Path(tmp), S.TOP, first)
+        top = int(os.environ.get(TOPUP_ENV, S.TOP))
+        pick, theta2, n_top, topped = S._real_probe(inst, Path(tmp), top, first)
     best_u, u_plain, u_top = S._regrets(truth, theta, theta2, (plain, pick))
     best_s, s_plain, s_top = S._regrets(steps, theta, theta2, (plain, pick))
     return dict(
@@ -148,10 +153,26 @@ def _summary(rows: list[dict[str, object]], key: str) -> str:
     return f"{max(vals):6.3f} {statistics.fmean(vals):6.3f} {miss:3d}"
 
 
-def render(done: list[dict[str, object]], wall: float, load: float, margin: float | None = None) -> str:
+def render(
+    done: list[dict[str, object]],
+    wall: float,
+    load: float,
+    margin: float | None = None,
+    top_up_seeds: int | None = None,
+) -> str:
     """The tables (module docstring) from the tasks' records."""
     sets = _sets()
+    names = [n for n in SET_NAMES if any(r["name"] == n for r in done)]
     lines = [
+        *(
+            [
+                f"NOT THE SHIPPED TOP-UP: async_top_up_seeds {top_up_seeds} (shipped 8); the typical truth "
+                "is the committed one",
+                "",
+            ]
+            if top_up_seeds is not None
+            else []
+        ),
         *(
             [
                 f"NOT THE SHIPPED PROBE: each run stops {margin:.0%} past its crossing (measure/stop_rule.py "
@@ -179,7 +200,7 @@ def render(done: list[dict[str, object]], wall: float, load: float, margin: floa
         f"{'set':>9} {'noise':>5} {'p':>4} {'g:t':>4} {'best E[L]':>14} {'best typical':>14} "
         f"{'best estimand':>14}  per draw: pick  E[L]  typical  estimand",
     ]
-    for name in SET_NAMES:
+    for name in names:
         for i, inst in enumerate(sets[name]):
             rs = [r for r in done if r["name"] == name and r["i"] == i]
             g_t = inst.gen_per_resp_s / inst.train_per_resp_s
@@ -200,7 +221,7 @@ def render(done: list[dict[str, object]], wall: float, load: float, margin: floa
         f"{'the probe estimand':^35}",
         f"{'set':>9}  " + "  ".join([f"{'plain':^17} {'top-up':^17}"] * 4) + f"  {'cost':>5}",
     ]
-    for name in SET_NAMES:
+    for name in names:
         rows = [r for r in done if r["name"] == name]
         cost = sum(int(r["n_top"]) for r in rows) / sum(int(r["n_plain"]) for r in rows)  # type: ignore[call-overload]
         cells = "  ".join(
@@ -216,22 +237,34 @@ def main() -> int:
         path = Path(sys.argv[2])
         saved = json.loads(path.read_text())
         score_estimand(saved["runs"])
-        text = render(saved["runs"], saved["wall_s"], saved["load_end"], saved.get("confirm_margin"))
+        text = render(
+            saved["runs"],
+            saved["wall_s"],
+            saved["load_end"],
+            saved.get("confirm_margin"),
+            saved.get("top_up_seeds"),
+        )
         path.with_suffix(".txt").write_text(text)
         print(text, end="")
         return 0
     margin = float(sys.argv[2]) if sys.argv[1:2] == ["--confirm-margin"] else None
+    top_up = int(sys.argv[2]) if sys.argv[1:2] == ["--top-up-seeds"] else None
+    names = [sys.argv[3]] if top_up is not None else list(SET_NAMES)
     out = OUT if margin is None else OUT.with_name(f"{OUT.stem}_margin{margin}.txt")
+    if top_up is not None:
+        out = OUT.with_name(f"{OUT.stem}_topup{top_up}_{names[0]}.txt")
+        os.environ[TOPUP_ENV] = str(top_up)
+    committed = margin is not None or top_up is not None  # the typical truth: the committed one
     t0 = time.time()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if margin is not None:
         os.environ[MARGIN_ENV] = str(margin)
     sets = _sets()
-    jobs = [(name, i, first) for name in SET_NAMES for i in range(len(sets[name])) for first in DRAWS]
-    insts = [(name, i) for name in SET_NAMES for i in range(len(sets[name]))]
+    jobs = [(name, i, first) for name in names for i in range(len(sets[name])) for first in DRAWS]
+    insts = [(name, i) for name in names for i in range(len(sets[name]))]
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         done = pool.map(task, jobs, chunksize=1)
-        if margin is None:
+        if not committed:
             typical = dict(zip(insts, pool.map(typical_truth, insts, chunksize=1), strict=True))
         else:  # the truth does not depend on the probe: the committed one
             kept = json.loads(OUT.with_suffix(".json").read_text())["typical"]
@@ -246,13 +279,14 @@ def main() -> int:
     wall, load = time.time() - t0, os.getloadavg()[0]
     saved = {
         "confirm_margin": margin,
+        "top_up_seeds": top_up,
         "wall_s": wall,
         "load_end": load,
         "runs": done,
         "typical": {f"{n}/{i}": v for (n, i), v in typical.items()},
     }
     out.with_suffix(".json").write_text(json.dumps(saved, indent=1) + "\n")
-    text = render(done, wall, load, margin)
+    text = render(done, wall, load, margin, top_up)
     out.write_text(text)
     print(text, end="")
     return 0
