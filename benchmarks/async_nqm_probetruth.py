@@ -42,6 +42,15 @@ MORE_SEEDS = tuple(range(10256, 11280))  # the contenders' 1024 more (1280 in al
 CONTENDER = 1.15  # T within this factor of the least T at 256 seeds
 
 
+def committed() -> dict[str, dict[str, float]] | None:
+    """'set/i' -> label -> R under this truth, from the committed JSON (None before it exists)."""
+    path = OUT.with_suffix(".json")
+    if not path.exists():
+        return None
+    truth = json.loads(path.read_text())["truth"]
+    return {key: {lab: v["r"] for lab, v in cands.items()} for key, cands in truth.items()}
+
+
 def _recipe(name: str, i: int):  # type: ignore[no-untyped-def]
     import async_nqm_sequential as S
     from async_nqm_realprobe import _sets

@@ -130,13 +130,13 @@ def typical_truth(job: tuple[str, int]) -> dict[str, float]:
 def score_estimand(rows: list[dict[str, object]]) -> None:
     """Each row's regrets under the probe's estimand (async_nqm_probetruth.json), where committed."""
     import async_nqm_sequential as S
-    from async_nqm_probetruth import OUT as TRUTH
+    from async_nqm_probetruth import committed
 
-    if not TRUTH.with_suffix(".json").exists():
+    truth = committed()
+    if truth is None:
         return
-    truth = json.loads(TRUTH.with_suffix(".json").read_text())["truth"]
     for r in rows:
-        est = {lab: v["r"] for lab, v in truth[f"{r['name']}/{r['i']}"].items()}
+        est = truth[f"{r['name']}/{r['i']}"]
         picks = (str(r["plain"]), str(r["pick"]))
         r["best_p"], r["p_plain"], r["p_top"] = S._regrets(est, r["theta"], r["theta2"], picks)  # type: ignore[arg-type]
 

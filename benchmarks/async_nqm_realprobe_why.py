@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import async_nqm_sequential as S  # noqa: E402
-from async_nqm_probetruth import OUT as TRUTH  # noqa: E402
+from async_nqm_probetruth import committed  # noqa: E402
 from async_nqm_realprobe import typical_truth  # noqa: E402
 
 from batchtune.recipe.load import load_recipe  # noqa: E402
@@ -49,12 +49,7 @@ def instance_lines(i: int) -> list[str]:
     inst = S.HELD_OUT[held[i]]
     _, steps = S._real_truth(inst)
     typical = typical_truth(("held-out", held[i]))
-    est = {
-        lab: v["r"]
-        for lab, v in json.loads(TRUTH.with_suffix(".json").read_text())["truth"][
-            f"held-out/{held[i]}"
-        ].items()
-    }
+    est = (committed() or {})[f"held-out/{held[i]}"]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         S._real_probe(inst, root, S.BASE, 0)
