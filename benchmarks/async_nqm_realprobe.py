@@ -10,7 +10,7 @@ This script runs that same real-probe pipeline (async_nqm_sequential._real_probe
 probe, then the top-up at the shipped defaults in the same results directory) on all three sets of
 async_nqm_seqtest.py (reported, held-out, fresh: 24 instances), 4 seed draws each (planned seeds
 0-2, 100-102, 200-202, 300-302; the top-up's seeds follow them, at most 64), and scores each pick
-against both truths of R (async_nqm_sequential._real_truth):
+against four truths of R:
 
 - at step ends: E[L] after each batch's u updates, linear between step ends
   (nqm_async.expected_async_step_samples_to_target): what the probe can see;
@@ -68,7 +68,8 @@ def _sets() -> dict[str, list]:  # type: ignore[type-arg]
 
 
 def task(job: tuple[str, int, int]) -> dict[str, object]:
-    """One instance and draw: the plain probe and the top-up, scored under both truths."""
+    """One instance and draw: the plain probe and the top-up, scored under both E[L] truths
+    (async_nqm_sequential._real_truth); main scores the other two."""
     name, i, first = job
     import async_nqm_sequential as S
 
@@ -163,23 +164,18 @@ def render(
     """The tables (module docstring) from the tasks' records."""
     sets = _sets()
     names = [n for n in SET_NAMES if any(r["name"] == n for r in done)]
-    lines = [
+    variant = [
+        *([f"async_top_up_seeds {top_up_seeds} (shipped 8)"] if top_up_seeds is not None else []),
         *(
-            [
-                f"NOT THE SHIPPED TOP-UP: async_top_up_seeds {top_up_seeds} (shipped 8); the typical truth "
-                "is the committed one",
-                "",
-            ]
-            if top_up_seeds is not None
+            [f"each run stops {margin:.0%} past its crossing (measure/stop_rule.py stops it 25% past)"]
+            if margin is not None
             else []
         ),
+    ]
+    lines = [
         *(
-            [
-                f"NOT THE SHIPPED PROBE: each run stops {margin:.0%} past its crossing (measure/stop_rule.py "
-                "stops it 25% past); the typical truth is the committed one",
-                "",
-            ]
-            if margin is not None
+            [f"NOT THE SHIPPED PROBE: {'; '.join(variant)}; the typical truth is the committed one", ""]
+            if variant
             else []
         ),
         "the shipped seed top-up through the real probe (run_probe on the NQM backend, then recommend), "
@@ -254,7 +250,7 @@ def main() -> int:
     if top_up is not None:
         out = OUT.with_name(f"{OUT.stem}_topup{top_up}_{names[0]}.txt")
         os.environ[TOPUP_ENV] = str(top_up)
-    committed = margin is not None or top_up is not None  # the typical truth: the committed one
+    reuse_typical = margin is not None or top_up is not None  # the truth does not depend on the probe
     t0 = time.time()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if margin is not None:
@@ -264,7 +260,7 @@ def main() -> int:
     insts = [(name, i) for name in names for i in range(len(sets[name]))]
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         done = pool.map(task, jobs, chunksize=1)
-        if not committed:
+        if not reuse_typical:
             typical = dict(zip(insts, pool.map(typical_truth, insts, chunksize=1), strict=True))
         else:  # the truth does not depend on the probe: the committed one
             kept = json.loads(OUT.with_suffix(".json").read_text())["typical"]
