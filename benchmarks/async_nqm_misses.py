@@ -43,6 +43,7 @@ from batchtune.analysis.decide.async_topup import (  # noqa: E402
     FAMILY,
     MARGIN,
     MAX_SEEDS,
+    STICKY,
     TOL,
     SeqRule,
     Z,
@@ -128,8 +129,8 @@ def main() -> int:
         *diagnose(old_m, old, MORE),
         "",
         f"the shipped defaults (margin {MARGIN}, z {Z}, cap {MAX_SEEDS}, family {'yes' if FAMILY else 'no'}, "
-        f"tol {TOL}), async_nqm_seqtest.py's {len(SCORE)} scoring draws (seeds {SCORE[0]}.. to "
-        f"{SCORE[-1]}..):",
+        f"tol {TOL}, sticky {'yes' if STICKY else 'no'}), async_nqm_seqtest.py's {len(SCORE)} scoring "
+        f"draws (seeds {SCORE[0]}.. to {SCORE[-1]}..):",
         *diagnose(MARGIN, SeqRule(MAX_SEEDS, Z, TOL, FAMILY), SCORE),
     ]
     text = "\n".join(lines) + "\n"

@@ -36,6 +36,11 @@ top-up runs at its shipped defaults. Two probes run at a time (one per core).
     python benchmarks/async_nqm_realprobe.py --top-up-seeds 16 held-out  (NOT the shipped top-up:
         async_top_up_seeds 16 instead of 8, on one set; the typical truth read from the committed
         JSON; writes async_nqm_realprobe_topup16_held-out.{txt,json})
+    python benchmarks/async_nqm_realprobe.py --rule sticky,cap=128 held-out  (NOT the shipped top-up:
+        sticky: a candidate once topped up leaves the sequential comparison by its interval alone
+        (SeqRule.sticky, the shipped default since async_nqm_miss_rounds.py), not by an estimate past
+        the margin; cap=N: budget.async_top_up_max_seeds N instead of 64; on one set; writes
+        async_nqm_realprobe_rule-sticky-cap128_held-out.{txt,json})
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ OUT = Path(__file__).resolve().parent / "out" / "async_nqm_realprobe.txt"
 TYPICAL_SEEDS = tuple(range(10000, 10256))
 MARGIN_ENV = "BT_BENCH_CONFIRM_MARGIN"  # set by --confirm-margin for the spawned workers
 TOPUP_ENV = "BT_BENCH_TOP_UP_SEEDS"  # set by --top-up-seeds for the spawned workers
+RULE_ENV = "BT_BENCH_RULE"  # set by --rule for the spawned workers
 DRAWS = (0, 100, 200, 300)
 SET_NAMES = ("reported", "held-out", "fresh")
 GOAL = 1.05
@@ -82,6 +88,8 @@ def task(job: tuple[str, int, int]) -> dict[str, object]:
         margin = float(os.environ[MARGIN_ENV])
         stop_rule.confirmed_crossing = functools.partial(curves.confirmed_crossing, margin=margin)  # type: ignore[assignment]
 
+    if RULE_ENV in os.environ:
+        _patch_rule(os.environ[RULE_ENV])
     inst = _sets()[name][i]
     truth, steps = S._real_truth(inst)
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,6 +103,29 @@ def task(job: tuple[str, int, int]) -> dict[str, object]:
         s_plain=s_plain, s_top=s_top, u_plain=u_plain, u_top=u_top, n_plain=n_plain, n_top=n_top,
         topped=topped, theta=theta, theta2=theta2,
     )  # fmt: skip
+
+
+def _patch_rule(rule: str) -> None:
+    """--rule (module docstring): the sequential rounds' variant, patched into this worker."""
+    import functools
+
+    import async_nqm_sequential as S
+
+    import batchtune.analysis.decide.async_topup as A
+
+    parts = dict(p.partition("=")[::2] for p in rule.split(","))
+    if "sticky" in parts:
+        A.SeqRule = functools.partial(A.SeqRule, sticky=True)  # type: ignore[misc]
+    if parts.get("cap"):
+        sets = S._probe_sets
+        extra = f"budget.async_top_up_max_seeds={int(parts['cap'])}"
+        S._probe_sets = lambda *a, **k: [*sets(*a, **k), extra]  # type: ignore[assignment]
+
+
+def _shipped_rule() -> str:
+    from batchtune.analysis.decide.async_topup import MAX_SEEDS, STICKY
+
+    return f"{'sticky' if STICKY else 'not sticky'}, cap {MAX_SEEDS}"
 
 
 def typical_truth(job: tuple[str, int]) -> dict[str, float]:
@@ -160,12 +191,14 @@ def render(
     load: float,
     margin: float | None = None,
     top_up_seeds: int | None = None,
+    rule: str | None = None,
 ) -> str:
     """The tables (module docstring) from the tasks' records."""
     sets = _sets()
     names = [n for n in SET_NAMES if any(r["name"] == n for r in done)]
     variant = [
         *([f"async_top_up_seeds {top_up_seeds} (shipped 8)"] if top_up_seeds is not None else []),
+        *([f"sequential rule variant {rule} (shipped: {_shipped_rule()})"] if rule else []),
         *(
             [f"each run stops {margin:.0%} past its crossing (measure/stop_rule.py stops it 25% past)"]
             if margin is not None
@@ -239,18 +272,25 @@ def main() -> int:
             saved["load_end"],
             saved.get("confirm_margin"),
             saved.get("top_up_seeds"),
+            saved.get("rule"),
         )
         path.with_suffix(".txt").write_text(text)
         print(text, end="")
         return 0
     margin = float(sys.argv[2]) if sys.argv[1:2] == ["--confirm-margin"] else None
     top_up = int(sys.argv[2]) if sys.argv[1:2] == ["--top-up-seeds"] else None
-    names = [sys.argv[3]] if top_up is not None else list(SET_NAMES)
+    rule = sys.argv[2] if sys.argv[1:2] == ["--rule"] else None
+    names = [sys.argv[3]] if top_up is not None or rule else list(SET_NAMES)
     out = OUT if margin is None else OUT.with_name(f"{OUT.stem}_margin{margin}.txt")
     if top_up is not None:
         out = OUT.with_name(f"{OUT.stem}_topup{top_up}_{names[0]}.txt")
         os.environ[TOPUP_ENV] = str(top_up)
-    reuse_typical = margin is not None or top_up is not None  # the truth does not depend on the probe
+    if rule:
+        slug = rule.replace(",", "-").replace("=", "")
+        out = OUT.with_name(f"{OUT.stem}_rule-{slug}_{names[0]}.txt")
+        os.environ[RULE_ENV] = rule
+    # the truth does not depend on the probe: a variant reads the committed one
+    reuse_typical = margin is not None or top_up is not None or rule is not None
     t0 = time.time()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if margin is not None:
@@ -276,13 +316,14 @@ def main() -> int:
     saved = {
         "confirm_margin": margin,
         "top_up_seeds": top_up,
+        "rule": rule,
         "wall_s": wall,
         "load_end": load,
         "runs": done,
         "typical": {f"{n}/{i}": v for (n, i), v in typical.items()},
     }
     out.with_suffix(".json").write_text(json.dumps(saved, indent=1) + "\n")
-    text = render(done, wall, load, margin, top_up)
+    text = render(done, wall, load, margin, top_up, rule)
     out.write_text(text)
     print(text, end="")
     return 0

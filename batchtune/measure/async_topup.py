@@ -107,7 +107,8 @@ class TopUpRecord:
         """What `recommend` says: who was topped up, in which round, and why."""
         seq = (
             f"; then, up to {self.cap} seeds, the best and the contenders its paired seeds did not "
-            "separate from it doubled their seeds (budget.async_top_up_max_seeds)"
+            "separate from it doubled their seeds (budget.async_top_up_max_seeds; a candidate once topped "
+            "up stays compared until its interval separates it)"
             if self.cap > self.top
             else ""
         )

@@ -162,6 +162,38 @@ def test_the_family_z_keeps_several_close_leaders_from_separating_at_once() -> N
     assert _family_loop(True) == [(["a", "b", "c", "d"], 16)]  # Bonferroni over 3: all double, to the cap
 
 
+def _sticky_loop(sticky: bool) -> list[tuple[list[str], int]]:
+    """b, a contender at 3 seeds (T 1.1x the best), reads 1.5x at 8 seeds (past the margin 0.3), and
+    its groups spread wide (se ~0.4 of the ratio): no interval separates it from the best a."""
+    seeds = {"a": 3, "b": 3, "c": 3}
+    runs: list[tuple[list[str], int]] = []
+
+    def estimate() -> tuple[dict[str, float], dict[str, int]]:
+        return {"a": 1.0, "b": 1.1 if seeds["b"] < 8 else 1.5, "c": 3.0}, dict(seeds)
+
+    def evidence(labels: list[str]) -> dict[str, list[float]]:
+        t = estimate()[0]
+        return {
+            lab: [t[lab] * (1 + (0.1 * (-1) ** j if lab == "b" else 0.0)) for j in range(8)] for lab in labels
+        }
+
+    def run(labels: list[str], n: int) -> None:
+        runs.append((labels, n))
+        seeds.update(dict.fromkeys(labels, n))
+
+    top_up(
+        estimate, run, margin=0.3, top=8,
+        seq=SeqRule(cap=16, z=2.5, tol=0.05, sticky=sticky), evidence=evidence,
+    )  # fmt: skip
+    return runs
+
+
+def test_a_sticky_rule_compares_a_topped_up_candidate_past_the_margin_by_its_interval() -> None:
+    # not sticky: b's noisy 1.5 past the margin ends its comparison; sticky: the interval decides
+    assert _sticky_loop(False) == [(["a", "b"], 8)]
+    assert _sticky_loop(True) == [(["a", "b"], 8), (["a", "b"], 16)]
+
+
 def _cfg(root: Path, sets: tuple[str, ...] = ()) -> Recipe:
     return load_recipe(
         str(ASYNC), [f"run.results_dir={root}", "budget.async_top_up_seeds=4", "target.value=0.9", *sets]
