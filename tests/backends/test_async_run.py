@@ -82,7 +82,8 @@ def test_sync_every_beyond_the_bound_is_refused(root):
 
 
 SCRIPT = """
-import sys, torch.multiprocessing as mp
+import faulthandler, signal, sys, torch.multiprocessing as mp
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's stack dump if SIGINT hangs
 sys.path.insert(0, {tests!r})
 from test_async_run import TorchRLBackend, make_spec
 from pathlib import Path
@@ -99,13 +100,22 @@ if __name__ == "__main__":
 def test_sigint_leaves_no_orphan_worker(root):
     script = SCRIPT.format(tests=str(Path(__file__).parent), root=str(root))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE, env=env)
+    err = (root / "stderr.txt").open("wb")  # a file, not a pipe: the child never blocks on it
+    cmd = [sys.executable, "-c", textwrap.dedent(script)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env)
     try:
         assert proc.stdout is not None
         pid = int(proc.stdout.readline())
         assert alive(pid)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) != 0  # KeyboardInterrupt
+        try:
+            assert proc.wait(timeout=30) != 0  # KeyboardInterrupt
+        except subprocess.TimeoutExpired:  # seen once under load: say where it hung
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            proc.kill()
+            threads = (root / "stderr.txt").read_text(errors="replace")[-6000:]
+            pytest.fail(f"no exit 30 s after SIGINT; its threads:\n{threads}")
         deadline = time.time() + 10
         while alive(pid) and time.time() < deadline:
             time.sleep(0.1)
@@ -114,6 +124,7 @@ def test_sigint_leaves_no_orphan_worker(root):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        err.close()
 
 
 def test_a_worker_dying_at_start_up_is_a_clear_error_not_a_hang(root, monkeypatch):
