@@ -17,6 +17,7 @@ import torch.multiprocessing as mp
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.backends.torch_rl import TorchRLBackend
 from batchtune.recipe.load import load_recipe
+from tests.drill_kit import sigint_as_a_terminal_sends_it
 
 BASE = [
     "model.pretrain_steps=20",
@@ -102,7 +103,10 @@ def test_sigint_leaves_no_orphan_worker(root):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     err = (root / "stderr.txt").open("wb")  # a file, not a pipe: the child never blocks on it
     cmd = [sys.executable, "-c", textwrap.dedent(script)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env)
+    # not ignored, as in a suite started with `&` (SIGINT then never raises in the child)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=err, env=env, preexec_fn=sigint_as_a_terminal_sends_it
+    )
     try:
         assert proc.stdout is not None
         pid = int(proc.stdout.readline())
@@ -110,7 +114,7 @@ def test_sigint_leaves_no_orphan_worker(root):
         proc.send_signal(signal.SIGINT)
         try:
             assert proc.wait(timeout=30) != 0  # KeyboardInterrupt
-        except subprocess.TimeoutExpired:  # seen once under load: say where it hung
+        except subprocess.TimeoutExpired:  # say where it hung
             proc.send_signal(signal.SIGUSR1)
             time.sleep(2)
             proc.kill()
