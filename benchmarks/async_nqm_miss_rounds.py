@@ -45,6 +45,7 @@ LOG = OUT.with_name("async_nqm_miss_rounds_log.txt")  # every state the rule saw
 # other draws of the same two instances (hits), for contrast
 # each under both sequential rules: the margin alone ends a leader's comparison (sticky False, the
 # rule before this script), or a topped-up candidate leaves it by its interval alone (sticky True)
+_ORIG: dict[str, Any] = {}  # this worker's unpatched async_topup.SeqRule and top_up
 JOBS = [("held-out", i, d, sticky) for sticky in (False, True) for i in (3, 6) for d in (0, 100, 200, 300)]
 
 
@@ -59,11 +60,12 @@ def task(job: tuple[str, int, int, bool]) -> dict[str, Any]:
 
     import batchtune.analysis.decide.async_topup as A
 
-    A.SeqRule = functools.partial(A.SeqRule, sticky=sticky)  # type: ignore[misc]
+    # a pool worker runs several jobs: patch the originals each time, never a patch of a patch
+    A.SeqRule = functools.partial(_ORIG.setdefault("SeqRule", A.SeqRule), sticky=sticky)  # type: ignore[misc,assignment]
 
     log: list[dict[str, Any]] = []
     topped: set[str] = set()  # every candidate topped up so far (a sticky rule keeps comparing them)
-    orig = A.top_up
+    orig = _ORIG.setdefault("top_up", A.top_up)
 
     def logged(estimate: Any, run: Any, **kw: Any) -> Any:
         def est() -> Any:
@@ -80,7 +82,7 @@ def task(job: tuple[str, int, int, bool]) -> dict[str, Any]:
 
         kw["on_round"] = on_round
 
-        ev = kw.get("evidence")
+        ev: Any = kw.get("evidence")
 
         def groups(labels: list[str]) -> Any:
             g = ev(labels)
@@ -91,7 +93,7 @@ def task(job: tuple[str, int, int, bool]) -> dict[str, Any]:
             kw["evidence"] = groups
         return orig(est, run, **kw)
 
-    A.top_up = logged  # type: ignore[assignment]
+    A.top_up = logged
     inst = _sets()[name][i]
     with tempfile.TemporaryDirectory() as tmp:
         S._real_probe(inst, Path(tmp), S.BASE, first)

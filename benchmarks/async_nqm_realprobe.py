@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -105,6 +106,9 @@ def task(job: tuple[str, int, int]) -> dict[str, object]:
     )  # fmt: skip
 
 
+_ORIG: dict[str, Any] = {}  # this worker's unpatched SeqRule and _probe_sets (--rule)
+
+
 def _patch_rule(rule: str) -> None:
     """--rule (module docstring): the sequential rounds' variant, patched into this worker."""
     import functools
@@ -114,12 +118,13 @@ def _patch_rule(rule: str) -> None:
     import batchtune.analysis.decide.async_topup as A
 
     parts = dict(p.partition("=")[::2] for p in rule.split(","))
+    # a pool worker runs several jobs: patch the originals each time, never a patch of a patch
     if "sticky" in parts:
-        A.SeqRule = functools.partial(A.SeqRule, sticky=True)  # type: ignore[misc]
+        A.SeqRule = functools.partial(_ORIG.setdefault("SeqRule", A.SeqRule), sticky=True)  # type: ignore[misc,assignment]
     if parts.get("cap"):
-        sets = S._probe_sets
+        sets = _ORIG.setdefault("probe_sets", S._probe_sets)
         extra = f"budget.async_top_up_max_seeds={int(parts['cap'])}"
-        S._probe_sets = lambda *a, **k: [*sets(*a, **k), extra]  # type: ignore[assignment]
+        S._probe_sets = lambda *a, **k: [*sets(*a, **k), extra]
 
 
 def _shipped_rule() -> str:
