@@ -105,14 +105,10 @@ def _state_lines(
     state: dict[str, Any], theta: dict[str, float], truth: dict[str, float], sticky: bool
 ) -> list[str]:
     """One state the rule saw: its leaders, estimated and true."""
-    from batchtune.analysis.decide.async_topup import MARGIN, Z, family_z, leaders, ratio_interval
+    from batchtune.analysis.decide.async_topup import MARGIN, Z, compared, family_z, ratio_interval
 
     t, seeds, groups = state["t"], state["seeds"], state["groups"]
-    lead = leaders(t, MARGIN)
-    if sticky:  # the sticky rule also compares every candidate topped up before
-        lead += [
-            lab for lab in state.get("kept", ()) if lab not in lead and math.isfinite(t.get(lab, math.inf))
-        ]
+    lead = compared(t, MARGIN, state.get("kept", ()), sticky)
     best = min(lead, key=lambda lab: t[lab])
     z = family_z(Z, len({t[lab] for lab in lead}) - 1)
     t_true = {lab: truth[lab] / theta[lab] for lab in lead}
@@ -166,23 +162,31 @@ def _blocks(_: None) -> list[str]:  # seed_blocks in a spawned worker (its sys.p
 
 def _why(row: dict[str, Any], truth: dict[str, float]) -> str:
     """Why a miss: where the true best stood in the last state the rule saw."""
-    from batchtune.analysis.decide.async_topup import MARGIN, leaders
+    from batchtune.analysis.decide.async_topup import MARGIN, compared
 
     if _regret(row, truth) <= 1.05:
         return "-"
-    t_true = {lab: truth[lab] / th for lab, th in row["theta"].items() if th > 0}
-    best = min(t_true, key=lambda lab: t_true[lab])
+    best = _true_best(row, truth)
     last = row["log"][-1]
     t, n = last["t"], last["seeds"].get(best, 0)
-    lead = leaders(t, MARGIN) + (list(last.get("kept", ())) if row["sticky"] else [])
+    lead = compared(t, MARGIN, last.get("kept", ()), row["sticky"])
     ratio = t[best] / min(t.values())
     if best not in lead:
         return f"outside: best {ratio:.2f}x at {n} seeds"
     return f"not separated: best {ratio:.2f}x at {n} seeds"
 
 
+def _t_true(row: dict[str, Any], truth: dict[str, float]) -> dict[str, float]:
+    return {lab: truth[lab] / th for lab, th in row["theta"].items() if th > 0}
+
+
+def _true_best(row: dict[str, Any], truth: dict[str, float]) -> str:
+    t_true = _t_true(row, truth)
+    return min(t_true, key=t_true.__getitem__)
+
+
 def _regret(row: dict[str, Any], truth: dict[str, float]) -> float:
-    t_true = {lab: truth[lab] / th for lab, th in row["theta"].items() if th > 0}
+    t_true = _t_true(row, truth)
     return t_true[row["pick"]] / min(t_true.values())
 
 
@@ -220,8 +224,7 @@ def render(rows: list[dict[str, Any]], wall: float, blocks: list[str]) -> tuple[
     for r in rows:
         key = f"{r['name']}/{r['i']}"
         tr = truth[key]
-        t_true = {lab: tr[lab] / th for lab, th in r["theta"].items() if th > 0}
-        best = min(t_true, key=lambda lab: t_true[lab])
+        best = _true_best(r, tr)
         log += [
             "",
             f"{'sticky' if r['sticky'] else 'margin-only'} rule, {key} draw {r['first']}: pick {r['pick']} "

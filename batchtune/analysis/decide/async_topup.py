@@ -57,7 +57,7 @@ Pure, no I/O: ``top_up`` takes the estimates, the evidence and the runner as fun
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -140,6 +140,16 @@ def leaders(t: Mapping[str, float], margin: float) -> list[str]:
         return []
     best = min(finite)
     return [lab for lab, v in t.items() if v <= (1.0 + margin) * best]
+
+
+def compared(t: Mapping[str, float], margin: float, topped: Iterable[str], sticky: bool) -> list[str]:
+    """The candidates a sequential round compares: the leaders and, when ``sticky``, every candidate
+    topped up before (``topped``) with a finite T: it leaves by its interval, not by a noisy estimate
+    past the margin (module docstring, 2.)."""
+    lead = leaders(t, margin)
+    if sticky:
+        lead += [lab for lab in topped if lab not in lead and math.isfinite(t.get(lab, math.inf))]
+    return lead
 
 
 def ratio_interval(
@@ -233,9 +243,7 @@ def _sequential(
     evidence: Evidence,
 ) -> TopUpRound | None:
     """The next sequential round (module docstring, 2.), or None: every leader separated or at the cap."""
-    lead = leaders(t, margin)
-    if seq.sticky:  # topped up before: leaves by its interval, not by a noisy estimate past the margin
-        lead += [lab for lab in want if lab not in lead and lab in t and math.isfinite(t[lab])]
+    lead = compared(t, margin, want, seq.sticky)
     if len(lead) < 2:
         return None
     best = _best(t)
