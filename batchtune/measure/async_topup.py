@@ -46,7 +46,7 @@ from batchtune.records.types import FAILED_STATUSES
 
 if TYPE_CHECKING:
     from batchtune.analysis.decide.async_joint import Knobs, Trace
-    from batchtune.analysis.decide.async_topup import TopUpRound
+    from batchtune.analysis.decide.async_topup import TopUpEnd, TopUpRound
     from batchtune.analysis.sample.efficiency import SampleEfficiency
 
 TOP_UP_FILE = "async_topup.json"
@@ -102,6 +102,7 @@ class TopUpRecord:
     rounds: tuple[TopUpRound, ...]
     times_source: str = TIMES
     cap: int = 0  # budget.async_top_up_max_seeds (<= top: no sequential rounds)
+    end: TopUpEnd | None = None  # where the sequential rounds stopped (None: none ran, or not yet)
 
     def lines(self) -> list[str]:
         """What `recommend` says: who was topped up, in which round, and why."""
@@ -122,7 +123,8 @@ class TopUpRecord:
             f"{self.margin:.0%} of the best estimated T ({self.times_source}) got {self.top} seeds, "
             f"until no contender lacked seeds{seq}"
         )
-        return [head] + [f"round {i}: {r.words(self.margin, self.top)}" for i, r in enumerate(self.rounds, 1)]
+        rounds = [f"round {i}: {r.words(self.margin, self.top)}" for i, r in enumerate(self.rounds, 1)]
+        return [head, *rounds, *([] if self.end is None else [self.end.words()])]
 
     def asked(self) -> dict[str, int]:
         """The seeds each candidate was asked for in the recorded rounds."""
@@ -135,7 +137,7 @@ class TopUpRecord:
 
 def load_top_up(store: ResultsStore) -> TopUpRecord | None:
     """The stored record of the probe's top-up rounds (None: none ran)."""
-    from batchtune.analysis.decide.async_topup import TopUp, TopUpRound
+    from batchtune.analysis.decide.async_topup import OpenLeader, TopUp, TopUpEnd, TopUpRound
 
     path = store.root / TOP_UP_FILE
     if not path.is_file():
@@ -153,12 +155,25 @@ def load_top_up(store: ResultsStore) -> TopUpRecord | None:
         for r in data["rounds"]
     )
     top = int(data["top"])
+    e = data.get("end")  # absent: a record before the field, or rounds not ended
+    end = (
+        None
+        if e is None
+        else TopUpEnd(
+            str(e["best"]),
+            codec.as_float(e["best_t"], where),
+            int(e["seeds"]),
+            tuple(codec.from_dict(OpenLeader, o, where) for o in e["open"]),
+            codec.as_float(e["tol"], where),
+        )
+    )
     return TopUpRecord(
         codec.as_float(data["margin"], where),
         top,
         rounds,
         str(data["times_source"]),
         int(data.get("cap", top)),
+        end,
     )
 
 
@@ -169,6 +184,7 @@ def _save(store: ResultsStore, rec: TopUpRecord) -> None:
         "cap": rec.cap,
         "times_source": rec.times_source,
         "rounds": [dataclasses.asdict(r) for r in rec.rounds],
+        "end": None if rec.end is None else dataclasses.asdict(rec.end),
     }
     atomic_write_text(store.root / TOP_UP_FILE, codec.dumps(data, indent=2))
 
@@ -256,7 +272,12 @@ def add_async_seeds(
 
     def record(rnd: TopUpRound) -> None:
         nonlocal rec
-        rec = dataclasses.replace(rec, rounds=(*rec.rounds, rnd))
+        rec = dataclasses.replace(rec, rounds=(*rec.rounds, rnd), end=None)
+        _save(store, rec)
+
+    def ended(end: TopUpEnd) -> None:
+        nonlocal rec
+        rec = dataclasses.replace(rec, end=end)
         _save(store, rec)
 
     for rnd in rec.rounds:  # a resumed probe: the recorded rounds' runs first
@@ -271,6 +292,7 @@ def add_async_seeds(
         evidence=lambda labels: group_estimates(recipe, store, plan, analyse, labels, rec.cap),
         asked=rec.asked(),
         on_round=record,
+        on_end=ended,
     )
     return ran
 
@@ -344,12 +366,6 @@ def seeding_plan_note(recipe: Recipe, runs: Sequence[tuple[int, float]]) -> str:
         f"extra seeds (not in the totals above): up to {extra} more per candidate, {'; '.join(why)}: "
         f"at most {extra * len(runs)} run(s) = {samples:,} samples{wall}"
     )
-
-
-def top_up_lines(store: ResultsStore) -> list[str]:
-    """The stored top-up's lines for `recommend` (none when the probe ran no top-up)."""
-    rec = load_top_up(store)
-    return [] if rec is None else rec.lines()
 
 
 def seeds_by_label(store: ResultsStore) -> dict[str, int]:

@@ -18,6 +18,7 @@ from batchtune.analysis.decide.async_rank import (
     queue_label,
     split_label,
 )
+from batchtune.analysis.decide.async_topup import TopUpEnd
 from batchtune.report.json import num
 from batchtune.report.terminal import fmt_n, fmt_time
 
@@ -137,8 +138,9 @@ def render_joint(console: Console, decision: JointDecision, winner: str) -> None
     if decision.pick is not None:
         console.print(pick_words(decision.pick), highlight=False)
     console.print(f"[dim]{decision.times_source}[/]", highlight=False)
-    for n in decision.notes:
-        console.print(f"[yellow]note:[/] {n}", highlight=False)
+    for n in decision.notes:  # a near tie the probe's seeds could not order stands out
+        style = "bold yellow" if n.startswith("NOT RESOLVED") else "yellow"
+        console.print(f"[{style}]note:[/] {n}", highlight=False)
     if decision.splits is not None:
         console.print(split_table(decision.splits, winner))
         for n in split_lines(decision.splits, winner):
@@ -222,6 +224,26 @@ def joint_to_dict(decision: JointDecision) -> dict[str, Any]:
         "notes": list(decision.notes),
         "candidates": rows,
         "gpu_split": None if decision.splits is None else splits_to_dict(decision.splits),
+        "top_up_end": _top_up_end(decision.top_up_end),
+    }
+
+
+def _top_up_end(end: TopUpEnd | None) -> dict[str, Any] | None:
+    """Where the probe's seed top-up stopped (null: no sequential rounds ran): the best estimate
+    (the probe's own step times), the leaders its paired seeds did not separate from it, and the
+    bound their intervals put on what picking it may cost (``resolved``: none open)."""
+    if end is None:
+        return None
+    return {
+        "best": end.best,
+        "best_seeds": end.seeds,
+        "resolved": not end.open,
+        "cost_bound": num(end.bound()),  # at most this x the best's time, by the intervals; "inf": unbounded
+        "tolerance": end.tol,
+        "not_separated": [
+            {"name": o.label, "t_ratio": num(o.ratio), "t_ratio_low": num(o.low), "seeds": o.seeds}
+            for o in end.open
+        ],
     }
 
 

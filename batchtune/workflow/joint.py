@@ -10,7 +10,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from batchtune.measure.async_sweep import stored_traces
-from batchtune.measure.async_topup import run_knobs, top_up_lines
+from batchtune.measure.async_topup import load_top_up, run_knobs
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
 
@@ -41,9 +41,9 @@ def joint_for(
         cluster_gpus=gpus,
         traces=stored_traces(store),
     )
-    top = top_up_lines(store)  # what the probe's seed top-up ran, and why
-    if top:
-        decision = dataclasses.replace(decision, notes=(*decision.notes, *top))
+    rec = load_top_up(store)  # what the probe's seed top-up ran, why, and where it stopped
+    if rec is not None:
+        decision = dataclasses.replace(decision, notes=(*decision.notes, *rec.lines()), top_up_end=rec.end)
     return decision, joint_throughput(thr, decision)
 
 

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from batchtune.analysis.decide.async_topup import SeqRule, contenders, family_z, ratio_interval, top_up
+from batchtune.analysis.decide.async_topup import (
+    OpenLeader,
+    SeqRule,
+    TopUpEnd,
+    contenders,
+    family_z,
+    ratio_interval,
+    top_up,
+)
 from batchtune.backends.spec import Candidate
 from batchtune.cli import app
 from batchtune.measure.async_topup import TOP_UP_FILE, add_async_seeds, load_top_up, seeds_by_label
@@ -64,11 +72,15 @@ def test_rounds_go_on_until_no_contender_lacks_seeds() -> None:
 
 
 def _seq_loop(
-    t: dict[str, float], spread: dict[str, float], seeds: dict[str, int], cap: int = 32
+    t: dict[str, float],
+    spread: dict[str, float],
+    seeds: dict[str, int],
+    cap: int = 32,
+    ends: list[TopUpEnd] | None = None,
 ) -> tuple[list[tuple[list[str], int]], list[str]]:
     """The loop on hand-made estimates: T per candidate and, per candidate, the spread of its group
     estimates (seed noise shrinking as 1/sqrt(seeds), a and b's in opposite directions: not
-    paired away): (runs asked, round kinds)."""
+    paired away): (runs asked, round kinds); ``ends`` gets where the rounds stopped."""
     runs: list[tuple[list[str], int]] = []
 
     def estimate() -> tuple[dict[str, float], dict[str, int]]:
@@ -86,8 +98,9 @@ def _seq_loop(
         seeds.update(dict.fromkeys(labels, n))
 
     rounds = top_up(
-        estimate, run, margin=0.3, top=8, seq=SeqRule(cap=cap, z=1.5, tol=0.05), evidence=evidence
-    )
+        estimate, run, margin=0.3, top=8, seq=SeqRule(cap=cap, z=1.5, tol=0.05), evidence=evidence,
+        on_end=None if ends is None else ends.append,
+    )  # fmt: skip
     return runs, [r.kind for r in rounds]
 
 
@@ -121,6 +134,29 @@ def test_sequential_rounds_double_until_separated_and_respect_the_cap() -> None:
     seeds = {"a": 16, "b": 8, "c": 3}
     runs, _ = _seq_loop({"a": 1.0, "b": 1.02, "c": 2.0}, {"a": 0.1, "b": 0.1, "c": 0.1}, seeds, cap=16)
     assert runs == [(["b"], 16)]
+
+
+def test_the_end_names_the_leaders_not_separated_at_the_cap_and_bounds_the_picks_cost() -> None:
+    ends: list[TopUpEnd] = []
+    _seq_loop({"a": 1.0, "b": 1.02, "c": 2.0}, dict.fromkeys("abc", 0.1), dict.fromkeys("abc", 3), ends=ends)
+    (end,) = ends  # a near tie at the cap of 32: b is open, with its interval
+    assert end.best == "a" and end.seeds == 32 and [o.label for o in end.open] == ["b"]
+    (b,) = end.open
+    assert b.seeds == 32 and math.isclose(b.ratio, 1.02) and b.low < 0.95
+    assert math.isclose(end.bound(), 1.0 / b.low) and end.bound() > 1.0 / 0.95
+    assert end.words().startswith("NOT RESOLVED") and "b (T 1.020x" in end.words()
+    # separated at 8 seeds: nothing open, and the pick costs at most the tolerance against b
+    ends.clear()
+    _seq_loop({"a": 1.0, "b": 1.2, "c": 2.0}, dict.fromkeys("abc", 0.01), dict.fromkeys("abc", 3), ends=ends)
+    (end,) = ends
+    assert end.open == () and math.isclose(end.bound(), 1.0 / 0.95) and "separated" in end.words()
+    # an interval reaching 0 or a ratio not finite bounds nothing
+    assert TopUpEnd("a", 1.0, 8, (OpenLeader("b", 1.1, -0.2, 8),)).bound() == math.inf
+    assert "unbounded" in TopUpEnd("a", 1.0, 8, (OpenLeader("b", math.nan, math.nan, 8),)).words()
+    # no sequential rule: no end reported
+    ends.clear()
+    top_up(lambda: ({"a": 1.0}, {"a": 3}), lambda labels, n: None, top=8, on_end=ends.append)
+    assert ends == []
 
 
 def test_family_z_shares_the_tail_among_the_comparisons() -> None:
@@ -274,6 +310,7 @@ def test_the_probe_tops_up_its_contenders_and_records_why(tmp_path: Path) -> Non
     out = CliRunner().invoke(app, ["recommend", "-r", str(store.root), "--throughput", "probe", "--json"])
     assert out.exit_code == 0, out.output
     notes = json.loads(out.stdout)["async_decision"]["notes"]
+    assert json.loads(out.stdout)["async_decision"]["top_up_end"] is None  # no sequential rounds
     assert any(n.startswith("seed top-up") for n in notes)
     assert any(topped[0] in n and "round 1" in n for n in notes)
     assert (store.root / TOP_UP_FILE).is_file()
@@ -288,6 +325,13 @@ def test_the_probe_doubles_the_close_calls_seeds_and_resumes_a_cut_round(tmp_pat
     assert whole is not None and whole.cap == 16
     seq = [r for r in whole.rounds if r.kind == "sequential"]
     assert seq and seq[-1].seeds > 4, whole.lines()
+    assert whole.end is not None and whole.lines()[-1] == whole.end.words()
+    out = CliRunner().invoke(app, ["recommend", "-r", str(store.root), "--throughput", "probe", "--json"])
+    assert out.exit_code == 0, out.output
+    end = json.loads(out.stdout)["async_decision"]["top_up_end"]
+    assert end["best"] == whole.end.best and end["resolved"] == (not whole.end.open)
+    assert [o["name"] for o in end["not_separated"]] == [o.label for o in whole.end.open]
+    assert all(o["t_ratio_low"] <= 0.95 or o["t_ratio_low"] is None for o in end["not_separated"])
     seeds = seeds_by_label(store)
     for r in seq:  # the not-separated ones and the best, each brought to the round's seeds
         assert all(seeds[t.label] == max(x.seeds for x in seq if t.label in [u.label for u in x.topped])
@@ -298,8 +342,9 @@ def test_the_probe_doubles_the_close_calls_seeds_and_resumes_a_cut_round(tmp_pat
         _probe(tmp_path / "cut", SEQ, cut=first + 1)
     cut = load_top_up(ResultsStore(tmp_path / "cut"))
     assert cut is not None and cut.rounds[-1].kind == "sequential"
+    assert cut.end is None  # cut before the rounds ended
     _, store2, ran2, _ = _probe(tmp_path / "cut", SEQ)
-    assert load_top_up(store2) == whole and seeds_by_label(store2) == seeds
+    assert load_top_up(store2) == whole and seeds_by_label(store2) == seeds  # the end too
     assert len(ran2) == len(ran) - first - 1  # no run twice
 
 

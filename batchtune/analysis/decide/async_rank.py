@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from batchtune.analysis.decide.async_topup import TopUpEnd
 from batchtune.analysis.system.pipeline import PipelineEstimate, predict_pipeline, split_times
 from batchtune.errors import AnalysisError
 
@@ -169,6 +170,7 @@ class JointDecision:
     pick: AsyncPick | None = None  # the recommendation's winner in its best row
     total_gpus: int = 1  # the devices ranked over (1: rollout and trainer share one)
     splits: SplitRanking | None = None  # the user's cluster, split rollout:train, modelled
+    top_up_end: TopUpEnd | None = None  # where the probe's seed top-up stopped (measure/async_topup.py)
 
 
 def _shaped(trace: Sequence[float], to_mean: float) -> tuple[float, ...]:

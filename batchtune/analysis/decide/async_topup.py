@@ -34,6 +34,10 @@ the runs so far, then:
 The rounds end when no contender lacks seeds and every leader is separated or at the cap. A
 candidate is never asked twice for the same seed count (a run that fails does not loop), so the
 rounds end. A best T that is not finite (no candidate reached the target) names no contender.
+Where the sequential rounds end is reported (``TopUpEnd``): the leaders still not separated from the
+best at the cap, each with its interval, whose lower end bounds what picking the best estimate may
+cost against it (1 / low). A near tie the seeds could not order is said, not hidden in the pick
+(benchmarks/async_nqm_unresolved.py scores how often a miss is flagged so and the bound holds).
 
 Constants: the default margin 0.3, ``Z`` 2.5, the family z and cap 64 (``MARGIN``, ``Z``,
 ``FAMILY``, ``MAX_SEEDS``) were chosen on 8 seed draws of held-out NQM instances by
@@ -56,6 +60,7 @@ Pure, no I/O: ``top_up`` takes the estimates, the evidence and the runner as fun
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,6 +94,55 @@ class TopUp:
     seeds_before: int
     ratio: float = math.nan  # sequential rounds: T / the best's T, and the interval's lower end
     low: float = math.nan
+
+
+@dataclass(frozen=True)
+class OpenLeader:
+    """A leader the paired seeds had not separated from the best when the sequential rounds ended."""
+
+    label: str
+    ratio: float  # its estimated T / the best's
+    low: float  # the lower end of that ratio's interval (family z): below 1, it may be the faster
+    seeds: int
+
+
+@dataclass(frozen=True)
+class TopUpEnd:
+    """Where the sequential rounds stopped: the best estimate, its seeds, and the compared leaders not
+    separated from it (none: each compared leader's interval ruled out that it is more than ``tol``
+    faster)."""
+
+    best: str
+    best_t: float
+    seeds: int
+    open: tuple[OpenLeader, ...] = ()
+    tol: float = TOL
+
+    def bound(self) -> float:
+        """What picking the best estimate may cost against the compared leaders, by their intervals:
+        the largest 1 / low (inf where a low is <= 0), 1 / (1 - tol) when every one is separated."""
+        lows = [o.low for o in self.open]
+        if any(not lo > 0 for lo in lows):
+            return math.inf
+        return max([1.0 / (1.0 - self.tol), *(1.0 / lo for lo in lows)])
+
+    def words(self) -> str:
+        """The end in one line for `recommend`."""
+        if not self.open:
+            return (
+                f"the seed top-up ended with every compared leader separated from the best estimate "
+                f"{self.best} (picking it costs at most {1.0 / (1.0 - self.tol):.3f}x against them)"
+            )
+        who = ", ".join(
+            f"{o.label} (T {o.ratio:.3f}x, interval from {o.low:.3f}; {o.seeds} seeds)" for o in self.open
+        )
+        b = self.bound()
+        cost = "an unbounded cost" if math.isinf(b) else f"up to {b:.2f}x the time"
+        return (
+            f"NOT RESOLVED: at the seed cap, the paired seeds did not separate the best estimate {self.best} "
+            f"({self.seeds} seeds) from {who}. These are a near tie at this probe's resolution: picking "
+            f"{self.best} may cost {cost} of the best (budget.async_top_up_max_seeds raises the cap)"
+        )
 
 
 @dataclass(frozen=True)
@@ -196,13 +250,15 @@ def top_up(
     evidence: Evidence | None = None,
     asked: Mapping[str, int] | None = None,
     on_round: Callable[[TopUpRound], None] | None = None,
+    on_end: Callable[[TopUpEnd], None] | None = None,
 ) -> list[TopUpRound]:
     """Run the rounds of the module docstring. ``estimate()``: (T per candidate, seeds per candidate)
     from the runs so far; ``run(labels, n)``: bring each of ``labels`` to ``n`` seeds; ``seq``: the
     sequential rounds (None or a cap <= ``top``: none); ``evidence``: their group estimates (needed
     when ``seq`` runs); ``asked``: the seeds each candidate was asked for earlier (a resumed probe's
-    record); ``on_round``: called with each round before its runs start (so a probe can record it).
-    Returns the rounds run here."""
+    record); ``on_round``: called with each round before its runs start (so a probe can record it);
+    ``on_end``: called once with where the sequential rounds stopped (not without them). Returns the
+    rounds run here."""
     if not margin >= 0:  # inf: every candidate is a contender (top seeds everywhere)
         raise AnalysisError(f"the top-up margin must be a share >= 0, not {margin}")
     if seq is not None and seq.cap > top and evidence is None:
@@ -217,7 +273,9 @@ def top_up(
             rnd = TopUpRound(best, t[best], tuple(TopUp(lab, t[lab], seeds.get(lab, 0)) for lab in todo), top)
         elif seq is not None and seq.cap > top and evidence is not None:
             found = _sequential(t, seeds, want, margin, seq, evidence)
-            if found is None:
+            if isinstance(found, TopUpEnd):
+                if on_end is not None and found.best:  # "": no candidate reached the target
+                    on_end(found)
                 return rounds
             rnd = found
         else:
@@ -241,14 +299,17 @@ def _sequential(
     margin: float,
     seq: SeqRule,
     evidence: Evidence,
-) -> TopUpRound | None:
-    """The next sequential round (module docstring, 2.), or None: every leader separated or at the cap."""
+) -> TopUpRound | TopUpEnd:
+    """The next sequential round (module docstring, 2.), or where the rounds end: every leader
+    separated or at the cap."""
     lead = compared(t, margin, want, seq.sticky)
+    finite = [v for v in t.values() if math.isfinite(v)]
+    best = _best(t) if finite else ""
+    have = {lab: max(seeds.get(lab, 0), want.get(lab, 0)) for lab in {*lead, *([best] if best else [])}}
+    end = TopUpEnd(best, t[best] if best else math.inf, have.get(best, 0), tol=seq.tol)
     if len(lead) < 2:
-        return None
-    best = _best(t)
+        return end
     groups = evidence(lead)
-    have = {lab: max(seeds.get(lab, 0), want.get(lab, 0)) for lab in lead}
     why: dict[str, tuple[float, float]] = {}
     z = family_z(seq.z, len({t[lab] for lab in lead}) - 1) if seq.family else seq.z  # distinct estimates
     for lab in lead:
@@ -257,15 +318,14 @@ def _sequential(
         r, low = ratio_interval(t[lab], t[best], groups[lab], groups[best], z)
         if not low > 1.0 - seq.tol:
             why[lab] = (r, low)
-    if not why:
-        return None
     group = [best, *why]
     level = max(have[lab] for lab in group)
     behind = [lab for lab in group if have[lab] < level]
     n = level if behind else min(seq.cap, 2 * level)
     todo = behind or [lab for lab in group if have[lab] < n]
-    if not todo:
-        return None
+    if not why or not todo:
+        opened = tuple(OpenLeader(lab, r, low, have[lab]) for lab, (r, low) in why.items())
+        return dataclasses.replace(end, open=opened)
     topped = tuple(TopUp(lab, t[lab], seeds.get(lab, 0), *why.get(lab, (math.nan, math.nan))) for lab in todo)
     return TopUpRound(best, t[best], topped, n, "sequential")
 
