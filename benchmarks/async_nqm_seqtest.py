@@ -72,6 +72,7 @@ from batchtune.analysis.decide.async_topup import (  # noqa: E402
     TOL,
     TOP_SEEDS,
     SeqRule,
+    TopUpEnd,
     Z,
     top_up,
 )
@@ -173,10 +174,15 @@ def _seed_list(first: int, n: int) -> tuple[int, ...]:
 
 
 def run_rule(
-    inst: Instance, first: int, seq: SeqRule | None, margin: float
+    inst: Instance,
+    first: int,
+    seq: SeqRule | None,
+    margin: float,
+    on_end: Callable[[TopUpEnd], None] | None = None,
 ) -> tuple[Cand, dict[Cand, int], dict[Cand, float], Callable[[Cand], list[float]], int]:
     """The probe's loop (top_up) on this instance and draw: (pick, seeds per candidate at the stop,
-    estimated T per candidate, the leave-a-group-out estimates of a candidate, rounds)."""
+    estimated T per candidate, the leave-a-group-out estimates of a candidate, rounds); ``on_end``:
+    top_up's, where the sequential rounds stopped."""
     grid = _grid(inst)
     seeds = dict.fromkeys(grid, BASE)
     names = {str(c): c for c in grid}
@@ -199,7 +205,7 @@ def run_rule(
 
     rounds = top_up(
         estimate, run, margin=margin, top=TOP_SEEDS, seq=seq,
-        evidence=lambda labels: {n: groups(names[n]) for n in labels},
+        evidence=lambda labels: {n: groups(names[n]) for n in labels}, on_end=on_end,
     )  # fmt: skip
     t = {c: t_of(c, _seed_list(first, seeds[c])) for c in grid}
     return min(grid, key=lambda c: (t[c], c[1], c[2])), seeds, t, groups, len(rounds)
