@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from batchtune import codec
+from batchtune.errors import InputError
 from batchtune.events import ProbeEvents
 from batchtune.measure.execute import RunFn, run_jobs
 from batchtune.measure.plan import Plan, run_id
@@ -136,14 +137,24 @@ class TopUpRecord:
 
 
 def load_top_up(store: ResultsStore) -> TopUpRecord | None:
-    """The stored record of the probe's top-up rounds (None: none ran)."""
-    from batchtune.analysis.decide.async_topup import OpenLeader, TopUp, TopUpEnd, TopUpRound
-
+    """The stored record of the probe's top-up rounds (None: none ran); a damaged one is an
+    InputError that says how to start it afresh."""
     path = store.root / TOP_UP_FILE
     if not path.is_file():
         return None
     data = codec.loads(path.read_text(), str(path))
-    where = str(path)
+    try:
+        return _record(data, str(path))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(
+            f"{path} is not a seed top-up record ({type(exc).__name__}: {exc}); delete it and run the "
+            "probe again: it starts the rounds afresh, and the runs it made are kept"
+        ) from None
+
+
+def _record(data: Any, where: str) -> TopUpRecord:
+    from batchtune.analysis.decide.async_topup import OpenLeader, TopUp, TopUpEnd, TopUpRound
+
     rounds = tuple(
         TopUpRound(
             str(r["best"]),

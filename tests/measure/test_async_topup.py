@@ -418,3 +418,16 @@ def test_the_nqm_probe_doubles_the_seeds_of_a_close_call_and_resumes(tmp_path: P
     assert out.exit_code == 0, out.output
     notes = json.loads(out.stdout)["async_decision"]["notes"]
     assert any("not separated" in n and "-> 16 seeds" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"margin": 0.3, "top": 8, "times_source": "x", "rounds": [{"x": 1}]}', "[1, 2]",
+     '{"margin": 0.3, "top": 8, "times_source": "x", "rounds": [], "end": {"best": "a"}}'],
+)  # fmt: skip
+def test_a_damaged_top_up_record_is_an_input_error_that_says_what_to_do(tmp_path: Path, text: str) -> None:
+    from batchtune.errors import InputError
+
+    (tmp_path / TOP_UP_FILE).write_text(text)
+    with pytest.raises(InputError, match="not a seed top-up record.*delete it"):
+        load_top_up(ResultsStore(tmp_path))
