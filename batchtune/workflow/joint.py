@@ -58,4 +58,9 @@ def with_pick(rec: Recommendation, decision: JointDecision, cfg: Recipe) -> Reco
         mini_batches=a.mini_batches,
         sync_every=a.sync_every if a.mode == "async" else 1,
     )
-    return dataclasses.replace(rec, async_decision=dataclasses.replace(decision, pick=pick))
+    end = decision.top_up_end  # a near tie the probe's seeds left open is thin evidence for the pick
+    tie = "" if end is None else end.near_tie(rec.winner.label)
+    evidence = (*rec.evidence, tie) if tie else rec.evidence
+    return dataclasses.replace(
+        rec, async_decision=dataclasses.replace(decision, pick=pick), evidence=evidence
+    )

@@ -431,3 +431,34 @@ def test_a_damaged_top_up_record_is_an_input_error_that_says_what_to_do(tmp_path
     (tmp_path / TOP_UP_FILE).write_text(text)
     with pytest.raises(InputError, match="not a seed top-up record.*delete it"):
         load_top_up(ResultsStore(tmp_path))
+
+
+def test_a_near_tie_left_open_is_weak_evidence_for_a_pick_in_it() -> None:
+    end = TopUpEnd("a", 1.0, 64, (OpenLeader("b", 1.01, 0.8, 64), OpenLeader("c", 1.02, 0.9, 64)))
+    assert "not separate a from b, c at its cap of 64 seeds" in end.near_tie("a")
+    assert "up to 1.25x" in end.near_tie("a")  # 1 / the least lower end
+    assert "not separate b from a, c" in end.near_tie("b")  # recommend's pick may be an open leader
+    assert end.near_tie("d") == ""  # a pick outside the tie
+    assert TopUpEnd("a", 1.0, 64).near_tie("a") == ""  # nothing open
+
+
+def test_recommend_reads_an_open_end_as_weak_evidence(tmp_path: Path) -> None:
+    _, store, _, _ = _probe(tmp_path / "r", SEQ)
+    argv = ["recommend", "-r", str(store.root), "--throughput", "probe", "--json"]
+    before = json.loads(CliRunner().invoke(app, argv).stdout)
+    pick = before["async_decision"]["pick"]["name"]
+    assert before["async_decision"]["top_up_end"]["resolved"]  # this stand-in's seeds separate it
+    assert not any("near tie" in e for e in before["recommended"]["evidence"])
+    # the same record, had its rounds ended with another candidate open at the cap
+    path = store.root / TOP_UP_FILE
+    data = json.loads(path.read_text())
+    other = next(lab for lab in RUNS if lab != pick)
+    opened = [{"label": other, "ratio": 1.01, "low": 0.8, "seeds": 8}]
+    data["end"] = {**data["end"], "best": pick, "open": opened}
+    path.write_text(json.dumps(data))
+    after = json.loads(CliRunner().invoke(app, argv).stdout)
+    assert not after["async_decision"]["top_up_end"]["resolved"]
+    assert after["async_decision"]["top_up_end"]["cost_bound"] == pytest.approx(1.25)
+    assert any("near tie" in e and other in e for e in after["recommended"]["evidence"])
+    text = CliRunner().invoke(app, argv[:-1], terminal_width=200).output
+    assert "Weak evidence" in text and "NOT RESOLVED" in text

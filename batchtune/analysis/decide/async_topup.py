@@ -126,6 +126,22 @@ class TopUpEnd:
             return math.inf
         return max([1.0 / (1.0 - self.tol), *(1.0 / lo for lo in lows)])
 
+    def near_tie(self, pick: str) -> str:
+        """Why ``pick`` rests on thin evidence when it is in a group the seeds left open ("": it is
+        not, or nothing is open): the sentence of `recommend`'s weak-evidence panel."""
+        group = [self.best, *(o.label for o in self.open)]
+        if not self.open or pick not in group:
+            return ""
+        b = self.bound()
+        cost = "an unbounded share more" if math.isinf(b) else f"up to {b:.2f}x"
+        others = ", ".join(lab for lab in group if lab != pick)
+        return (
+            f"the seed top-up's paired seeds did not separate {pick} from {others} at its cap of "
+            f"{self.seeds} seeds: a near tie at this probe's resolution (picking the best estimate, "
+            f"{self.best}, may take {cost} the time of the best; budget.async_top_up_max_seeds raises "
+            "the cap)"
+        )
+
     def words(self) -> str:
         """The end in one line for `recommend`."""
         if not self.open:
