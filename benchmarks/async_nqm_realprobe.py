@@ -97,13 +97,26 @@ def task(job: tuple[str, int, int]) -> dict[str, object]:
         plain, theta, n_plain, _ = S._real_probe(inst, Path(tmp), S.BASE, first)
         top = int(os.environ.get(TOPUP_ENV, S.TOP))
         pick, theta2, n_top, topped = S._real_probe(inst, Path(tmp), top, first)
+        end = _end(Path(tmp))
     best_u, u_plain, u_top = S._regrets(truth, theta, theta2, (plain, pick))
     best_s, s_plain, s_top = S._regrets(steps, theta, theta2, (plain, pick))
     return dict(
         name=name, i=i, first=first, plain=plain, pick=pick, best_s=best_s, best_u=best_u,
         s_plain=s_plain, s_top=s_top, u_plain=u_plain, u_top=u_top, n_plain=n_plain, n_top=n_top,
-        topped=topped, theta=theta, theta2=theta2,
+        topped=topped, theta=theta, theta2=theta2, **end,
     )  # fmt: skip
+
+
+def _end(root: Path) -> dict[str, object]:
+    """Where the probe's sequential rounds ended (its TopUpEnd): the best estimate, the leaders not
+    separated from it at the cap and the bound their intervals put on the pick's cost (none: no end)."""
+    from batchtune.measure.async_topup import load_top_up
+    from batchtune.records.store import ResultsStore
+
+    rec = load_top_up(ResultsStore(root))
+    if rec is None or rec.end is None:
+        return {"end_best": None, "open": [], "bound": None}
+    return {"end_best": rec.end.best, "open": [o.label for o in rec.end.open], "bound": rec.end.bound()}
 
 
 _ORIG: dict[str, Any] = {}  # this worker's unpatched SeqRule and _probe_sets (--rule)
@@ -262,7 +275,46 @@ def render(
             f"{_summary(rows, p + 'plain')} {_summary(rows, p + 'top')}" for p in ("s_", "u_", "t_", "p_")
         )
         lines.append(f"{name:>9}  {cells}  {cost:4.2f}x")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _end_lines(done, names)) + "\n"
+
+
+def _end_lines(done: list[dict[str, object]], names: list[str]) -> list[str]:
+    """Where the top-up's rounds ended, scored against the probe's estimand (none: a run before
+    TopUpEnd was recorded, or the estimand not computed)."""
+    if any("open" not in r or "p_top" not in r for r in done):
+        return []
+    from batchtune.analysis.decide.async_topup import TOL
+
+    lines = [
+        "",
+        "where the top-up's rounds ended (recommend's NOT RESOLVED note: leaders not separated from the best "
+        "estimate at the cap), against the probe's estimand;",
+        "bound = 1 / the least lower end of their T-ratio intervals, what the note says the pick may cost; "
+        f"unflagged = every compared leader separated (within 1 / (1 - {TOL}) = {1 / (1 - TOL):.3f})",
+        f"{'set':>9} {'draws':>5} {'misses':>6} {'flagged':>7} {'misses flagged':>14} {'bound holds':>11} "
+        f"{'names best':>10} {'unflagged <= 1.053':>18}",
+    ]
+    for name in names:
+        rs = [r for r in done if r["name"] == name]
+        flag = [r for r in rs if r["open"]]
+        miss = [r for r in rs if float(r["p_top"]) > GOAL]  # type: ignore[arg-type]
+        held = sum(float(r["p_top"]) <= float(r["bound"]) for r in flag)  # type: ignore[arg-type]
+        named = sum(r["best_p"] == r["pick"] or r["best_p"] in r["open"] for r in flag)  # type: ignore[operator]
+        quiet = [r for r in rs if not r["open"]]
+        kept = sum(float(r["p_top"]) <= 1 / (1 - TOL) for r in quiet)  # type: ignore[arg-type]
+        lines.append(
+            f"{name:>9} {len(rs):5d} {len(miss):6d} {len(flag):7d} "
+            f"{sum(bool(r['open']) for r in miss):>9d} of {len(miss):<2d} {held:>6d} of {len(flag):<2d} "
+            f"{named:>5d} of {len(flag):<2d} {kept:>12d} of {len(quiet):<3d}"
+        )
+    for r in done:
+        if r["open"] and float(r["p_top"]) > GOAL:  # type: ignore[arg-type]
+            lines.append(
+                f"  flagged miss: {r['name']}/{r['i']} draw {r['first']}: pick {r['pick']}, estimand's best "
+                f"{r['best_p']}, regret {float(r['p_top']):.3f}, bound {float(r['bound']):.3f}, "  # type: ignore[arg-type]
+                f"open: {', '.join(str(x) for x in r['open'])}"  # type: ignore[attr-defined]
+            )
+    return lines
 
 
 def main() -> int:
