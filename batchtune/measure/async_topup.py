@@ -145,7 +145,7 @@ def load_top_up(store: ResultsStore) -> TopUpRecord | None:
     data = codec.loads(path.read_text(), str(path))
     try:
         return _record(data, str(path))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, InputError) as exc:
         raise InputError(
             f"{path} is not a seed top-up record ({type(exc).__name__}: {exc}); delete it and run the "
             "probe again: it starts the rounds afresh, and the runs it made are kept"
@@ -176,6 +176,8 @@ def _record(data: Any, where: str) -> TopUpRecord:
             int(e["seeds"]),
             tuple(codec.from_dict(OpenLeader, o, where) for o in e["open"]),
             codec.as_float(e["tol"], where),
+            int(e.get("compared", len(e["open"]))),  # absent: a record before the field
+            int(e.get("cap", data.get("cap", 0))),
         )
     )
     return TopUpRecord(
@@ -269,8 +271,8 @@ def add_async_seeds(
     by_label = plan.by_label()
     old = load_top_up(store)
     key = (b.async_top_up_margin, b.async_top_up_seeds, b.async_top_up_max_seeds)
-    rec = (
-        old
+    rec = (  # a kept record's end is found again below: never a stale one in between
+        dataclasses.replace(old, end=None)
         if old is not None and (old.margin, old.top, old.cap) == key
         else TopUpRecord(b.async_top_up_margin, b.async_top_up_seeds, (), cap=b.async_top_up_max_seeds)
     )

@@ -237,6 +237,8 @@ def _top_up_end(end: TopUpEnd | None) -> dict[str, Any] | None:
     return {
         "best": end.best,
         "best_seeds": end.seeds,
+        "cap": end.cap,  # budget.async_top_up_max_seeds (0: a record before the field)
+        "compared": end.compared,  # other candidates compared with the best (0: none within the margin)
         "resolved": not end.open,
         "cost_bound": num(end.bound()),  # at most this x the best's time, by the intervals; "inf": unbounded
         "tolerance": end.tol,

@@ -108,23 +108,30 @@ class OpenLeader:
 
 @dataclass(frozen=True)
 class TopUpEnd:
-    """Where the sequential rounds stopped: the best estimate, its seeds, and the compared leaders not
-    separated from it (none: each compared leader's interval ruled out that it is more than ``tol``
-    faster)."""
+    """Where the sequential rounds stopped: the best estimate, its seeds, how many other candidates
+    were compared with it, and those its paired seeds did not separate from it at the cap (none:
+    each compared leader's interval ruled out that it is more than ``tol`` faster)."""
 
     best: str
     best_t: float
     seeds: int
     open: tuple[OpenLeader, ...] = ()
     tol: float = TOL
+    compared: int = 0  # the other candidates compared in the last state (0: none within the margin)
+    cap: int = 0  # budget.async_top_up_max_seeds
 
     def bound(self) -> float:
         """What picking the best estimate may cost against the compared leaders, by their intervals:
-        the largest 1 / low (inf where a low is <= 0), 1 / (1 - tol) when every one is separated."""
+        the largest 1 / low (inf where a low is <= 0 or missing), 1 / (1 - tol) when every one is
+        separated."""
         lows = [o.low for o in self.open]
         if any(not lo > 0 for lo in lows):
             return math.inf
         return max([1.0 / (1.0 - self.tol), *(1.0 / lo for lo in lows)])
+
+    def _cost(self) -> str:
+        b = self.bound()
+        return "a cost these seeds do not bound" if math.isinf(b) else f"up to {b:.2f}x the best's time"
 
     def near_tie(self, pick: str) -> str:
         """Why ``pick`` rests on thin evidence when it is in a group the seeds left open ("": it is
@@ -132,32 +139,39 @@ class TopUpEnd:
         group = [self.best, *(o.label for o in self.open)]
         if not self.open or pick not in group:
             return ""
-        b = self.bound()
-        cost = "an unbounded share more" if math.isinf(b) else f"up to {b:.2f}x"
-        others = ", ".join(lab for lab in group if lab != pick)
+        others = ", ".join(o.label for o in self.open)
         return (
-            f"the seed top-up's paired seeds did not separate {pick} from {others} at its cap of "
-            f"{self.seeds} seeds: a near tie at this probe's resolution (picking the best estimate, "
-            f"{self.best}, may take {cost} the time of the best; budget.async_top_up_max_seeds raises "
-            "the cap)"
+            f"the seed top-up's paired seeds did not separate the best estimate {self.best} from "
+            f"{others} at its cap ({self.cap or self.seeds} seeds): {pick} is in a near tie at this "
+            f"probe's resolution (picking {self.best} may cost {self._cost()}, by their intervals; "
+            "budget.async_top_up_max_seeds raises the cap)"
         )
 
     def words(self) -> str:
         """The end in one line for `recommend`."""
         if not self.open:
+            if not self.compared:
+                return f"the seed top-up ended with no other candidate within its margin of {self.best}"
             return (
-                f"the seed top-up ended with every compared leader separated from the best estimate "
-                f"{self.best} (picking it costs at most {1.0 / (1.0 - self.tol):.3f}x against them)"
+                f"the seed top-up ended with each of the {self.compared} compared leader(s) separated from "
+                f"the best estimate {self.best}: by their intervals, picking it costs at most "
+                f"{1.0 / (1.0 - self.tol):.3f}x against them"
             )
         who = ", ".join(
-            f"{o.label} (T {o.ratio:.3f}x, interval from {o.low:.3f}; {o.seeds} seeds)" for o in self.open
+            f"{o.label} ("
+            + (
+                f"T {o.ratio:.3f}x, interval from {o.low:.3f}"
+                if math.isfinite(o.ratio) and math.isfinite(o.low)
+                else "no interval: a group of its seeds has no T"
+            )
+            + f"; {o.seeds} seeds)"
+            for o in self.open
         )
-        b = self.bound()
-        cost = "an unbounded cost" if math.isinf(b) else f"up to {b:.2f}x the time"
         return (
-            f"NOT RESOLVED: at the seed cap, the paired seeds did not separate the best estimate {self.best} "
-            f"({self.seeds} seeds) from {who}. These are a near tie at this probe's resolution: picking "
-            f"{self.best} may cost {cost} of the best (budget.async_top_up_max_seeds raises the cap)"
+            f"NOT RESOLVED: at the seed cap ({self.cap or self.seeds}), the paired seeds did not separate "
+            f"the best estimate {self.best} ({self.seeds} seeds) from {who}. These are a near tie at this "
+            f"probe's resolution: picking {self.best} may cost {self._cost()}, by their intervals "
+            "(budget.async_top_up_max_seeds raises the cap)"
         )
 
 
@@ -322,7 +336,8 @@ def _sequential(
     finite = [v for v in t.values() if math.isfinite(v)]
     best = _best(t) if finite else ""
     have = {lab: max(seeds.get(lab, 0), want.get(lab, 0)) for lab in {*lead, *([best] if best else [])}}
-    end = TopUpEnd(best, t[best] if best else math.inf, have.get(best, 0), tol=seq.tol)
+    n_other = len(lead) - (best in lead)
+    end = TopUpEnd(best, t.get(best, math.inf), have.get(best, 0), tol=seq.tol, compared=n_other, cap=seq.cap)
     if len(lead) < 2:
         return end
     groups = evidence(lead)
