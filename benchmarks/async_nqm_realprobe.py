@@ -283,6 +283,8 @@ def _end_lines(done: list[dict[str, object]], names: list[str]) -> list[str]:
     TopUpEnd was recorded, or the estimand not computed)."""
     if any("open" not in r or "p_top" not in r for r in done):
         return []
+    from async_nqm_unresolved import flag_head, flag_row
+
     from batchtune.analysis.decide.async_topup import TOL
 
     lines = [
@@ -291,22 +293,15 @@ def _end_lines(done: list[dict[str, object]], names: list[str]) -> list[str]:
         "estimate at the cap), against the probe's estimand;",
         "bound = 1 / the least lower end of their T-ratio intervals, what the note says the pick may cost; "
         f"unflagged = every compared leader separated (within 1 / (1 - {TOL}) = {1 / (1 - TOL):.3f})",
-        f"{'set':>9} {'draws':>5} {'misses':>6} {'flagged':>7} {'misses flagged':>14} {'bound holds':>11} "
-        f"{'names best':>10} {'unflagged <= 1.053':>18}",
+        flag_head(),
     ]
     for name in names:
-        rs = [r for r in done if r["name"] == name]
-        flag = [r for r in rs if r["open"]]
-        miss = [r for r in rs if float(r["p_top"]) > GOAL]  # type: ignore[arg-type]
-        held = sum(float(r["p_top"]) <= float(r["bound"]) for r in flag)  # type: ignore[arg-type]
-        named = sum(r["best_p"] == r["pick"] or r["best_p"] in r["open"] for r in flag)  # type: ignore[operator]
-        quiet = [r for r in rs if not r["open"]]
-        kept = sum(float(r["p_top"]) <= 1 / (1 - TOL) for r in quiet)  # type: ignore[arg-type]
-        lines.append(
-            f"{name:>9} {len(rs):5d} {len(miss):6d} {len(flag):7d} "
-            f"{sum(bool(r['open']) for r in miss):>9d} of {len(miss):<2d} {held:>6d} of {len(flag):<2d} "
-            f"{named:>5d} of {len(flag):<2d} {kept:>12d} of {len(quiet):<3d}"
-        )
+        rows = [
+            (float(r["p_top"]), list(r["open"]), float(r["bound"]), r["best_p"] in (r["pick"], *r["open"]))  # type: ignore[arg-type,call-overload,misc]
+            for r in done
+            if r["name"] == name
+        ]
+        lines.append(flag_row(name, rows))
     for r in done:
         if r["open"] and float(r["p_top"]) > GOAL:  # type: ignore[arg-type]
             lines.append(

@@ -60,6 +60,39 @@ def draw(name: str, i: int, first: int) -> dict[str, object]:
     }  # fmt: skip
 
 
+Flag = tuple[float, list[str], float, bool]  # (regret, open leaders, bound, names the true best)
+
+
+def flag_head() -> str:
+    """The header of the per-set table of where the rounds ended (this script's and the real probe's)."""
+    return (
+        f"{'set':>9} {'draws':>5} {'misses':>6} {'flagged':>7} {'misses flagged':>14} "
+        f"{'flags on a miss':>15} {'bound holds':>11} {'median bound':>12} {'names best':>10} "
+        f"{'unflagged <= 1.053':>18}"
+    )
+
+
+def flag_row(name: str, draws: list[Flag]) -> str:
+    """One set's row: draws, misses, flagged, misses flagged, flags on a miss, bound holds (on flagged
+    draws), the median bound, flags naming the true best, unflagged draws within 1 / (1 - tol)."""
+    flagged = [d for d in draws if d[1]]
+    misses = [d for d in draws if d[0] > GOAL]
+    quiet = [d for d in draws if not d[1]]
+    med = statistics.median(d[2] for d in flagged) if flagged else float("nan")
+    return (
+        f"{name:>9} {len(draws):5d} {len(misses):6d} {len(flagged):7d} "
+        f"{sum(bool(d[1]) for d in misses):>9d} of {len(misses):<2d} "
+        f"{sum(d[0] > GOAL for d in flagged):>10d} of {len(flagged):<2d} "
+        f"{sum(d[0] <= d[2] for d in flagged):>6d} of {len(flagged):<2d} {med:12.3f} "
+        f"{sum(d[3] for d in flagged):>5d} of {len(flagged):<2d} "
+        f"{sum(d[0] <= 1 / (1 - TOL) for d in quiet):>12d} of {len(quiet):<3d}"
+    )
+
+
+def _flag(r: dict[str, object]) -> Flag:
+    return float(r["regret"]), list(r["open"]), float(r["bound"]), bool(r["names_best"])  # type: ignore[arg-type,call-overload]
+
+
 def main() -> int:
     t0 = time.process_time()
     rows = [draw(name, i, first) for name in SETS for i in range(len(SETS[name][0])) for first in SCORE]
@@ -72,26 +105,11 @@ def main() -> int:
         f"picking the best estimate may cost; unflagged draws promise 1 / (1 - {TOL}) = {1 / (1 - TOL):.3f} "
         "against the compared leaders",
         "",
-        f"{'set':>9} {'draws':>5} {'misses':>6} {'flagged':>7} {'misses flagged':>14} "
-        f"{'flags on a miss':>15} {'bound holds':>11} {'median bound':>12} {'names best':>10} "
-        f"{'unflagged <= 1.053':>18}",
+        flag_head(),
     ]
     for name in SETS:
         rs = [r for r in rows if r["name"] == name]
-        flagged = [r for r in rs if r["open"]]
-        misses = [r for r in rs if float(r["regret"]) > GOAL]  # type: ignore[arg-type]
-        held = sum(float(r["regret"]) <= float(r["bound"]) for r in flagged)  # type: ignore[arg-type]
-        named = sum(bool(r["names_best"]) for r in flagged)
-        quiet = [r for r in rs if not r["open"]]
-        kept = sum(float(r["regret"]) <= 1 / (1 - TOL) for r in quiet)  # type: ignore[arg-type]
-        med = statistics.median(float(r["bound"]) for r in flagged) if flagged else float("nan")  # type: ignore[arg-type]
-        lines.append(
-            f"{name:>9} {len(rs):5d} {len(misses):6d} {len(flagged):7d} "
-            f"{sum(bool(r['open']) for r in misses):>9d} of {len(misses):<2d} "
-            f"{sum(float(r['regret']) > GOAL for r in flagged):>10d} of {len(flagged):<2d} "  # type: ignore[arg-type]
-            f"{held:>6d} of {len(flagged):<2d} {med:12.3f} {named:>5d} of {len(flagged):<2d} "
-            f"{kept:>12d} of {len(quiet):<3d}"
-        )
+        lines.append(flag_row(name, [_flag(r) for r in rs]))
     lines += [
         "",
         "the misses, each: set, instance, draw, pick, true best, regret, why (flagged; not flagged: the "
