@@ -172,7 +172,6 @@ def _record(data: Any, where: str) -> TopUpRecord:
         if e is None
         else TopUpEnd(
             str(e["best"]),
-            codec.as_float(e["best_t"], where),
             int(e["seeds"]),
             tuple(codec.from_dict(OpenLeader, o, where) for o in e["open"]),
             codec.as_float(e["tol"], where),

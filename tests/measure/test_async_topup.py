@@ -151,8 +151,8 @@ def test_the_end_names_the_leaders_not_separated_at_the_cap_and_bounds_the_picks
     (end,) = ends
     assert end.open == () and math.isclose(end.bound(), 1.0 / 0.95) and "separated" in end.words()
     # an interval reaching 0 or a ratio not finite bounds nothing
-    assert TopUpEnd("a", 1.0, 8, (OpenLeader("b", 1.1, -0.2, 8),)).bound() == math.inf
-    no_t = TopUpEnd("a", 1.0, 8, (OpenLeader("b", math.nan, math.nan, 8),), cap=8).words()
+    assert TopUpEnd("a", 8, (OpenLeader("b", 1.1, -0.2, 8),)).bound() == math.inf
+    no_t = TopUpEnd("a", 8, (OpenLeader("b", math.nan, math.nan, 8),), cap=8).words()
     assert "b (no interval: a group of its seeds has no T; 8 seeds)" in no_t and "nan" not in no_t
     assert "a cost these seeds do not bound" in no_t
     # one leader within the margin: nothing compared, and the end says so (not "separated")
@@ -449,14 +449,14 @@ def test_a_damaged_top_up_record_is_an_input_error_that_says_what_to_do(tmp_path
 
 
 def test_a_near_tie_left_open_is_weak_evidence_for_a_pick_in_it() -> None:
-    end = TopUpEnd("a", 1.0, 64, (OpenLeader("b", 1.01, 0.8, 64), OpenLeader("c", 1.02, 0.9, 64)))
+    end = TopUpEnd("a", 64, (OpenLeader("b", 1.01, 0.8, 64), OpenLeader("c", 1.02, 0.9, 64)))
     tie = end.near_tie("a")
     assert "not separate the best estimate a from b, c at its cap (64 seeds): a is in a near tie" in tie
     assert "up to 1.25x" in end.near_tie("a")  # 1 / the least lower end
     # recommend's pick may be an open leader: the bound is still the best estimate's
     assert "b is in a near tie" in end.near_tie("b") and "picking a may cost up to 1.25x" in end.near_tie("b")
     assert end.near_tie("d") == ""  # a pick outside the tie
-    assert TopUpEnd("a", 1.0, 64).near_tie("a") == ""  # nothing open
+    assert TopUpEnd("a", 64).near_tie("a") == ""  # nothing open
 
 
 def test_recommend_reads_an_open_end_as_weak_evidence(tmp_path: Path) -> None:

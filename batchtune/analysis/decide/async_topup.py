@@ -113,7 +113,6 @@ class TopUpEnd:
     each compared leader's interval ruled out that it is more than ``tol`` faster)."""
 
     best: str
-    best_t: float
     seeds: int
     open: tuple[OpenLeader, ...] = ()
     tol: float = TOL
@@ -337,7 +336,7 @@ def _sequential(
     best = _best(t) if finite else ""
     have = {lab: max(seeds.get(lab, 0), want.get(lab, 0)) for lab in {*lead, *([best] if best else [])}}
     n_other = len(lead) - (best in lead)
-    end = TopUpEnd(best, t.get(best, math.inf), have.get(best, 0), tol=seq.tol, compared=n_other, cap=seq.cap)
+    end = TopUpEnd(best, have.get(best, 0), tol=seq.tol, compared=n_other, cap=seq.cap)
     if len(lead) < 2:
         return end
     groups = evidence(lead)
