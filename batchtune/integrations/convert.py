@@ -119,6 +119,14 @@ class _Tokens:
             self.counted = samples
 
 
+def imported_label(prompts: int, group_size: int, staleness: int, updates_per_batch: int) -> str:
+    """The probe's label for a run launched as given: ``P{p}xG{g}``, and for a stale one (k > 0)
+    ``P{p}xG{g}-k{k}u{u}``, as the plan names its off-policy candidates (measure/plan.py), so an
+    async run is its own candidate and not one more seed of the on-policy run at its batch."""
+    base = candidate_label(prompts, group_size)
+    return f"{base}-k{staleness}u{updates_per_batch}" if staleness > 0 else base
+
+
 def build_run(
     entries: Sequence[StepEntry], info: RunInfo, keys: LogKeys, source: str, default_run_id: str
 ) -> ImportedRun:
@@ -179,7 +187,7 @@ def build_run(
         raise InputError(f"{source}: run {run_id!r} logs an lr of 0 at every step; give the run's --lr")
     return ImportedRun(
         run_id=run_id,
-        candidate=info.candidate or candidate_label(P, G),
+        candidate=info.candidate or imported_label(P, G, info.staleness, info.updates_per_batch),
         prompts=P,
         group_size=G,
         seed=info.seed,

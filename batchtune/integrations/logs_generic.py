@@ -308,6 +308,8 @@ def _run_of(
         run_id=name,
         candidate=info.candidate,
         samples_per_step=info.samples_per_step,
+        staleness=info.staleness,
+        updates_per_batch=info.updates_per_batch,
     )
     if c.has["step"]:
         entries = sorted(entries, key=lambda e: e.step)

@@ -97,3 +97,29 @@ def test_import_logs_cli_stores_the_launch_settings(tmp_path):
     assert (rec.staleness, rec.updates_per_batch) == (2, 4)
     bad = CliRunner().invoke(app, [*args, "--updates-per-batch", "0"])
     assert bad.exit_code != 0 and "at least 1" in bad.output
+
+
+def test_an_async_run_is_its_own_candidate_beside_the_sync_one(tmp_path):
+    """The same batch and seed run sync and async (k = 1) are two candidates, as the probe labels
+    them: before, both were P4xG8 at seed 0 and the import refused the pair as one seed twice (and
+    at other seeds pooled the async run's R and times into the sync candidate)."""
+    from batchtune.workflow.imports import import_logs
+
+    sync_log = _verl_log(tmp_path, fully_async=False)
+    async_log = tmp_path / "fa-run.jsonl"
+    async_log.write_text(_verl_log(tmp_path, fully_async=True).read_text())
+    res = str(tmp_path / "res")
+    import_logs([sync_log], "verl", res, RunInfo(prompts=4, group_size=8), metric="reward")
+    import_logs([async_log], "verl", res, RunInfo(prompts=4, group_size=8, staleness=1, updates_per_batch=2))
+    by_id = {r.run_id: r for r in ResultsStore(res).runs()}
+    assert by_id["v1"].candidate == "P4xG8"
+    assert (by_id["fa-run"].candidate, by_id["fa-run"].staleness) == ("P4xG8-k1u2", 1)
+
+
+def test_generic_logs_keep_the_launch_settings(tmp_path):
+    """--staleness and --updates-per-batch reach the stored run for csv / jsonl logs too (they were
+    dropped there: the run was stored on-policy)."""
+    log = tmp_path / "run.csv"
+    log.write_text("step,samples,score,lr\n" + "".join(f"{s},{64 * s},{0.1 * s},1e-6\n" for s in range(1, 6)))
+    (run,) = read_log(log, "csv", RunInfo(prompts=8, group_size=8, staleness=2, updates_per_batch=4))
+    assert (run.candidate, run.staleness, run.updates_per_batch) == ("P8xG8-k2u4", 2, 4)
