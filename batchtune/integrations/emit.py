@@ -13,6 +13,7 @@ import dataclasses
 import re
 from typing import Any
 
+from batchtune.analysis.decide.async_rank import queue_cap
 from batchtune.analysis.decide.recommend import Recommendation
 from batchtune.errors import InputError
 from batchtune.integrations.emit_base import TRAINERS, EmittedConfig, RecommendationInput
@@ -132,5 +133,49 @@ def _with_async(
 def emit_for_recommendation(
     rec: Recommendation, trainer: str, num_gpus: int, cfg: Recipe | None = None, **options: Any
 ) -> EmittedConfig:
-    """``emit`` for a Recommendation (what `batchtune recommend --emit` prints)."""
-    return emit(trainer, recommendation_input(rec, cfg, num_gpus), num_gpus, **options)
+    """``emit`` for a Recommendation (what `batchtune recommend --emit` prints). The pick's split is
+    the model's best for ``num_gpus``, which knows nothing of the trainer's rules: when the trainer
+    cannot take it (the batch does not divide over the training GPUs, a side that does not fill
+    whole nodes), the winner's next modelled split that it takes is emitted, with a note saying so."""
+    spec = recommendation_input(rec, cfg, num_gpus)
+    try:
+        return emit(trainer, spec, num_gpus, **options)
+    except InputError as exc:
+        rows = _other_splits(rec, spec, num_gpus)
+        if not rows:
+            raise
+        first = f"{spec.rollout_gpus}:{num_gpus - spec.rollout_gpus}"
+        for ch in rows:
+            alt = dataclasses.replace(
+                spec, rollout_gpus=ch.rollout_gpus, in_flight_cap=queue_cap(ch.in_flight_cap)
+            )
+            try:
+                out = emit(trainer, alt, num_gpus, **options)
+            except InputError:
+                continue
+            note = (
+                f"the modelled best split {first} (rollout:train) cannot be emitted for {trainer} ({exc}); "
+                f"emitted {trainer}'s best modelled split that fits, {ch.rollout_gpus}:"
+                f"{num_gpus - ch.rollout_gpus} (the GPU split table's row)"
+            )
+            return dataclasses.replace(out, text=out.text + f"# {note}\n", notes=(*out.notes, note))
+        tried = ", ".join([first] + [f"{c.rollout_gpus}:{num_gpus - c.rollout_gpus}" for c in rows])
+        raise InputError(
+            f"{exc}; no rollout:train split of {num_gpus} GPUs modelled for {rec.winner.label} fits "
+            f"{trainer} (tried {tried}): give another --gpus"
+        ) from None
+
+
+def _other_splits(rec: Recommendation, spec: RecommendationInput, num_gpus: int) -> list[Any]:
+    """The winner's other modelled splits of ``num_gpus``, best first: the async pick's fallbacks."""
+    decision = getattr(rec, "async_decision", None)
+    splits = getattr(decision, "splits", None)
+    if spec.mode != "async" or splits is None or splits.total_gpus != num_gpus:
+        return []
+    return [
+        r.choice
+        for r in splits.rows
+        if r.label == rec.winner.label
+        and r.choice.rollout_gpus is not None
+        and r.choice.rollout_gpus != spec.rollout_gpus
+    ]

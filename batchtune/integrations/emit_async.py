@@ -89,7 +89,10 @@ def node_layout(gpus: int, per_node: int, who: str) -> tuple[int, int]:
     if gpus <= per_node:
         return 1, gpus
     if gpus % per_node:
-        raise InputError(f"{gpus} {who} GPUs do not fill nodes of {per_node}; give a multiple of {per_node}")
+        raise InputError(
+            f"{gpus} {who} GPUs do not fill nodes of {per_node} (a side on more than one node takes whole "
+            "nodes)"
+        )
     return gpus // per_node, per_node
 
 

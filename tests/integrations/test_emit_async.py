@@ -254,3 +254,36 @@ def test_check_notes_a_config_that_is_not_the_pick():
     assert pick_note(0.0, 2.0, 0, 0) == ""  # u not recorded by the pick: not compared
     assert pick_note(1.0, 2.0, 1, 2) == ""
     assert "staleness 2 with 1 update(s)" in pick_note(2.0, 1.0, 0, 4)
+
+
+def _split_pick(label: str, total: int, rollouts: list[int]):
+    """A P4xG8 winner whose modelled splits of ``total`` GPUs rank ``rollouts`` in that order."""
+    from batchtune.analysis.decide.async_rank import AsyncChoice, AsyncPick, SplitRanking, SplitRow
+
+    def row(g):
+        return SplitRow(label, AsyncChoice("async", 32, 1, 1, g, None, 1.0, 1.0, 0, 0, 1.0, 1.0, 1.0), "")
+
+    r = SimpleNamespace(
+        winner=SimpleNamespace(label=label, prompts=4, group_size=8, lr=1e-6, critic_lr=None),
+        winner_throughput=SimpleNamespace(generation_concurrency=None),
+    )
+    r.async_choice = AsyncPick(label, "async", 1, 1, 1, 1, 0, rollouts[0], total - rollouts[0], total)
+    r.async_decision = SimpleNamespace(splits=SplitRanking(total, tuple(row(g) for g in rollouts), ()))
+    return r
+
+
+def test_a_modelled_split_the_trainer_cannot_take_falls_to_the_next():
+    """The split model knows no trainer rules: on 16 GPUs (nodes of 8) it put 12 GPUs on the rollout,
+    which verl cannot lay out, and `recommend --emit verl --gpus 16` stopped on "12 rollout GPUs do
+    not fill nodes of 8; give a multiple of 8" though 16 is one. The next modelled split that fits
+    (8:8) is emitted and said; with none that fits, the error names the splits tried."""
+    from batchtune.integrations.emit import emit_for_recommendation
+
+    r = _split_pick("P4xG8-k1u1", 16, [12, 8, 4])
+    out = emit_for_recommendation(r, "verl", 16, gpus_per_node=8)  # type: ignore[arg-type]
+    assert out.values["actor_rollout_ref.rollout.n_gpus_per_node"] == 8
+    assert out.values["trainer.n_gpus_per_node"] == 8
+    assert "modelled best split 12:4" in out.text and "fits, 8:8" in out.text
+    assert "give a multiple" not in out.text
+    with pytest.raises(InputError, match=r"tried 9:3, 6:6, 3:9\): give another --gpus"):
+        emit_for_recommendation(_split_pick("P4xG8-k1u1", 12, [9, 6, 3]), "verl", 12)  # type: ignore[arg-type]
