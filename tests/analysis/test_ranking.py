@@ -122,6 +122,17 @@ def test_winner_at_the_largest_batch_says_so():
     ranking = rank(["a", "b"], [1024, 2048], [1e5, 1.1e5], [10.0, 19.0], spread=0.01)
     assert ranking.winner == "b"
     assert "a larger one may be faster still" in ranking.reason
+    # none larger was measured: not "no larger batch reached the target", which says one was tried
+    assert "No larger batch was measured in this sweep" in ranking.reason
+
+
+def test_a_larger_batch_that_never_reached_the_target_is_said_so():
+    r, lo, hi = [1e5, 1.1e5, math.inf], [0.9e5, 1e5, 2e5], [1.1e5, 1.2e5, math.inf]  # c: censored
+    ranking = rank_time_to_target(
+        ["a", "b", "c"], [1024, 2048, 4096], r, lo, hi, [10.0, 19.0, 30.0], reference="a"
+    )
+    assert ranking.winner == "b"
+    assert "No larger batch reached the target in this sweep" in ranking.reason
 
 
 def test_reference_winner():

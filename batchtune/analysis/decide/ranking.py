@@ -362,7 +362,11 @@ def _reason(
             f"{best.throughput_ratio:.2f}x the throughput: {best.time_ratio:.2f}x the time."
         )
     elif not winner.is_reference:
-        parts.append("No larger batch reached the target in this sweep; a larger one may be faster still.")
+        tried = any(c.batch_responses > winner.batch_responses for c in ranked)  # all censored
+        parts.append(
+            f"No larger batch {'reached the target in' if tried else 'was measured in'} this sweep; "
+            "a larger one may be faster still."
+        )
 
     ties = [
         f"{cand.name} ({vs_winner:.2f}x, CI {low:.2f}-{high:.2f})"
