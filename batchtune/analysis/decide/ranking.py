@@ -349,11 +349,11 @@ def _reason(
         parts = [f"{winner.name} (the reference) reaches the target soonest."]
     else:
         parts = [
-            f"{winner.name} reaches the target with {winner.sample_ratio:.2f}x the reference's "
-            f"{noun} at {winner.throughput_ratio:.2f}x its throughput: "
-            f"{winner.time_ratio:.2f}x the time."
+            f"{winner.name} reaches the target with {winner.sample_ratio:.2f}x the reference's {noun} at "
+            f"{winner.throughput_ratio:.2f}x its throughput: {winner.time_ratio:.2f}x the time."
         ]
-    larger = [c for c in ranked if c.batch_responses > winner.batch_responses and not c.censored]
+    above = [c for c in ranked if c.batch_responses > winner.batch_responses]
+    larger = [c for c in above if not c.censored]
     if larger:
         next_batch = min(c.batch_responses for c in larger)
         best = min((c for c in larger if c.batch_responses == next_batch), key=lambda c: c.rank)
@@ -361,12 +361,9 @@ def _reason(
             f"Larger batches ({best.name}) need {best.sample_ratio:.2f}x the {noun} for "
             f"{best.throughput_ratio:.2f}x the throughput: {best.time_ratio:.2f}x the time."
         )
-    elif not winner.is_reference:
-        tried = any(c.batch_responses > winner.batch_responses for c in ranked)  # all censored
-        parts.append(
-            f"No larger batch {'reached the target in' if tried else 'was measured in'} this sweep; "
-            "a larger one may be faster still."
-        )
+    elif not winner.is_reference:  # the larger batches all censored, or none measured
+        done = "reached the target in" if above else "was measured in"
+        parts.append(f"No larger batch {done} this sweep; a larger one may be faster still.")
 
     ties = [
         f"{cand.name} ({vs_winner:.2f}x, CI {low:.2f}-{high:.2f})"
@@ -390,8 +387,7 @@ def _reason(
             f"winner's) but {why}: its expected time is {fastest.expected_time_s / w:.2f}x the winner's "
             f"median, the winner's {winner.expected_time_s / w:.2f}x, so it ranks {fastest.rank}."
         )
-    censored = [c.name for c in ranked if c.censored]
-    if censored:
+    if censored := [c.name for c in ranked if c.censored]:
         parts.append(f"Never reached the target (ranked last): {', '.join(censored)}.")
     quicker = [c for c in ranked if not c.censored and c.expected_time_s < winner.expected_time_s]
     if quicker:
