@@ -360,6 +360,16 @@ def test_a_contended_profile_warns_in_every_ranking_made_from_it(tmp_path, fake)
 
     model = throughput_from_profile(loaded, [Cand()], 0.0)  # type: ignore[list-item]
     assert model is not None and model.caveats == (loaded.contention_note,)
+    # a simulated engine's (the NQM's) times are computed, not timed: no load slows them, so no
+    # "Contended" line and no "Weak evidence" from it, however busy the machine was meanwhile
+    from batchtune.analysis.system.hardware import SIMULATED_DEVICE
+
+    sim = analyse_throughput(
+        [dc.replace(p, hardware=SIMULATED_DEVICE) for p in busy], recipe, model_info=info
+    )
+    assert sim.contention_note is None and sim.to_dict()["contended"] is False
+    model = throughput_from_profile(sim, [Cand()], 0.0)  # type: ignore[list-item]
+    assert model is not None and model.caveats == ()
 
 
 def test_requests_left_waiting_mark_the_kv_ceiling(tmp_path, fake, monkeypatch):

@@ -16,6 +16,7 @@ from batchtune.analysis.decide.recommend import (
     throughput_from_profile,
 )
 from batchtune.analysis.sample.efficiency import SampleEfficiency
+from batchtune.analysis.system.hardware import SIMULATED_DEVICE
 from batchtune.analysis.system.profile import analyse_throughput
 from batchtune.errors import AnalysisError, InputError, NotRanked, ThroughputMissing
 from batchtune.integrations.emit_base import DEFAULT_GPUS_PER_NODE
@@ -61,6 +62,8 @@ def throughput_for(
         if model is not None and profile is not None:
             where = points[-1].hardware or "this machine"
             load = profile.other_cores
+            if profile.device == SIMULATED_DEVICE:  # computed, not timed: no load to speak of
+                return dataclasses.replace(model, source=f"profile-gen on {where}")
             if model.caveats:
                 how = f"contended: other processes on {load:.1f} of {profile.cpu_cores} cores"
             elif math.isfinite(load):

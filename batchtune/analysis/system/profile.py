@@ -97,7 +97,10 @@ class ProfileResult:
 
     @property
     def contention_note(self) -> str | None:
-        """Why its times may not be this machine's (None when quiet or unknown)."""
+        """Why its times may not be this machine's (None when quiet or unknown, and for a simulated
+        engine's computed times, which no load can slow)."""
+        if self.device == SIMULATED_DEVICE:
+            return None
         return contention_note(self.other_cores, self.cpu_cores)
 
     def to_dict(self) -> dict[str, Any]:
