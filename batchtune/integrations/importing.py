@@ -120,6 +120,17 @@ def _check_metric_logged(metric: str, runs: Sequence[Any], store: ResultsStore, 
     )
 
 
+def _async_knobs(runs: Sequence[Any], store: ResultsStore) -> list[str]:
+    """The stored recipe's async knobs once the directory holds runs at staleness k > 0 beside on-policy
+    ones: then `recommend` ranks them jointly (measure/async_topup.has_async_knobs), as for a probe.
+    algorithm.mode = "async": the trainers' async runs generate and train apart, so their weight-sync
+    seconds and the slowdown against the on-policy runs count (analysis/decide/async_joint.py)."""
+    ks = {r.staleness for r in runs} | {r.staleness for r in store.runs()}
+    if 0 not in ks or len(ks) < 2:  # no async run, or none on-policy to rank it against
+        return []
+    return [f"probe.staleness={sorted(ks)}", 'algorithm.mode="async"']
+
+
 def import_logs(
     paths: Sequence[Path],
     fmt: str,
@@ -143,12 +154,13 @@ def import_logs(
     check_run_ids(runs, store)
     manifest = store.read_manifest()
     base = manifest["recipe"] if manifest else {}
-    recipe = recipe_from_dict(apply_overrides(base, target_overrides), "import-logs")  # checked first
+    overrides = [*_async_knobs(runs, store), *target_overrides]  # the user's --set last: it wins
+    recipe = recipe_from_dict(apply_overrides(base, overrides), "import-logs")  # checked first
     named = any(o.startswith("target.metric=") for o in target_overrides)
     _check_metric_logged(recipe.target.metric, runs, store, named)  # recommend would fail on it later
     result = import_runs(store, runs)  # validates every run before writing any
     if manifest is None:
         store.write_manifest({"recipe": recipe.to_dict(), "source": "import-logs", "created": time.time()})
-    elif target_overrides:
+    elif overrides:
         store.write_manifest({**manifest, "recipe": recipe.to_dict()})
     return result, recipe, tuple(empty)

@@ -123,3 +123,27 @@ def test_generic_logs_keep_the_launch_settings(tmp_path):
     log.write_text("step,samples,score,lr\n" + "".join(f"{s},{64 * s},{0.1 * s},1e-6\n" for s in range(1, 6)))
     (run,) = read_log(log, "csv", RunInfo(prompts=8, group_size=8, staleness=2, updates_per_batch=4))
     assert (run.candidate, run.staleness, run.updates_per_batch) == ("P8xG8-k2u4", 2, 4)
+
+
+def test_async_runs_beside_sync_ones_send_recommend_to_the_joint_decision(tmp_path):
+    """Docs: an imported async run's sync_s enters the joint decision. The stored recipe had no async
+    knob, so `recommend` never made one; with runs at k = 0 and k >= 1 in the directory it now has
+    probe.staleness and algorithm.mode = "async" (the trainers' async runs generate and train apart)."""
+    from batchtune.measure.async_topup import has_async_knobs
+    from batchtune.workflow.imports import import_logs
+
+    res = str(tmp_path / "res")
+    async_log = tmp_path / "fa-run.jsonl"
+    async_log.write_text(_verl_log(tmp_path, fully_async=True).read_text())
+    alone = import_logs(
+        [async_log], "verl", str(tmp_path / "alone"), RunInfo(4, 8, staleness=1), metric="reward"
+    )
+    assert not has_async_knobs(alone.recipe)  # nothing on-policy to rank it against: ranked as before
+    first = import_logs(
+        [_verl_log(tmp_path, False)], "verl", res, RunInfo(prompts=4, group_size=8), metric="reward"
+    )
+    assert not has_async_knobs(first.recipe)
+    both = import_logs([async_log], "verl", res, RunInfo(prompts=4, group_size=8, staleness=1))
+    assert has_async_knobs(both.recipe) and both.recipe.algorithm.mode == "async"
+    assert list(both.recipe.probe.staleness) == [0, 1] and both.recipe.target.metric == "reward"
+    assert ResultsStore(res).read_manifest()["recipe"]["algorithm"]["mode"] == "async"
