@@ -134,3 +134,14 @@ def test_the_json_gives_no_interval_where_there_is_none():
     assert recommendation_to_dict(_recommend([_cand(1, [1000.0], "reference"), spread]))["candidates"][1][
         "sample_ratio_ci"
     ] == [0.95, 1.07]
+
+
+def test_the_branched_remedies_are_said_to_be_for_a_branched_probe():
+    """A grid probe (the async default) already measures every batch: the advice told it to set
+    branch.search = 'all' or probe.mode = 'grid' (the shipped async tune's contended profile)."""
+    from batchtune.analysis.decide.recommend import weak_advice
+
+    for unit in ("samples", "tokens"):
+        advice = weak_advice(unit)
+        assert advice.startswith("Before a long run: add seeds (budget.seeds); a branched probe: ")
+        assert "branch.search = 'all'" in advice and ("probe.mode = 'grid'" in advice) == (unit == "samples")

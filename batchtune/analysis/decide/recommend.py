@@ -290,12 +290,16 @@ def _seeds(n: int) -> str:
 
 def weak_advice(unit: str) -> str:
     """What to do about thin evidence (``unit``: the efficiency's; a pre-training recipe's grid
-    gives no time ranking, so it is not offered there)."""
+    gives no time ranking, so it is not offered there). The branched remedies are said to be for a
+    branched probe: a grid probe (the async default) already measures every batch."""
     if unit == "tokens":
-        return "Before a long run: add seeds (budget.seeds), or measure every batch (branch.search = 'all')"
+        return (
+            "Before a long run: add seeds (budget.seeds); a branched probe: measure every batch "
+            "(branch.search = 'all')"
+        )
     return (
-        "Before a long run: add seeds (budget.seeds), or measure every batch (branch.search = 'all') or "
-        "the grid (probe.mode = 'grid')"
+        "Before a long run: add seeds (budget.seeds); a branched probe: measure every batch "
+        "(branch.search = 'all') or run the grid (probe.mode = 'grid')"
     )
 
 
