@@ -72,7 +72,7 @@ def async_split(rec: RecommendationInput, num_gpus: int) -> tuple[int, int, list
     if num_gpus < 2:
         raise InputError(
             "an async pick (mode='async') generates and trains on separate GPUs: give --gpus 2 or more "
-            "(or emit the colocated form with mode='sync')"
+            "(by API, RecommendationInput(mode='sync') emits its colocated form)"
         )
     if rec.rollout_gpus:
         return rec.rollout_gpus, num_gpus - rec.rollout_gpus, [rec.split_from] if rec.split_from else []

@@ -125,7 +125,8 @@ def test_openrlhf_async_flags():
     ("kw", "gpus", "match"),
     [
         ({"staleness": 0, "sync_every": 2}, 8, "needs staleness >= 1"),
-        ({"mode": "async"}, 1, "give --gpus 2 or more"),
+        # the colocated form is the API's: --set algorithm.mode=sync keeps the pick async
+        ({"mode": "async"}, 1, r"give --gpus 2 or more \(by API, RecommendationInput\(mode='sync'\)"),
         ({"mode": "async", "rollout_gpus": 8}, 8, "must leave GPUs to train on"),
         ({"rollout_gpus": 2}, 8, "needs mode='async'"),
         ({"mode": "later"}, 8, "mode must be"),
