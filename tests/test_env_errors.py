@@ -65,3 +65,16 @@ def test_writers_outside_the_results_store_name_their_file_too(tmp_path):
     assert result.exit_code == 2, result.output
     assert len(lines) == 1 and str(dest) in lines[0] and "File too large" in lines[0]
     assert not dest.exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_an_atomic_write_that_cannot_land_names_its_file_and_leaves_no_temporary(tmp_path):
+    """A directory where the file belongs (or a read-only folder): the OSError names the file asked
+    for, not the hidden temporary beside it, and that temporary is removed."""
+    from batchtune.records.files import atomic_write_text
+
+    target = tmp_path / "async_topup.json"
+    target.mkdir()
+    with pytest.raises(OSError) as err:
+        atomic_write_text(target, "{}")
+    assert err.value.filename == str(target)
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -35,14 +35,15 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with naming(path), open(tmp, "w") as fh:
+        with open(tmp, "w") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+        os.replace(tmp, path)
+    except OSError as exc:  # named as the file asked for (a read-only folder, a directory in its place)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def read_text(path: Path) -> str:
