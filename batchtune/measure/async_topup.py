@@ -41,7 +41,7 @@ from batchtune.measure.plan import Plan, run_id
 from batchtune.measure.sequential import extra_seed
 from batchtune.measure.stop_rule import NO_BAND, StopPolicy, stop_policy
 from batchtune.recipe.schema import Recipe
-from batchtune.records.files import atomic_write_text
+from batchtune.records.files import atomic_write_text, read_text
 from batchtune.records.store import ResultsStore
 from batchtune.records.types import FAILED_STATUSES
 
@@ -140,9 +140,11 @@ def load_top_up(store: ResultsStore) -> TopUpRecord | None:
     """The stored record of the probe's top-up rounds (None: none ran); a damaged one is an
     InputError that says how to start it afresh."""
     path = store.root / TOP_UP_FILE
-    if not path.is_file():
+    if not path.exists():
         return None
-    data = codec.loads(path.read_text(), str(path))
+    if not path.is_file():
+        raise InputError(f"{path} is not a file (a directory in its place?): move it away")
+    data = codec.loads(read_text(path), str(path))
     try:
         return _record(data, str(path))
     except (KeyError, TypeError, ValueError, AttributeError, InputError) as exc:

@@ -448,6 +448,21 @@ def test_a_damaged_top_up_record_is_an_input_error_that_says_what_to_do(tmp_path
         load_top_up(ResultsStore(tmp_path))
 
 
+def test_an_unreadable_top_up_record_is_an_input_error_naming_it(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8, or a directory where the record belongs, name the record: never
+    "an input file", and never read as no record (a probe would then start the rounds afresh)."""
+    from batchtune.errors import InputError
+
+    path = tmp_path / TOP_UP_FILE
+    path.write_bytes(b"\xff\xfe{")
+    with pytest.raises(InputError, match=f"{path} is not UTF-8"):
+        load_top_up(ResultsStore(tmp_path))
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(InputError, match=f"{path} is not a file"):
+        load_top_up(ResultsStore(tmp_path))
+
+
 def test_a_near_tie_left_open_is_weak_evidence_for_a_pick_in_it() -> None:
     end = TopUpEnd("a", 64, (OpenLeader("b", 1.01, 0.8, 64), OpenLeader("c", 1.02, 0.9, 64)))
     tie = end.near_tie("a")
