@@ -60,6 +60,8 @@ CASES = {
     "negative samples": (_edit_record(samples=-5), "samples = -5 is negative"),
     "negative step samples": (_edit_lines(_negative_step), "negative counters"),
     "negative seconds": (_edit_record(train_s=-1.0), "train_s = -1.0 is not a time"),
+    "negative staleness": (_edit_record(staleness=-1), "staleness = -1 and updates_per_batch = 1"),
+    "no updates per batch": (_edit_record(updates_per_batch=0), "staleness = 0 and updates_per_batch = 0"),
 }
 
 
@@ -80,6 +82,19 @@ def test_a_tampered_sealed_run_is_refused_on_resume_and_nothing_reruns(finished:
     with pytest.raises(InputError, match=message.split("'")[0]):
         store = ResultsStore(results)
         [store.steps(r.run_id) for r in store.runs()]
+
+
+def test_a_run_whose_off_policy_label_disagrees_with_its_knobs_is_refused(finished: Path, tmp_path: Path):
+    """A run.json copied into an off-policy candidate's folder (label -k1u2, knobs k = 0, u = 1)
+    would be ranked as that candidate: refused, naming the file."""
+    results = tmp_path / "r"
+    shutil.copytree(finished, results)
+    src, dest = results / "runs" / RUN, results / "runs" / "P4xG8-k1u2-s1"
+    shutil.copytree(src, dest)
+    data = json.loads((dest / "run.json").read_text())
+    (dest / "run.json").write_text(json.dumps({**data, "run_id": dest.name, "candidate": "P4xG8-k1u2"}))
+    with pytest.raises(InputError, match="'P4xG8-k1u2' disagrees with its staleness = 0"):
+        ResultsStore(results).runs()
 
 
 def test_the_untampered_probe_resumes_and_reads_every_run(finished: Path, tmp_path: Path):

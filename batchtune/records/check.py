@@ -6,7 +6,8 @@ line naming the file (InputError, exit 2), and says how to redo it:
 
 - ``run.json``: its candidate label names its own prompts and group size, its ``run_id`` is its
   folder's name, its ``status`` one of ``RUN_STATUSES``, and its counters (steps, samples, tokens,
-  seconds) are finite and not negative;
+  seconds) are finite and not negative, its staleness >= 0 and updates per batch >= 1 (the ones
+  a ``-k{k}u{u}`` label names);
 - ``steps.jsonl`` of a sealed run: present when the record counts steps; every step's samples and
   tokens are not negative; steps never go backwards and no line is repeated (a probe's runs log one
   line per optimiser step, so their step numbers rise strictly); and its last line is where the
@@ -28,6 +29,7 @@ _COUNTS = ("steps", "samples", "tokens")
 _SECONDS = ("wall_s", "gen_s", "train_s", "other_s")
 _RL_LABEL = re.compile(r"P(\d+)xG(\d+)(-.+)?")  # candidate_label's shape
 _TOKEN_LABEL = re.compile(r"B(\d+)")  # a pre-training candidate: B{tokens per step}
+_OFFPOLICY = re.compile(r"-k(\d+)u(\d+)$")  # an off-policy candidate's suffix (measure/plan.py)
 
 
 def check_label(record: RunRecord, path: Path) -> None:
@@ -62,6 +64,23 @@ def check_run(record: RunRecord, path: Path) -> None:
         value = getattr(record, name)
         if not (math.isfinite(value) and value >= 0):
             raise InputError(f"{path}: {name} = {value!r} is not a time (>= 0 seconds); {_REDO}")
+    check_knobs(record, path)
+
+
+def check_knobs(record: RunRecord, path: Path) -> None:
+    """The off-policy knobs a run was trained at: staleness k >= 0, updates per batch u >= 1, and
+    the ones its ``-k{k}u{u}`` label names (else the run is ranked under another candidate's knobs)."""
+    k, u = record.staleness, record.updates_per_batch
+    if k < 0 or u < 1:
+        raise InputError(
+            f"{path}: staleness = {k} and updates_per_batch = {u}: a run has k >= 0 and u >= 1; {_REDO}"
+        )
+    named = _OFFPOLICY.search(record.candidate)
+    if named and (int(named[1]), int(named[2])) != (k, u):
+        raise InputError(
+            f"{path}: candidate {record.candidate!r} disagrees with its staleness = {k} and "
+            f"updates_per_batch = {u}; {_REDO}"
+        )
 
 
 def check_missing_steps(record: RunRecord | None, steps_path: Path) -> None:
