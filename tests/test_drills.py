@@ -249,3 +249,62 @@ def test_sigterm_stops_a_branched_probe_in_order_and_a_rerun_finishes_it(tmp_pat
     resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["runs_done"] > 0
+
+
+def test_a_probe_waits_while_another_process_decides_the_rounds(tmp_path):
+    """The rounds after the planned runs are decided by one process at a time (measure/probe.py's
+    ROUNDS_LOCK): a probe that finds them held says so and waits; its planned runs go on before."""
+    from batchtune.measure.probe import ROUNDS_LOCK
+
+    recipe = load_recipe(NQM, NQM_SMALL)
+    store = ResultsStore(tmp_path / "r")
+    held = threading.Event()
+    holder = threading.Thread(target=_hold, args=(store.root / ROUNDS_LOCK, 1.5, held))
+    holder.start()
+    held.wait()
+    events: list[tuple[str, dict]] = []
+    try:
+        run_probe(recipe.with_results_dir(store.root), lambda kind, info: events.append((kind, info)))
+    finally:
+        holder.join()
+    kinds = [kind for kind, _ in events]
+    assert "wait" in kinds, "a probe decided rounds while another process held them"
+    info = events[kinds.index("wait")][1]
+    assert "another batchtune process is adding seeds or rounds in " + str(store.root) in info["message"]
+    assert "start" in kinds[: kinds.index("wait")]  # the planned runs are not held up
+
+
+@pytest.mark.slow
+def test_two_async_probes_at_once_give_the_answer_of_one(tmp_path):
+    """Two probes started on one results directory at once share its runs (each run's lock) and end
+    with the seed top-up record, runs and recommendation of one uninterrupted probe. They used to
+    decide top-up rounds each from the other's half-finished ones and overwrite each other's record
+    (a round lost, intervals from another state)."""
+    from tests.measure.test_async_topup import NQM_SETS
+
+    sets = [a for s in NQM_SETS for a in ("--set", s)]
+
+    def probe(results: Path) -> list[str]:
+        return [*probe_cmd(Path(NQM), results), *sets]
+
+    def answer(results: Path) -> tuple[dict, dict]:
+        cmd = [sys.executable, "-m", "batchtune", "recommend", NQM, "-r", str(results), "--json"]
+        out = subprocess.run([*cmd, *sets], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        rec = json.loads(out.stdout.replace(str(results), "R"))
+        rec.pop("probe_cost")  # its wall seconds
+        for c in rec["candidates"]:
+            c.pop("probe_wall_s")
+        return json.loads((results / "async_topup.json").read_text()), rec
+
+    whole = subprocess.run(probe(tmp_path / "whole"), capture_output=True, text=True, timeout=300)
+    assert whole.returncode == 0, whole.stderr
+    both = tmp_path / "both"
+    first = subprocess.Popen(probe(both), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    second = subprocess.Popen(probe(both), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outs = [p.communicate(timeout=300) for p in (first, second)]
+    assert [p.returncode for p in (first, second)] == [0, 0], [err for _, err in outs]
+    assert sum(json.loads(out)["runs_done"] for out, _ in outs) == len(list(both.glob("runs/*/run.json")))
+    assert not list(both.glob("runs/*/steps.stale-*")), "a run was started twice"
+    assert answer(both) == answer(tmp_path / "whole")

@@ -35,6 +35,7 @@ from batchtune.measure.stop_rule import NO_BAND, band_of, stop_policy
 from batchtune.recipe.checks import another_recipe
 from batchtune.recipe.load import recipe_from_dict
 from batchtune.recipe.schema import PretrainConfig, Recipe
+from batchtune.records.files import locked_waiting
 from batchtune.records.store import ResultsStore
 
 # Recipe sections whose change makes earlier runs incomparable with new ones.
@@ -52,6 +53,15 @@ _RUN_DEFINING_KEYS = {
 }
 
 ProgressFn = ProbeEvents
+# The rounds after the planned runs (refinement, extra seeds, the async top-up) are each decided from
+# the runs finished so far and recorded in one file: one probe at a time on a results directory
+# decides them. A second one waits, then finds them done and goes on as a resumed probe (two at once
+# overwrote each other's top-up record, and decided rounds from the other's half-finished ones).
+ROUNDS_LOCK = ".rounds.lock"
+ROUNDS_HELD = (
+    "another batchtune process is adding seeds or rounds in {}; waiting for it to finish them "
+    "(their runs are then reused here)"
+)
 
 
 @dataclass(frozen=True)
@@ -253,14 +263,15 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
             raise
         band = stop_policy(recipe, reference_band(store, recipe, plan))
         done += run_jobs(execute_run, recipe, store, ref_b, rest, band, progress)
-        refinement, plan, n = refine_rounds(
-            recipe, store, plan, _round_analysis(store, recipe), _round_runner(recipe, store, progress)
-        )
-        done += n
-        plan = plan if refinement else stored_plan(recipe, store, plan)  # rounds of an earlier probe
-        policy = lambda: stop_policy(recipe, reference_band(store, recipe, plan))  # noqa: E731
-        done += add_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
-        done += add_async_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
+        with locked_waiting(store.root / ROUNDS_LOCK, lambda: _say_rounds_held(store, progress)):
+            refinement, plan, n = refine_rounds(
+                recipe, store, plan, _round_analysis(store, recipe), _round_runner(recipe, store, progress)
+            )
+            done += n
+            plan = plan if refinement else stored_plan(recipe, store, plan)  # rounds of an earlier probe
+            policy = lambda: stop_policy(recipe, reference_band(store, recipe, plan))  # noqa: E731
+            done += add_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
+            done += add_async_seeds(recipe, store, plan, execute_run, analyse_store, policy, progress)
     efficiency = analyse_store(store, recipe, plan)
     note = failed_starts.note(store)
     return ProbeResult(
@@ -272,6 +283,11 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
         notes=(note,) if note else (),
         refinement=refinement,
     )
+
+
+def _say_rounds_held(store: ResultsStore, progress: ProgressFn | None) -> None:
+    if progress is not None:
+        progress("wait", {"run_ids": [], "message": ROUNDS_HELD.format(store.root)})
 
 
 def _round_analysis(store: ResultsStore, recipe: Recipe) -> Callable[[Plan], SampleEfficiency]:

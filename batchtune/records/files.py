@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
                 break
             raise InputError(f"{path}:{i + 1} is not valid JSON") from None
     return rows
+
+
+@contextlib.contextmanager
+def locked_waiting(path: Path, on_wait: Callable[[], None]) -> Iterator[None]:
+    """Hold ``path``'s lock, waiting for it; ``on_wait()`` is called once first where another process
+    holds it (to say why this one stops)."""
+    with locked(path, blocking=False) as got:
+        if got:
+            yield
+            return
+    on_wait()
+    with locked(path):
+        yield
 
 
 @contextlib.contextmanager
