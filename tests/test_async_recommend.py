@@ -209,3 +209,27 @@ def test_recommend_plays_the_sweeps_timed_steps_and_says_so(tmp_path: Path) -> N
     assert row(after, "P4xG8-k1u1")["step_times"] == "mean"  # no timed steps at B = 32
     assert row(after, "P2xG8")["time_to_target_s"] == row(before, "P2xG8")["time_to_target_s"]
     assert any("timed steps' own times" in n for n in after["notes"])
+
+
+def test_check_prices_an_async_config_at_its_own_candidate(tmp_path: Path) -> None:
+    """`check` on the emitted pick (P4xG8 at k = 1) said time_to_target 3.98 s, the sync P4xG8's,
+    beside a batch row naming the pick at 3.45 s: the on-policy curve priced the async config. It
+    now takes the probe's own candidate at the config's batch, k and u (P4xG8-k1u1)."""
+    results = _store(tmp_path / "r", [], ASYNC_RUNS)
+    t = {
+        c["name"]: c["time_to_target_s"]
+        for c in json.loads(_recommend(results, "--json").stdout)["candidates"]
+    }
+    assert t["P4xG8-k1u1"] != pytest.approx(t["P4xG8"])
+    lines = [
+        "data.train_batch_size=4",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.optim.lr=3e-4",
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.num_warmup_batches=1",
+    ]
+    cfg = tmp_path / "verl.sh"
+    cfg.write_text("python3 -m verl.trainer.main_ppo \\\n" + "".join(f"    {x} \\\n" for x in lines) + "\n")
+    out = CliRunner().invoke(app, ["check", str(cfg), "-r", str(results), "--format", "verl", "--json"])
+    got = json.loads(out.stdout)["predicted_time_to_target"]["value"]
+    assert got == pytest.approx(t["P4xG8-k1u1"]), out.stdout

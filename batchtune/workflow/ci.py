@@ -98,9 +98,12 @@ def check(
     ref = eff.get(eff.reference)
     notes += [f"the evidence's own pick rests on thin evidence: {why}" for why in rec.evidence]
     rule = _lr_rule(lr_rule, ref.lr_rule, notes)
-    predicted = interp_loglog(n, batches, times)
+    off = _offpolicy_time(rec, tc.staleness, tc.updates_per_batch, n, ranking.unit)
+    predicted = interp_loglog(n, batches, times) if off is None else off
     why = (
-        f"N = {n:g} is outside the measured batches {batches[0]:g}-{batches[-1]:g}"
+        "the probe's candidate at this batch, staleness and updates never reached the target"
+        if off is not None
+        else f"N = {n:g} is outside the measured batches {batches[0]:g}-{batches[-1]:g}"
         if batches and not batches[0] <= n <= batches[-1]
         else "a neighbouring batch never reached the target"
     )
@@ -174,6 +177,24 @@ def _time_ranking(rec: Any) -> tuple[Any, list[float]]:
         tied=tuple(c.batch_responses for c, *_ in within_uncertainty(rec.ranking)),
     )
     return ranking, [ranked[c.label].responses_per_s for c in main]
+
+
+def _offpolicy_time(rec: Any, k: float, u: float, n: float, unit: str) -> float | None:
+    """The ranked time of the off-policy candidate the config runs (its batch, staleness k and
+    updates u: ``P{p}xG{g}-k{k}u{u}``) where the probe measured it; None otherwise. The on-policy
+    curve would price an async config at its sync batch's time."""
+    want = f"-k{k:g}u{u:g}"
+    ranked = {r.name: r for r in rec.ranking.candidates}
+    for c in rec.efficiency.candidates:
+        if (
+            c.family == "offpolicy"
+            and c.batch_responses == n
+            and c.label.endswith(want)
+            and c.label in ranked
+        ):
+            r = ranked[c.label]
+            return float(r.time_to_target_s if unit == "s" else r.time_ratio)
+    return None
 
 
 def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
