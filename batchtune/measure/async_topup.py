@@ -21,7 +21,7 @@ Resumable and recorded: each round (its candidates and their seed count) is writ
 ``<results>/async_topup.json`` before its runs start; a rerun first finishes the recorded rounds'
 runs, then goes on from there, so `recommend` reports the rounds that were run (``load_top_up``). A
 record of another margin, seed count or cap is started afresh (the runs it made are kept and count
-as seeds).
+as seeds). Only the plan's candidates are compared: not the runs of one the edited recipe dropped.
 """
 
 from __future__ import annotations
@@ -297,8 +297,13 @@ def add_async_seeds(
     for rnd in rec.rounds:  # a resumed probe: the recorded rounds' runs first
         run([t.label for t in rnd.topped], rnd.seeds or rec.top)
     _save(store, rec)
+    def estimate() -> tuple[dict[str, float], dict[str, int]]:
+        # the planned candidates only: a resume after the recipe dropped some finds their runs
+        t, seeds = estimates(recipe, store, analyse(store, recipe, plan))
+        return {lab: v for lab, v in t.items() if lab in by_label}, seeds
+
     top_up(
-        lambda: estimates(recipe, store, analyse(store, recipe, plan)),
+        estimate,
         run,
         margin=rec.margin,
         top=rec.top,

@@ -271,15 +271,17 @@ def _curve(store: ResultsStore, cfg: Recipe, cand: Candidate, seed: int) -> RunR
 
 
 def _probe(
-    root: Path, sets: tuple[str, ...] = (), cut: int = -1
+    root: Path, sets: tuple[str, ...] = (), cut: int = -1, drop: str = ""
 ) -> tuple[Recipe, ResultsStore, list[str], int]:
-    """The stand-in probe's top-up; ``cut`` >= 0: interrupted (KeyboardInterrupt) after that many runs."""
+    """The stand-in probe's top-up; ``cut`` >= 0: interrupted (KeyboardInterrupt) after that many runs;
+    ``drop``: a candidate whose planned runs are in the directory but that the plan no longer has."""
     cfg = _cfg(root, sets)
-    plan = plan_candidates(cfg)
-    plan = type(plan)(**{**plan.__dict__, "candidates": tuple(c for c in plan.candidates if c.label in RUNS)})
+    full = plan_candidates(cfg)
+    keep = tuple(c for c in full.candidates if c.label in RUNS and c.label != drop)
+    plan = type(full)(**{**full.__dict__, "candidates": keep})
     store = ResultsStore(root)
     store.write_manifest({"recipe": cfg.to_dict(), "source": str(ASYNC), "created": 0.0})
-    by = plan.by_label()
+    by = full.by_label()
     for lab in RUNS:
         for s in cfg.budget.seeds:
             _curve(store, cfg, by[lab], s)
@@ -332,6 +334,26 @@ def test_the_probe_tops_up_its_contenders_and_records_why(tmp_path: Path) -> Non
 
 
 SEQ = ("budget.async_top_up_max_seeds=16", "budget.async_top_up_margin=0.3")
+
+
+def test_a_candidate_the_plan_no_longer_has_is_not_compared(tmp_path: Path) -> None:
+    """A probe resumed after an edit of the candidates (``probe.updates_per_batch`` narrowed, say)
+    finds the dropped candidates' runs in the directory. The top-up compares the planned candidates
+    only: it used to rank the dropped ones too, and record rounds that topped them up and an end that
+    named them open leaders at seed counts no run gave (their runs are never started: not planned)."""
+    _, whole, _, _ = _probe(tmp_path / "whole", SEQ)
+    first = load_top_up(whole)
+    assert first is not None and first.rounds
+    drop = first.rounds[0].best  # the best estimate of the whole probe
+    _, store, ran, _ = _probe(tmp_path / "edited", SEQ, drop=drop)
+    rec = load_top_up(store)
+    assert rec is not None and rec.end is not None
+    assert drop not in {rec.end.best, *(o.label for o in rec.end.open)}
+    seeds = seeds_by_label(store)
+    for r in rec.rounds:
+        assert r.best != drop and all(t.label != drop for t in r.topped), r
+        assert all(seeds[t.label] >= r.seeds for t in r.topped), r  # what the record says was run
+    assert all(not rid.startswith(drop + "-") for rid in ran)
 
 
 def test_the_probe_doubles_the_close_calls_seeds_and_resumes_a_cut_round(tmp_path: Path) -> None:
