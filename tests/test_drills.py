@@ -274,37 +274,83 @@ def test_a_probe_waits_while_another_process_decides_the_rounds(tmp_path):
     assert "start" in kinds[: kinds.index("wait")]  # the planned runs are not held up
 
 
+KILL_AFTER_SAVE = """
+import os, signal, sys
+import batchtune.measure.async_topup as m
+real, n = m._save, int(sys.argv.pop(1))
+def save(*a):
+    real(*a)
+    save.calls = getattr(save, "calls", 0) + 1
+    if save.calls == n:
+        os.kill(os.getpid(), signal.SIGKILL)
+m._save = save
+from batchtune.cli import main
+sys.argv[0] = "batchtune"
+main()
+"""
+
+
+def _async_probe(results: Path, kill_after_save: int = 0) -> list[str]:
+    """The async NQM probe of tests/measure/test_async_topup.py (70 runs, 5 top-up rounds, ~10 s);
+    ``kill_after_save`` > 0: it kills itself (SIGKILL) just after its n-th write of the top-up record."""
+    from tests.measure.test_async_topup import NQM_SETS
+
+    sets = [a for s in NQM_SETS for a in ("--set", s)]
+    if kill_after_save:
+        script = results.parent / "kill_after_save.py"
+        script.write_text(KILL_AFTER_SAVE)
+        return [sys.executable, str(script), str(kill_after_save), *probe_cmd(Path(NQM), results)[3:], *sets]
+    return [*probe_cmd(Path(NQM), results), *sets]
+
+
+def _async_answer(results: Path) -> tuple[dict, dict]:
+    """The top-up record and `recommend --json` (less its wall seconds) of an async probe's results."""
+    from tests.measure.test_async_topup import NQM_SETS
+
+    cmd = [sys.executable, "-m", "batchtune", "recommend", NQM, "-r", str(results), "--json"]
+    out = subprocess.run([*cmd, *(a for s in NQM_SETS for a in ("--set", s))], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rec = json.loads(out.stdout.replace(str(results), "R"))
+    rec.pop("probe_cost")  # its wall seconds
+    for c in rec["candidates"]:
+        c.pop("probe_wall_s")
+    return json.loads((results / "async_topup.json").read_text()), rec
+
+
+@pytest.mark.slow
+def test_kill_9_between_a_recorded_top_up_round_and_its_runs_resumes_to_the_same_answer(tmp_path):
+    """SIGKILL just after the seed top-up wrote its 2nd round (before any of its runs started) and
+    just after it wrote its end: the rerun redoes no finished run and ends with the record (its end
+    included) and recommendation of an uninterrupted probe."""
+    whole = subprocess.run(_async_probe(tmp_path / "whole"), capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr
+    expected = _async_answer(tmp_path / "whole")
+    for n in (3, 7):  # writes: 1 at the start, one per round (5), then the end
+        results = tmp_path / f"killed{n}"
+        killed = subprocess.run(_async_probe(results, n), capture_output=True, text=True)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        sealed = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in results.glob("runs/*/run.json")}
+        resumed = subprocess.run(_async_probe(results), capture_output=True, text=True)
+        assert resumed.returncode == 0, resumed.stderr
+        assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in sealed} == sealed, "a finished run redone"
+        assert json.loads(resumed.stdout)["runs_done"] == 70 - len(sealed)
+        assert _async_answer(results) == expected
+
+
 @pytest.mark.slow
 def test_two_async_probes_at_once_give_the_answer_of_one(tmp_path):
     """Two probes started on one results directory at once share its runs (each run's lock) and end
     with the seed top-up record, runs and recommendation of one uninterrupted probe. They used to
     decide top-up rounds each from the other's half-finished ones and overwrite each other's record
     (a round lost, intervals from another state)."""
-    from tests.measure.test_async_topup import NQM_SETS
-
-    sets = [a for s in NQM_SETS for a in ("--set", s)]
-
-    def probe(results: Path) -> list[str]:
-        return [*probe_cmd(Path(NQM), results), *sets]
-
-    def answer(results: Path) -> tuple[dict, dict]:
-        cmd = [sys.executable, "-m", "batchtune", "recommend", NQM, "-r", str(results), "--json"]
-        out = subprocess.run([*cmd, *sets], capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr
-        rec = json.loads(out.stdout.replace(str(results), "R"))
-        rec.pop("probe_cost")  # its wall seconds
-        for c in rec["candidates"]:
-            c.pop("probe_wall_s")
-        return json.loads((results / "async_topup.json").read_text()), rec
-
-    whole = subprocess.run(probe(tmp_path / "whole"), capture_output=True, text=True, timeout=300)
+    whole = subprocess.run(_async_probe(tmp_path / "whole"), capture_output=True, text=True, timeout=300)
     assert whole.returncode == 0, whole.stderr
     both = tmp_path / "both"
-    first = subprocess.Popen(probe(both), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(_async_probe(both), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)
-    second = subprocess.Popen(probe(both), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = subprocess.Popen(_async_probe(both), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     outs = [p.communicate(timeout=300) for p in (first, second)]
     assert [p.returncode for p in (first, second)] == [0, 0], [err for _, err in outs]
     assert sum(json.loads(out)["runs_done"] for out, _ in outs) == len(list(both.glob("runs/*/run.json")))
     assert not list(both.glob("runs/*/steps.stale-*")), "a run was started twice"
-    assert answer(both) == answer(tmp_path / "whole")
+    assert _async_answer(both) == _async_answer(tmp_path / "whole")
