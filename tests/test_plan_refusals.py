@@ -69,3 +69,39 @@ def test_recipes_validate_refuses_the_unreachable_target_too(tmp_path: Path):
     assert bad.read_text() != text
     out = _invoke("recipes", "validate", str(bad))
     assert out.exit_code == 2 and "outside loss's range [0, inf]" in out.output
+
+
+OFFPOLICY_REFUSALS = [  # (recipe, --set, the message's fragment)
+    ("tiny-trl-grpo", "probe.staleness=[0, 1]", "probe.staleness: the trl backend runs on-policy only"),
+    ("tiny-trl-grpo", "algorithm.mode=async", "algorithm.mode: the trl backend trains in turn only"),
+    ("verl-grpo", "probe.updates_per_batch=[1, 2]", "updates_per_batch: the command backend runs on-policy"),
+    ("tiny-pretrain", "probe.async_sweep=auto", "probe.async_sweep: the pretrain backend runs on-policy"),
+    ("tiny-grpo-async", "algorithm.sync_every=2", "sync_every = 2: the async trainer needs staleness"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("recipe", "setting", "fragment"), OFFPOLICY_REFUSALS)
+def test_off_policy_knobs_the_backend_cannot_honour_are_refused_before_a_run(
+    tmp_path: Path, recipe: str, setting: str, fragment: str
+):
+    """Before: the trl, command and pretrain backends ran every -k{k}u{u} candidate on-policy under
+    its off-policy label (exit 0, a wrong comparison), and the async trainer's sync_every > k + 1
+    failed the reference's first run after the probe began (exit 4, 'fix the trainer')."""
+    results = tmp_path / "r"
+    out = _invoke("probe", recipe, "-r", str(results), "--set", setting)
+    assert out.exit_code == 2, out.output
+    assert fragment in " ".join(out.output.split()) and "Traceback" not in out.output
+    assert not (results / "runs").exists()
+
+
+def test_the_nqm_takes_off_policy_knobs_and_any_sync_every(tmp_path: Path):
+    sets = [
+        "--set",
+        "probe.staleness=[0, 1]",
+        "--set",
+        "algorithm.mode=async",
+        "--set",
+        "algorithm.sync_every=3",
+    ]
+    out = _invoke("plan", NQM, "-r", str(tmp_path / "r"), *SMALL, *sets, "--time-steps", "0")
+    assert out.exit_code == 0, out.output

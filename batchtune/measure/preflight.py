@@ -30,7 +30,7 @@ def problems(recipe: Recipe) -> list[str]:
     elif training == "command":
         found = _command_problems(recipe)
     unreachable = target_range_problem(recipe)
-    return found + ([unreachable] if unreachable else [])
+    return found + _offpolicy_problems(recipe) + ([unreachable] if unreachable else [])
 
 
 def check(recipe: Recipe) -> None:
@@ -39,6 +39,47 @@ def check(recipe: Recipe) -> None:
     if found:
         where = f" in {recipe.source}" if recipe.source else ""
         raise RecipeError(f"{len(found)} problem(s){where}: " + "; ".join(found))
+
+
+# the backends whose runs take staleness k and updates per batch u (backends/torch_rl, backends/nqm.py);
+# the others would run every off-policy candidate on-policy under its -k{k}u{u} label
+OFFPOLICY_BACKENDS = ("torch", "nqm")
+SYNC_ONLY_BACKENDS = ("trl", "pretrain")  # in-process trainers with no rollout worker of their own
+
+
+def _offpolicy_problems(recipe: Recipe) -> list[str]:
+    """Off-policy knobs the training backend cannot honour: k and u where its runs never see them,
+    algorithm.mode = "async" for a trainer that only runs in turn, and the async trainer's
+    sync_every > k + 1 at a k the probe runs (its main candidates run at k = 0), which fails every
+    such run at its start (backends/torch_rl/async_run.check_async) after the probe has begun."""
+    p, a, training = recipe.probe, recipe.algorithm, recipe.backend.training
+    errors = []
+    if training not in OFFPOLICY_BACKENDS:
+        asked = [
+            name
+            for name, on in (
+                ("probe.staleness", any(k > 0 for k in p.staleness)),
+                ("probe.updates_per_batch", any(u != a.mini_batches for u in p.updates_per_batch)),
+                ("probe.async_sweep", bool(p.async_sweep)),
+            )
+            if on
+        ]
+        if asked:
+            errors.append(
+                f"{', '.join(asked)}: the {training} backend runs on-policy only (its runs never see k "
+                "or u), so these candidates would be on-policy runs under off-policy labels; drop them "
+                "(runs you have at a staleness: batchtune import-logs --staleness K)"
+            )
+    if training in SYNC_ONLY_BACKENDS and a.mode == "async":
+        errors.append(f"algorithm.mode: the {training} backend trains in turn only; set mode = 'sync'")
+    if training == "torch" and a.mode == "async" and a.sync_every > 1:
+        low = sorted({0, *(k for k in p.staleness if k + 1 < a.sync_every)})
+        errors.append(
+            f"algorithm.sync_every = {a.sync_every}: the async trainer needs staleness >= sync_every - 1, "
+            f"and the probe runs k = {', '.join(map(str, low))} (the main candidates at k = 0); "
+            "set sync_every = 1"
+        )
+    return errors
 
 
 def _task_problems(recipe: Recipe) -> list[str]:
