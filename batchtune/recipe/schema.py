@@ -80,8 +80,8 @@ class AlgorithmConfig:
     micro_batch_responses: int = 0
     # sync: generate and train in turn in one process (staleness k by generating k batches ahead);
     # async: a rollout worker process and the trainer overlap (backends/torch_rl/async_run.py), rollouts
-    # at most `staleness` trainer steps old, weights sent every sync_every steps (<= staleness + 1), at
-    # most in_flight_cap finished batches queued (0 = max(staleness, 1))
+    # at most `staleness` trainer steps old, weights sent every sync_every steps (<= staleness + 1; k = 0:
+    # every step), at most in_flight_cap finished batches queued (0 = max(staleness, 1))
     mode: str = "sync"
     sync_every: int = 1
     in_flight_cap: int = 0

@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 
 from batchtune.backends.spec import Candidate, RunFailed, RunSpec
 from batchtune.backends.torch_rl import TorchRLBackend
+from batchtune.backends.torch_rl.async_run import check_async, sync_interval
 from batchtune.recipe.load import load_recipe
 from tests.drill_kit import sigint_as_a_terminal_sends_it
 
@@ -57,7 +58,7 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow  # each spawn imports torch and transformers afresh: 14 s at load 4
-@pytest.mark.parametrize(("k", "sync_every"), [(0, 1), (2, 3)])
+@pytest.mark.parametrize(("k", "sync_every"), [(0, 1), (0, 2), (2, 3)])
 def test_rollouts_stay_within_the_staleness_bound(root, k, sync_every):
     recs = list(TorchRLBackend().train(make_spec(root, f"algorithm.sync_every={sync_every}", k=k)))
     assert [r.samples for r in recs] == [16 * i for i in range(1, 7)]
@@ -80,6 +81,15 @@ def test_closing_the_run_early_stops_the_worker(root):
 def test_sync_every_beyond_the_bound_is_refused(root):
     with pytest.raises(RunFailed, match="sync_every = 3 exceeds staleness"):
         list(TorchRLBackend().train(make_spec(root, "algorithm.sync_every=3", k=1)))
+
+
+def test_the_on_policy_reference_syncs_every_step(root):
+    """k = 0 (the probe's reference of every async probe) syncs every step whatever sync_every says:
+    refusing it failed every probe with sync_every > 1 at its reference."""
+    spec = make_spec(root, "algorithm.sync_every=3", k=0)
+    check_async(spec)  # not refused
+    assert sync_interval(spec) == 1
+    assert sync_interval(make_spec(root, "algorithm.sync_every=3", k=2)) == 3
 
 
 SCRIPT = """

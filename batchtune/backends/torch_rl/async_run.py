@@ -8,7 +8,7 @@ behaviour log-probs (grpo.py). Every ``algorithm.sync_every`` trainer steps it s
 (a serialised state_dict in a file, its path through a pipe). Staleness bound: batch j (trained at
 step j + 1, after j updates) is generated only with weights of version >= j - k (k =
 candidate.staleness), so the worker waits for a sync when it runs that far ahead; hence
-sync_every <= k + 1.
+sync_every <= k + 1 (a k = 0 run, the probe's reference, syncs every step: ``sync_interval``).
 
 Each StepRecord's metrics carry what the pipeline model needs, each side's busy and waiting time:
 - trainer: ``wall_s`` (step wall time, end to end), ``queue_wait_s`` (blocked on the queue),
@@ -81,11 +81,18 @@ def in_flight_cap(spec: RunSpec) -> int:
     return spec.recipe.algorithm.in_flight_cap or max(spec.candidate.staleness, 1)
 
 
+def sync_interval(spec: RunSpec) -> int:
+    """Trainer steps between weight syncs: ``algorithm.sync_every``, but every step for an on-policy
+    (k = 0) run, the probe's reference, which the joint ranking models as synchronous (any longer
+    interval would leave its rollouts stale)."""
+    return 1 if spec.candidate.staleness == 0 else spec.recipe.algorithm.sync_every
+
+
 def check_async(spec: RunSpec) -> None:
     alg, k = spec.recipe.algorithm, spec.candidate.staleness
     if spec.resume_from is not None or spec.save_at_samples:
         raise RunFailed("failed", "algorithm.mode = async cannot checkpoint; use a grid probe", started=False)
-    if alg.sync_every > k + 1:
+    if sync_interval(spec) > k + 1:
         why = f"algorithm.sync_every = {alg.sync_every} exceeds staleness + 1 = {k + 1} (rollouts would wait)"
         raise RunFailed("failed", why, started=False)
 
@@ -309,7 +316,7 @@ def train_async(spec: RunSpec) -> Iterator[StepRecord]:
     threads = recipe.hardware.threads or 1  # 1 per process: trainer and worker share the cores
     torch.set_num_threads(threads)
     learner, critic_lr = make_learner(spec, lm)
-    epochs, sync_every = epochs_of(spec), recipe.algorithm.sync_every
+    epochs, sync_every = epochs_of(spec), sync_interval(spec)
     pipe = _Pipe(spec, lm.model.state_dict(), threads)
     try:
         yield from _steps(spec, pipe, task, lm, learner, critic_lr, compute_dtype, epochs, sync_every)
