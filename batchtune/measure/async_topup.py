@@ -41,7 +41,7 @@ from batchtune.measure.plan import Plan, run_id
 from batchtune.measure.sequential import extra_seed
 from batchtune.measure.stop_rule import NO_BAND, StopPolicy, stop_policy
 from batchtune.recipe.schema import Recipe
-from batchtune.records.files import atomic_write_text, read_text
+from batchtune.records.files import read_text, write_if_changed
 from batchtune.records.store import ResultsStore
 from batchtune.records.types import FAILED_STATUSES
 
@@ -200,7 +200,7 @@ def _save(store: ResultsStore, rec: TopUpRecord) -> None:
         "rounds": [dataclasses.asdict(r) for r in rec.rounds],
         "end": None if rec.end is None else dataclasses.asdict(rec.end),
     }
-    atomic_write_text(store.root / TOP_UP_FILE, codec.dumps(data, indent=2))
+    write_if_changed(store.root / TOP_UP_FILE, codec.dumps(data, indent=2))
 
 
 def top_up_seeds(recipe: Recipe, n: int | None = None) -> list[int]:
@@ -269,10 +269,9 @@ def add_async_seeds(
     b = recipe.budget
     if not has_async_knobs(recipe) or b.async_top_up_seeds <= len(b.seeds):
         return 0
-    by_label = plan.by_label()
-    old = load_top_up(store)
+    by_label, old = plan.by_label(), load_top_up(store)
     key = (b.async_top_up_margin, b.async_top_up_seeds, b.async_top_up_max_seeds)
-    rec = (  # a kept record's end is found again below: never a stale one in between
+    rec = (  # a kept record's end is found again below, cleared on disk before a run outdates it
         dataclasses.replace(old, end=None)
         if old is not None and (old.margin, old.top, old.cap) == key
         else TopUpRecord(b.async_top_up_margin, b.async_top_up_seeds, (), cap=b.async_top_up_max_seeds)
@@ -282,7 +281,8 @@ def add_async_seeds(
     def run(labels: list[str], n: int) -> None:
         nonlocal ran
         cands = [by_label[lab] for lab in labels if lab in by_label]
-        ran += _run_top_up(recipe, store, plan, cands, n, run_fn, policy, progress)
+        clear = lambda: _save(store, dataclasses.replace(rec, end=None))  # noqa: E731
+        ran += _run_top_up(recipe, store, plan, cands, n, run_fn, policy, progress, clear)
 
     def record(rnd: TopUpRound) -> None:
         nonlocal rec
@@ -296,7 +296,9 @@ def add_async_seeds(
 
     for rnd in rec.rounds:  # a resumed probe: the recorded rounds' runs first
         run([t.label for t in rnd.topped], rnd.seeds or rec.top)
-    _save(store, rec)
+    if old is None or dataclasses.replace(old, end=None) != rec:  # a finished probe rerun writes nothing
+        _save(store, rec)
+
     def estimate() -> tuple[dict[str, float], dict[str, int]]:
         # the planned candidates only: a resume after the recipe dropped some finds their runs
         t, seeds = estimates(recipe, store, analyse(store, recipe, plan))
@@ -344,11 +346,13 @@ def _run_top_up(
     run_fn: RunFn,
     policy: Callable[[], StopPolicy],
     progress: ProbeEvents | None,
+    before: Callable[[], None],
 ) -> int:
     seeds = top_up_seeds(recipe, n)
     jobs = [(c, s) for c in cands for s in seeds if not store.is_finished(run_id(c, s))]
     if not jobs:
         return 0
+    before()  # the caller's: a stored end these runs outdate is cleared
     if progress is not None:
         names = ", ".join(dict.fromkeys(c.label for c, _ in jobs))
         progress(

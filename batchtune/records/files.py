@@ -46,6 +46,15 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
+def write_if_changed(path: Path, text: str) -> None:
+    """``atomic_write_text`` unless ``path`` holds ``text`` already (a rerun that changes nothing
+    writes nothing, so it also runs in a read-only directory)."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if path.read_text(encoding="utf-8") == text:
+            return
+    atomic_write_text(path, text)
+
+
 def read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")

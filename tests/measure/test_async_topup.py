@@ -385,6 +385,29 @@ def test_the_probe_doubles_the_close_calls_seeds_and_resumes_a_cut_round(tmp_pat
     assert len(ran2) == len(ran) - first - 1  # no run twice
 
 
+def test_a_finished_top_up_run_again_writes_nothing_and_a_rerun_clears_its_end_first(tmp_path: Path) -> None:
+    """A finished probe run again rewrote async_topup.json (twice), so it failed in a read-only
+    directory ("Read-only file system"), unlike a sync probe. Unchanged, it is now left alone; a run
+    it must redo (its folder deleted) still clears the stored end before it starts."""
+    import shutil
+
+    from batchtune.measure.async_topup import top_up_seeds
+
+    _, store, _, _ = _probe(tmp_path / "r", SEQ)
+    path = store.root / TOP_UP_FILE
+    whole, before = load_top_up(store), path.stat()
+    assert whole is not None and whole.end is not None
+    _, _, ran, n = _probe(tmp_path / "r", SEQ)
+    after = path.stat()
+    assert (ran, n) == ([], 0) and (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    topped = whole.rounds[0].topped[0].label
+    shutil.rmtree(store.run_dir(f"{topped}-s{top_up_seeds(_cfg(tmp_path / 'r', SEQ))[-2]}"))
+    with contextlib.suppress(KeyboardInterrupt):
+        _probe(tmp_path / "r", SEQ, cut=0)  # cut as its first run starts
+    cut = load_top_up(store)
+    assert cut is not None and cut.end is None and cut.rounds == whole.rounds
+
+
 # ---- the sequential rounds through the real probe on the NQM backend (stale gradients, reuse) ----
 NQM_SETS = [
     "probe.mode=grid", "nqm.dim=64", "nqm.noise_scale=4.0", "nqm.curvature_power=2.0",
