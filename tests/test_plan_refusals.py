@@ -76,7 +76,7 @@ OFFPOLICY_REFUSALS = [  # (recipe, --set, the message's fragment)
     ("tiny-trl-grpo", "algorithm.mode=async", "algorithm.mode: the trl backend trains in turn only"),
     ("verl-grpo", "probe.updates_per_batch=[1, 2]", "updates_per_batch: the command backend runs on-policy"),
     ("tiny-pretrain", "probe.async_sweep=auto", "probe.async_sweep: the pretrain backend runs on-policy"),
-    ("tiny-grpo-async", "algorithm.sync_every=2", "sync_every = 2: the async trainer needs staleness"),
+    ("tiny-grpo-async", "algorithm.sync_every=3", "sync_every = 3: the async trainer needs staleness"),
 ]  # fmt: skip
 
 
@@ -105,3 +105,15 @@ def test_the_nqm_takes_off_policy_knobs_and_any_sync_every(tmp_path: Path):
     ]
     out = _invoke("plan", NQM, "-r", str(tmp_path / "r"), *SMALL, *sets, "--time-steps", "0")
     assert out.exit_code == 0, out.output
+
+
+def test_the_async_reference_takes_any_sync_every():
+    """k = 0 syncs every step (async_run.sync_interval): only an off-policy k below sync_every - 1 is
+    refused (before, sync_every = 2 was refused for the k = 0 the probe always runs)."""
+    from batchtune.measure.preflight import problems
+    from batchtune.recipe.load import load_recipe
+
+    recipe = str(shipped_recipes()["tiny-grpo-async"])
+    assert not [m for m in problems(load_recipe(recipe, ["algorithm.sync_every=2"])) if "sync_every" in m]
+    (msg,) = [m for m in problems(load_recipe(recipe, ["algorithm.sync_every=3"])) if "sync_every" in m]
+    assert "k = 1;" in msg

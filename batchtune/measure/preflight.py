@@ -50,7 +50,7 @@ SYNC_ONLY_BACKENDS = ("trl", "pretrain")  # in-process trainers with no rollout 
 def _offpolicy_problems(recipe: Recipe) -> list[str]:
     """Off-policy knobs the training backend cannot honour: k and u where its runs never see them,
     algorithm.mode = "async" for a trainer that only runs in turn, and the async trainer's
-    sync_every > k + 1 at a k the probe runs (its main candidates run at k = 0), which fails every
+    sync_every > k + 1 at an off-policy k the probe runs (k = 0 syncs every step), which fails every
     such run at its start (backends/torch_rl/async_run.check_async) after the probe has begun."""
     p, a, training = recipe.probe, recipe.algorithm, recipe.backend.training
     errors = []
@@ -72,12 +72,12 @@ def _offpolicy_problems(recipe: Recipe) -> list[str]:
             )
     if training in SYNC_ONLY_BACKENDS and a.mode == "async":
         errors.append(f"algorithm.mode: the {training} backend trains in turn only; set mode = 'sync'")
-    if training == "torch" and a.mode == "async" and a.sync_every > 1:
-        low = sorted({0, *(k for k in p.staleness if k + 1 < a.sync_every)})
+    low = sorted(k for k in p.staleness if 1 <= k < a.sync_every - 1)  # k = 0 syncs every step
+    if training == "torch" and a.mode == "async" and low:
         errors.append(
-            f"algorithm.sync_every = {a.sync_every}: the async trainer needs staleness >= sync_every - 1, "
-            f"and the probe runs k = {', '.join(map(str, low))} (the main candidates at k = 0); "
-            "set sync_every = 1"
+            f"algorithm.sync_every = {a.sync_every}: the async trainer needs staleness >= sync_every - 1 "
+            f"off-policy, and probe.staleness has k = {', '.join(map(str, low))}; drop them or lower "
+            "sync_every"
         )
     return errors
 
