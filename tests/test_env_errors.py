@@ -11,6 +11,7 @@ message and exit code.)
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from collections.abc import Iterator
 
@@ -78,3 +79,25 @@ def test_an_atomic_write_that_cannot_land_names_its_file_and_leaves_no_temporary
         atomic_write_text(target, "{}")
     assert err.value.filename == str(target)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_lock_on_a_read_only_file_system_is_held_without_a_lock_file(tmp_path, monkeypatch):
+    """A finished probe answers from a read-only mount: the rounds lock (and a run's claim) cannot
+    create its lock file there, and no other process can write there either, so it holds at once.
+    Any other failure to open the lock file is still an error."""
+    import errno
+
+    from batchtune.records import files
+
+    def failing(code: int):
+        def open_(path, *args, **kwargs):
+            raise OSError(code, os.strerror(code), str(path))
+
+        return open_
+
+    monkeypatch.setattr(files.os, "open", failing(errno.EROFS))
+    with files.locked(tmp_path / ".rounds.lock") as got:
+        assert got
+    monkeypatch.setattr(files.os, "open", failing(errno.EACCES))
+    with pytest.raises(PermissionError), files.locked(tmp_path / ".rounds.lock"):
+        pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from collections.abc import Callable, Iterator
@@ -100,7 +101,13 @@ def locked(path: Path, blocking: bool = True) -> Iterator[bool]:
     """Hold an exclusive lock on ``path`` (created if missing); yields False if ``blocking`` is off and
     another process holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.EROFS:
+            raise
+        yield True  # a read-only file system: no process writes there, so there is nothing to exclude
+        return
     try:
         flags = fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)
         try:
