@@ -233,3 +233,29 @@ def test_check_prices_an_async_config_at_its_own_candidate(tmp_path: Path) -> No
     out = CliRunner().invoke(app, ["check", str(cfg), "-r", str(results), "--format", "verl", "--json"])
     got = json.loads(out.stdout)["predicted_time_to_target"]["value"]
     assert got == pytest.approx(t["P4xG8-k1u1"]), out.stdout
+
+
+@pytest.mark.parametrize("pick", ["async", "sync"])
+def test_check_reads_back_the_file_recommend_emitted(tmp_path: Path, pick: str) -> None:
+    """`recommend --emit X -o FILE` then `check FILE`, as written: the TRL AsyncGRPOConfig file was
+    read as one process's batch (num_processes absent, and AsyncGRPOConfig(**yaml) refuses the key),
+    4 completions, not the pick's 16 (a TypeError-free file that check refused as half a group)."""
+    if pick == "async":
+        results = _store(tmp_path / "r", [], ASYNC_RUNS)
+    else:
+        main = {k: v for k, v in ASYNC_RUNS.items() if "-k" not in k}
+        results = _store(tmp_path / "r", SYNC_SET, {k: (*v[:6], 0.0) for k, v in main.items()})
+    rec = json.loads(_recommend(results, "--json", "--gpus", "8").stdout)["recommended"]
+    want = rec["prompts"] * rec["group_size"]
+    assert rec.get("run_as", {}).get("mode", "sync") == pick
+    for trainer in ("trl", "verl", "openrlhf"):
+        out = tmp_path / f"{trainer}.cfg"
+        _recommend(results, "--gpus", "8", "--emit", trainer, "-o", str(out))
+        res = CliRunner().invoke(app, ["check", str(out), "-r", str(results), "--format", trainer, "--json"])
+        assert res.exit_code == 0, (trainer, res.output)
+        data = json.loads(res.stdout)
+        assert data["config"]["batch_responses"] == want, (trainer, data["config"])
+        checks = {c["name"]: c for c in data["checks"]}
+        assert checks["batch"]["status"] == "pass" and "own pick" in checks["batch"]["message"], trainer
+        if trainer == "trl":  # the process count comes from the file's own launch comment
+            assert not any("1 process assumed" in n for n in data["notes"]), data["notes"]

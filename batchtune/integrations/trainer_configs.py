@@ -12,9 +12,11 @@ file line of every value so CI annotations can point at it:
 - trl: ``GRPOConfig`` fields as YAML, JSON or CLI arguments (``--name value``). The generation batch is
   N: ``generation_batch_size``, else ``per_device_train_batch_size * num_processes *
   steps_per_generation`` (steps_per_generation defaults to ``gradient_accumulation_steps``: trl 1.16
-  ``GRPOConfig.__post_init__``); G is ``num_generations``; each process generates its share at once,
-  or with ``use_vllm`` each colocated engine (one per ``vllm_tensor_parallel_size`` processes) or the
-  one ``vllm_mode = "server"`` engine.
+  ``GRPOConfig.__post_init__``); num_processes, which (Async)GRPOConfig refuses as a key, may be an
+  ``accelerate launch --num_processes N`` line or comment (emitted TRL files carry one); G is
+  ``num_generations``; each process generates its share at once, or with ``use_vllm`` each colocated
+  engine (one per ``vllm_tensor_parallel_size`` processes) or the one ``vllm_mode = "server"``
+  engine; an AsyncGRPOConfig's server ``max_inflight_tasks`` completions.
 - openrlhf: ``train_ppo_ray`` flag lines, 0.10.2 hierarchical names or the older flat ones
   (``--rollout.batch_size`` / ``--rollout_batch_size`` is P, ``--rollout.n_samples_per_prompt`` G,
   ``--actor.adam.lr`` the LR, as integrations/openrlhf.py emits them).
@@ -25,6 +27,7 @@ file line of every value so CI annotations can point at it:
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,11 +222,16 @@ def _trl(flat: Flat, path: Path) -> TrainerConfig:
         return _number(flat, (name, f"--{name}"), path, integer=integer)
 
     g = _require(num("num_generations"), "group size", ("num_generations",), path)
-    procs = num("num_processes")
+    procs = num("num_processes") or _launch_processes(path)
     nproc = int(procs.value) if procs else 1
     gen = num("generation_batch_size")
     notes = (
-        [] if procs else ["num_processes not in the config: 1 process assumed (accelerate launch sets it)"]
+        []
+        if procs
+        else [
+            "num_processes not in the config (nor an `accelerate launch --num_processes N` line or "
+            "comment): 1 process assumed"
+        ]
     )
     if gen is None:
         per = _require(
@@ -254,7 +262,36 @@ def _trl(flat: Flat, path: Path) -> TrainerConfig:
         engines = 1 if mode == "server" else max(1, nproc // tp)
         notes.append(f"vLLM in {mode} mode: {engines} engine(s) generate the batch")
     conc = Setting(gen.name, math.ceil(gen.value / engines), gen.line)  # each engine its share at once
-    return _build("trl", path, p, g, lr, conc, notes, batch=gen, engines=engines, reading=trl_async(flat))
+    reading = trl_async(flat, nproc)
+    if reading.mode == "async":  # AsyncGRPO: one vLLM server takes max_inflight_tasks at once
+        engines = 1
+        conc = _inflight_tasks(flat, path, gen)
+    return _build("trl", path, p, g, lr, conc, notes, batch=gen, engines=engines, reading=reading)
+
+
+def _inflight_tasks(flat: Flat, path: Path, gen: Setting) -> Setting:
+    """AsyncGRPOConfig.max_inflight_tasks, completions in flight at its vLLM server; its default
+    (-1, or absent) is max_staleness x one optimiser step's completions (trl 1.16)."""
+    names = ("max_inflight_tasks", "--max_inflight_tasks")
+    raw = next((flat[n][0] for n in names if n in flat), -1)
+    if str(raw).strip() not in ("-1", "0"):
+        return _require(_number(flat, names, path, integer=True), "max_inflight_tasks", names, path)
+    stale = _number(flat, ("max_staleness", "--max_staleness"), path, integer=True)
+    return Setting(gen.name, (stale.value if stale else 4) * gen.value, gen.line)
+
+
+_LAUNCH = re.compile(r"\baccelerate\s+launch\b.*?--num_processes(?:=|\s+)(\d+)")
+
+
+def _launch_processes(path: Path) -> Setting | None:
+    """The process count of an ``accelerate launch --num_processes N`` line, commented out or not:
+    where a YAML/JSON config that ``GRPOConfig(**...)`` takes as it is can say it (batchtune's
+    emitted TRL files write it in a ``#`` comment; GRPOConfig and AsyncGRPOConfig have no such key)."""
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        m = _LAUNCH.search(line)
+        if m and int(m.group(1)) > 0:
+            return Setting("accelerate launch --num_processes", float(m.group(1)), i)
+    return None
 
 
 def _openrlhf(flat: Flat, path: Path) -> TrainerConfig:

@@ -84,7 +84,9 @@ def verl_async(flat: Flat, prompts: int | None) -> AsyncReading:
     return AsyncReading(0, u, "sync")
 
 
-def trl_async(flat: Flat) -> AsyncReading:
+def trl_async(flat: Flat, processes: int) -> AsyncReading:
+    """``processes``: the training processes (num_processes, or the config's accelerate launch line)."""
+
     def num(name: str, default: float) -> float:
         return _get(flat, name, f"--{name}", default=default)
 
@@ -100,7 +102,7 @@ def trl_async(flat: Flat) -> AsyncReading:
     spg = num("steps_per_generation", 0)
     if not spg:  # derived from generation_batch_size when given (trl 1.16 GRPOConfig.__post_init__)
         gen = num("generation_batch_size", 0)
-        per = num("per_device_train_batch_size", 8) * num("num_processes", 1)
+        per = num("per_device_train_batch_size", 8) * processes
         spg = gen / per if gen else ga
     return AsyncReading(0, max(spg / ga, 1) * num("num_iterations", 1), "sync")
 

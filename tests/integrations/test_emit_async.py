@@ -221,10 +221,12 @@ def test_check_reads_the_async_keys_back(tmp_path):
                 continue
             texts = [trainer_file(trainer, e.values, e.text)] + ([e.text] if trainer != "trl" else [])
             for text in texts:
-                # TRL's file has no process count (accelerate sets it): give it as check's input may
-                procs = f"num_processes: {gpus - r.rollout_gpus if r.mode == 'async' else gpus}\n"
-                c = _read(tmp_path, trainer, text, procs if trainer == "trl" else "")
+                # TRL's file has no num_processes key ((Async)GRPOConfig refuses it): check reads the
+                # count from the file's `accelerate launch --num_processes N` comment
+                c = _read(tmp_path, trainer, text)
                 seen += 1
+                if trainer == "trl":  # colocated: each of the --gpus processes generates its share
+                    assert c.engines == (1 if r.staleness or r.mode == "async" else gpus), r
                 if trainer == "verl" and variant == VERL_FULLY_ASYNC and r.off_policy:
                     # one sync interval is read as the batch: k in intervals, u per interval
                     assert c.prompts == r.sync_every * r.prompts

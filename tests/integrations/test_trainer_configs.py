@@ -81,6 +81,24 @@ def test_trl_defaults_follow_grpoconfig(tmp_path):
     assert (tj.prompts, tj.group_size, tj.lr, tj.line_of("batch")) == (16, 16, None, 2)
 
 
+def test_trl_yaml_takes_its_process_count_from_an_accelerate_launch_comment(tmp_path):
+    """(Async)GRPOConfig(**yaml) refuses a num_processes key: a YAML file says the count in a comment,
+    as batchtune's emitted ones do; a num_processes key still wins. AsyncGRPO generates on one vLLM
+    server, max_inflight_tasks at once (its default -1: max_staleness x one optimiser step's)."""
+    body = "per_device_train_batch_size: 8\nnum_generations: 8\nmax_staleness: 2\n"
+    launch = "# run with 4 processes (accelerate launch --num_processes 4)\n"
+    tc = read_trainer_config(write(tmp_path, "a.yaml", launch + body))
+    assert (tc.batch_responses, tc.prompts, tc.line_of("batch")) == (32, 4, 2)
+    assert (tc.engines, tc.generation_concurrency, tc.mode) == (1, 2 * 32, "async")
+    assert not any("1 process assumed" in n for n in tc.notes)
+    keyed = read_trainer_config(write(tmp_path, "b.yaml", launch + body + "num_processes: 2\n"))
+    assert keyed.batch_responses == 16
+    capped = read_trainer_config(write(tmp_path, "c.yaml", launch + body + "max_inflight_tasks: 24\n"))
+    assert capped.generation_concurrency == 24
+    bare = read_trainer_config(write(tmp_path, "d.yaml", "# accelerate launch\n" + body))
+    assert bare.batch_responses == 8 and any("1 process assumed" in n for n in bare.notes)
+
+
 def test_openrlhf_legacy_flags(tmp_path):
     p = write(
         tmp_path,
