@@ -211,14 +211,21 @@ def _with_setup(c: CandidateCost, setup_s: float) -> CandidateCost:
     return dataclasses.replace(c, setup_s=setup_s, run_s_max=c.run_s_max - c.setup_s + setup_s)
 
 
-def _offpolicy_cost(costs: Sequence[CandidateCost], labels: set[str], samples: int, run_s: float) -> str:
-    """What the off-policy / async candidates add to the probe, at most (samples, predicted seconds)."""
+def _offpolicy_cost(
+    costs: Sequence[CandidateCost], labels: set[str], samples: int, run_s: float, backend: str
+) -> str:
+    """What the off-policy / async candidates add to the probe, at most (samples, predicted seconds:
+    the NQM backend's are the simulation's own compute, its simulated step times not being wall time)."""
     mine = [c for c in costs if c.label in labels]
     n = sum(c.max_samples_per_run * c.seeds for c in mine)
     secs = sum(c.run_s_max * c.seeds for c in mine)
     text = f"off-policy / async candidates: {len(mine)}, {n:,} of the {samples:,} samples at most"
-    if math.isfinite(secs) and run_s > 0:
-        text += f", {secs:.0f} s of the {run_s:.0f} s of run time predicted ({secs / run_s:.0%})"
+    if math.isfinite(secs) and run_s > 0:  # 0.31 s, not "0 s", for a sub-second run
+        a, b = (f"{x:,.0f} s" if x >= 10 else f"{x:.2g} s" for x in (secs, run_s))
+        if backend == "nqm":
+            text += f", {a} of the {b} the simulation computes here ({secs / run_s:.0%}; no trainer's time)"
+        else:
+            text += f", {a} of the {b} of run time predicted ({secs / run_s:.0%})"
     return text + "; `recommend` ranks them against the sync candidates (docs/async.md)"
 
 
@@ -354,7 +361,7 @@ def plan_preview(recipe: Recipe, time_steps: int | None = None) -> PlanPreview:
     wall_left = (left_s + (one_off_s if left_s > 0 else 0.0)) / at_once
     gpus = recipe.hardware.num_gpus if recipe.hardware.device == "cuda" else 0
     if not recipe.study.pretrain and plan.offpolicy:
-        notes.append(_offpolicy_cost(costs, set(plan.offpolicy), total_samples, total_run_s))
+        notes.append(_offpolicy_cost(costs, set(plan.offpolicy), total_samples, total_run_s, backend))
     notes.append(bound_note)
     from batchtune.measure.async_topup import seeding_plan_note as seeding_note  # extra seeds, bounded
     from batchtune.measure.rl_refine import refinement_note  # the rounds' cost, bounded

@@ -133,6 +133,6 @@ def with_extra_seeds(
     shown = ", ".join(f"{c.label} +{counts[c.label]}" for c in eff.candidates if counts.get(c.label, 0) > 0)
     note = (
         f"sequential seeding (budget.max_extra_seeds): extra seeds where a verdict was inconclusive, "
-        f"with the reference paired: {shown}; {sum(counts.values())} runs, {spent} samples"
+        f"with the reference paired: {shown}; {sum(counts.values())} runs, {spent:,} samples"
     )
     return dataclasses.replace(eff, extra_seeds=counts, notes=(*eff.notes, note))

@@ -69,3 +69,20 @@ def test_plan_says_what_the_offpolicy_runs_cost(tmp_path: Path) -> None:
     assert f"{10 * 2 * 4096:,} of the {12 * 2 * 4096:,} samples" in note
     auto = plan_preview(_recipe(tmp_path), time_steps=0)  # not timed: nothing pruned, and it says so
     assert any("22 of 22 off-policy candidates kept" in n and "not timed" in n for n in auto.notes)
+
+
+def test_the_offpolicy_share_of_a_sub_second_plan_is_not_0_s_of_0_s() -> None:
+    """An NQM plan said "0 s of the 0 s of run time predicted (70%)": its runs take a fraction of a
+    second of the simulation's own compute, and its simulated step times are no trainer's time."""
+    from batchtune.measure.preview import CandidateCost, _offpolicy_cost
+
+    def cost(label: str, run_s: float) -> CandidateCost:
+        return CandidateCost(label, 4, 8, 32, 0.1, 3, 4096, 128, 9, 1e-3, 0.0, 0.0, run_s)
+
+    costs = [cost("P4xG8", 0.04), cost("P4xG8-k1u1", 0.07), cost("P4xG8-k1u2", 0.09)]
+    total = sum(c.run_s_max * c.seeds for c in costs)  # 0.6 s
+    nqm = _offpolicy_cost(costs, {"P4xG8-k1u1", "P4xG8-k1u2"}, 3 * 3 * 4096, total, "nqm")
+    assert "0.48 s of the 0.6 s the simulation computes here (80%; no trainer's time)" in nqm, nqm
+    assert "0 s of the 0 s" not in nqm and "run time predicted" not in nqm
+    real = _offpolicy_cost(costs, {"P4xG8-k1u1"}, 3 * 3 * 4096, 100 * total, "torch_rl")
+    assert ", 0.21 s of the 60 s of run time predicted (0%)" in real, real

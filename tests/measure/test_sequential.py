@@ -104,3 +104,27 @@ def test_the_plan_bounds_the_extra_seeds_it_does_not_count(tmp_path, sets, extra
     assert n == 12 and len(notes) == 1
     runs, samples = extra * n, extra * sum(c.max_samples_per_run for c in pre.candidates)
     assert f"at most {runs} run(s) = {samples:,} samples" in notes[0]
+
+
+def test_the_sequential_seeding_note_groups_its_thousands():
+    """The note printed "64000 samples" beside the plan's and the report's "64,000"."""
+    import dataclasses
+
+    from batchtune.measure.sequential import with_extra_seeds
+
+    @dataclasses.dataclass(frozen=True)
+    class Eff:  # the fields with_extra_seeds reads and replaces
+        candidates: tuple
+        extra_seeds: dict = dataclasses.field(default_factory=dict)
+        notes: tuple = ()
+
+    def run(label: str, seed: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            record=SimpleNamespace(candidate=label, seed=seed, source="probe", samples=16000)
+        )
+
+    runs = [run(label, seed) for label in ("P1xG8", "P32xG8") for seed in (0, 3, 4)]
+    eff = Eff(candidates=(SimpleNamespace(label="P1xG8"), SimpleNamespace(label="P32xG8")))
+    out = with_extra_seeds(eff, runs, seeds=[0])  # type: ignore[arg-type]
+    assert out.extra_seeds == {"P1xG8": 2, "P32xG8": 2}
+    assert out.notes[-1].endswith("P1xG8 +2, P32xG8 +2; 4 runs, 64,000 samples"), out.notes
