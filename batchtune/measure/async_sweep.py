@@ -26,12 +26,13 @@ from batchtune.analysis.decide.async_sweep import SweepCell, prune_sweep
 from batchtune.backends.spec import Candidate, RunFailed
 from batchtune.measure.plan import Plan, timing_spec
 from batchtune.recipe.schema import Recipe
-from batchtune.records.files import atomic_write_text
+from batchtune.records.files import atomic_write_text, locked
 from batchtune.records.store import ResultsStore
 
 SWEEP_FILE = "async_sweep.json"
 TIMED_STEPS = 8  # per main candidate; the first (warm-up) is left out
 SCRATCH = "async-sweep-timing"
+SWEEP_LOCK = ".async_sweep.lock"
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,15 @@ def sweep_decision(recipe: Recipe, plan: Plan, *, save: bool, time: bool = True)
     if recipe.probe.async_sweep != "auto" or not plan.offpolicy:
         return None
     store = ResultsStore.of(recipe)
+    if not save:
+        return _decision(recipe, plan, store, save=False, time=time)
+    # one process times and decides: another probe on the directory waits, then reads its decision
+    # (two at once each timed, in one scratch folder the first to end deleted; the last to save won)
+    with locked(store.root / SWEEP_LOCK):
+        return _decision(recipe, plan, store, save=True, time=time)
+
+
+def _decision(recipe: Recipe, plan: Plan, store: ResultsStore, *, save: bool, time: bool) -> SweepDecision:
     stored = _load(store)
     if stored is not None and set(stored.cells) == set(plan.offpolicy):
         return stored

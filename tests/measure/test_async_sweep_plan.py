@@ -86,3 +86,44 @@ def test_the_offpolicy_share_of_a_sub_second_plan_is_not_0_s_of_0_s() -> None:
     assert "0 s of the 0 s" not in nqm and "run time predicted" not in nqm
     real = _offpolicy_cost(costs, {"P4xG8-k1u1"}, 3 * 3 * 4096, 100 * total, "torch_rl")
     assert ", 0.21 s of the 60 s of run time predicted (0%)" in real, real
+
+
+def test_a_second_probe_waits_for_the_sweep_decision_and_reads_it(tmp_path: Path, monkeypatch) -> None:
+    """Two probes on one directory: the one that finds the sweep being timed (SWEEP_LOCK held) waits
+    and runs by the decision stored meanwhile, timing nothing. Both used to time, in one scratch
+    folder the first to end deleted, and plan by their own decisions (the last to save won)."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    import batchtune.measure.async_sweep as sweep
+
+    cfg = _recipe(tmp_path)
+    plan = plan_candidates(cfg)
+    d = decide(cfg, plan, {"P2xG8": (1.0, 0.5), "P4xG8": (math.nan, math.nan)}, "by hand")
+    store = ResultsStore.of(cfg)
+    lock = store.root / sweep.SWEEP_LOCK
+    held = threading.Event()
+
+    def other_probe() -> None:  # holds the lock as another process timing the sweep would
+        store.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held.set()
+        time.sleep(0.5)
+        _save(store, d)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    timed: list[str] = []
+    monkeypatch.setattr(sweep, "_time_stages", lambda recipe, c, *a: timed.append(c.label) or ((), ()))
+    other = threading.Thread(target=other_probe)
+    other.start()
+    assert held.wait(timeout=30)
+    try:
+        run = pruned_plan(cfg, plan)
+    finally:
+        other.join()
+    assert timed == [], "timed the sweep while another process was deciding it"
+    assert set(run.offpolicy) == set(plan.offpolicy) - set(d.pruned)
