@@ -145,13 +145,15 @@ def emit_for_recommendation(
         if not rows:
             raise
         first = f"{spec.rollout_gpus}:{num_gpus - spec.rollout_gpus}"
+        others = set()
         for ch in rows:
             alt = dataclasses.replace(
                 spec, rollout_gpus=ch.rollout_gpus, in_flight_cap=queue_cap(ch.in_flight_cap)
             )
             try:
                 out = emit(trainer, alt, num_gpus, **options)
-            except InputError:
+            except InputError as err:
+                others.add(str(err))
                 continue
             note = (
                 f"the modelled best split {first} (rollout:train) cannot be emitted for {trainer} ({exc}); "
@@ -159,6 +161,8 @@ def emit_for_recommendation(
                 f"{num_gpus - ch.rollout_gpus} (the GPU split table's row)"
             )
             return dataclasses.replace(out, text=out.text + f"# {note}\n", notes=(*out.notes, note))
+        if str(exc) in others:  # another split fails the same way: not the split's fault, said as is
+            raise
         tried = ", ".join([first] + [f"{c.rollout_gpus}:{num_gpus - c.rollout_gpus}" for c in rows])
         raise InputError(
             f"{exc}; no rollout:train split of {num_gpus} GPUs modelled for {rec.winner.label} fits "

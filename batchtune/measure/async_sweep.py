@@ -103,10 +103,8 @@ def decide(
     for main in plan.main:
         gen, upd = times.get(main, (math.nan, math.nan))
         mine = [by[lab] for lab in plan.offpolicy if lab.startswith(f"{main}-k")]
-        if not (math.isfinite(gen) and math.isfinite(upd)):  # not timed: run them all
-            cells.update(
-                {c.label: SweepCell(c.staleness, c.updates_per_batch, math.nan, True, "") for c in mine}
-            )
+        if not (math.isfinite(gen) and math.isfinite(upd)):  # not timed: run all the trainer can run
+            cells.update({c.label: _untimed(c.staleness, c.updates_per_batch, s) for c in mine})
             continue
         grid = [(c.staleness, c.updates_per_batch) for c in mine]
         gt, tt = traces.get(main, ((), ()))
@@ -118,6 +116,14 @@ def decide(
         }
         cells.update({c.label: verdict[(c.staleness, c.updates_per_batch)] for c in mine})
     return SweepDecision(cells, times, source, traces)
+
+
+def _untimed(k: int, u: int, sync_every: int) -> SweepCell:
+    """A cell of a main candidate not timed: run, unless the async trainer refuses its k (as
+    prune_sweep says where timed; such a run would fail at its start)."""
+    if 1 <= k < sync_every - 1:
+        return SweepCell(k, u, math.nan, False, f"k = {k} cannot keep a weight sync every {sync_every} steps")
+    return SweepCell(k, u, math.nan, True, "")
 
 
 def _load(store: ResultsStore) -> SweepDecision | None:

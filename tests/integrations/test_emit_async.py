@@ -290,3 +290,17 @@ def test_a_modelled_split_the_trainer_cannot_take_falls_to_the_next():
     assert "give a multiple" not in out.text
     with pytest.raises(InputError, match=r"tried 9:3, 6:6, 3:9\): give another --gpus"):
         emit_for_recommendation(_split_pick("P4xG8-k1u1", 12, [9, 6, 3]), "verl", 12)  # type: ignore[arg-type]
+
+
+def test_an_error_no_split_can_mend_is_not_blamed_on_the_split():
+    """Before, every InputError tried the other splits and ended "...: give another --gpus", which
+    cannot mend a pick the trainer refuses at any split (TRL's async trainer takes no epochs > 1)."""
+    import dataclasses
+
+    from batchtune.integrations.emit import emit_for_recommendation
+
+    r = _split_pick("P4xG8-k1u2", 8, [4, 2, 6])
+    r.async_choice = dataclasses.replace(r.async_choice, updates_per_batch=2)
+    with pytest.raises(InputError) as got:
+        emit_for_recommendation(r, "trl", 8)  # type: ignore[arg-type]
+    assert "give another --gpus" not in str(got.value) and "tried" not in str(got.value)

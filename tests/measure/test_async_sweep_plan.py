@@ -56,6 +56,18 @@ def test_decision_is_stored_and_the_probe_runs_the_kept_ones(tmp_path: Path) -> 
     assert any(line.startswith("pruned P2xG8-k2u1: ") for line in d.lines())
 
 
+def test_an_untimed_candidate_keeps_only_the_k_the_trainer_can_run(tmp_path: Path) -> None:
+    """Not timed, every cell was kept, so with sync_every 3 its k = 1 runs failed at their start;
+    they are pruned with the reason the timed path gives."""
+    cfg = _recipe(tmp_path, ["algorithm.sync_every=3"])
+    plan = plan_candidates(cfg)
+    d = decide(cfg, plan, {"P2xG8": (math.nan, math.nan), "P4xG8": (math.nan, math.nan)}, "by hand")
+    off = [lab for lab in plan.offpolicy if "-k1u" in lab]
+    assert off and not any(d.cells[lab].kept for lab in off)
+    assert all("cannot keep a weight sync every 3" in d.cells[lab].reason for lab in off)
+    assert all(d.cells[lab].kept for lab in plan.offpolicy if "-k1u" not in lab)
+
+
 def test_auto_and_explicit_lists_refused(tmp_path: Path) -> None:
     with pytest.raises(RecipeError, match="async_sweep"):
         _recipe(tmp_path, ["probe.staleness=[0,1]"])
