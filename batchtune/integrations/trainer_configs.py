@@ -271,13 +271,28 @@ def _trl(flat: Flat, path: Path) -> TrainerConfig:
 
 def _inflight_tasks(flat: Flat, path: Path, gen: Setting) -> Setting:
     """AsyncGRPOConfig.max_inflight_tasks, completions in flight at its vLLM server; its default
-    (-1, or absent) is max_staleness x one optimiser step's completions (trl 1.16)."""
+    (negative, or absent) is max(max_staleness, 1) x one optimiser step's completions (trl 1.16,
+    AsyncGRPOTrainer: the floor keeps max_staleness = 0 from zeroing the rollout loop)."""
     names = ("max_inflight_tasks", "--max_inflight_tasks")
-    raw = next((flat[n][0] for n in names if n in flat), -1)
-    if str(raw).strip() not in ("-1", "0"):
+    if not _negative(flat, names):  # set: a positive whole number (0 would stall TRL's rollout loop)
         return _require(_number(flat, names, path, integer=True), "max_inflight_tasks", names, path)
-    stale = _number(flat, ("max_staleness", "--max_staleness"), path, integer=True)
-    return Setting(gen.name, (stale.value if stale else 4) * gen.value, gen.line)
+    stale = ("max_staleness", "--max_staleness")
+    if not any(n in flat for n in stale):
+        k = 4.0  # AsyncGRPOConfig's default
+    elif _negative(flat, stale, below=1):
+        k = 1.0  # 0, a valid strict discard policy: TRL floors it at 1
+    else:
+        k = _require(_number(flat, stale, path, integer=True), "max_staleness", stale, path).value
+    return Setting(gen.name, k * gen.value, gen.line)
+
+
+def _negative(flat: Flat, names: tuple[str, ...], below: float = 0) -> bool:
+    """Whether the first of ``names`` is absent or a number below ``below`` (TRL's "unset")."""
+    raw = next((flat[n][0] for n in names if n in flat), None)
+    try:
+        return raw is None or (not isinstance(raw, bool) and float(raw) < below)
+    except (TypeError, ValueError):
+        return False  # not a number: _number says so, naming its line
 
 
 _LAUNCH = re.compile(r"\baccelerate\s+launch\b.*?--num_processes(?:=|\s+)(\d+)")

@@ -99,6 +99,18 @@ def test_trl_yaml_takes_its_process_count_from_an_accelerate_launch_comment(tmp_
     assert bare.batch_responses == 8 and any("1 process assumed" in n for n in bare.notes)
 
 
+def test_trl_async_default_inflight_floors_max_staleness_at_one(tmp_path):
+    """trl 1.16 fills max_inflight_tasks only when it is below 0, as max(max_staleness, 1) x one
+    step's completions: max_staleness 0 (a strict discard policy) read as concurrency 0 before."""
+    launch = "# accelerate launch --num_processes 4\n"
+    body = "per_device_train_batch_size: 8\nnum_generations: 8\nmax_staleness: 0\n"
+    assert read_trainer_config(write(tmp_path, "a.yaml", launch + body)).generation_concurrency == 32
+    unset = read_trainer_config(write(tmp_path, "b.yaml", launch + body + "max_inflight_tasks: -1\n"))
+    assert unset.generation_concurrency == 32
+    with pytest.raises(InputError, match="max_inflight_tasks = 0 must be a positive whole number"):
+        read_trainer_config(write(tmp_path, "c.yaml", launch + body + "max_inflight_tasks: 0\n"))
+
+
 def test_openrlhf_legacy_flags(tmp_path):
     p = write(
         tmp_path,
