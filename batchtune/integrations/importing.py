@@ -120,14 +120,28 @@ def _check_metric_logged(metric: str, runs: Sequence[Any], store: ResultsStore, 
     )
 
 
-def _async_knobs(runs: Sequence[Any], store: ResultsStore) -> list[str]:
-    """The stored recipe's async knobs once the directory holds runs at staleness k > 0 beside on-policy
-    ones: then `recommend` ranks them jointly (measure/async_topup.has_async_knobs), as for a probe.
+def _async_knobs(runs: Sequence[Any], store: ResultsStore, manifest: dict[str, Any] | None) -> list[str]:
+    """The async knobs a recipe import-logs made gets once the directory holds runs at staleness k > 0
+    beside on-policy ones: then `recommend` ranks them jointly (measure/async_topup.has_async_knobs).
     algorithm.mode = "async": the trainers' async runs generate and train apart, so their weight-sync
-    seconds and the slowdown against the on-policy runs count (analysis/decide/async_joint.py)."""
+    seconds and the slowdown against the on-policy runs count (analysis/decide/async_joint.py).
+    A probe's recipe says how its runs ran (its sync-mode k > 0 runs are one process): an import never
+    changes it, else the next probe of that recipe is refused and recommend models them as two
+    processes. Nor is a sync-mode staleness that an earlier import's --set stored."""
+    if manifest is not None and manifest.get("source") != "import-logs":
+        return []
+    stored = manifest.get("recipe") if manifest else None
+    stored = stored if isinstance(stored, dict) else {}
+    mode = (stored.get("algorithm") or {}).get("mode", "sync")
+    old_ks = list((stored.get("probe") or {}).get("staleness", [0]))
+    if mode != "async" and old_ks != [0]:  # the user set how the runs ran: sync mode, k generated ahead
+        return []
     ks = {r.staleness for r in runs} | {r.staleness for r in store.runs()}
+    ks |= set(old_ks) if mode == "async" else set()
     if 0 not in ks or len(ks) < 2:  # no async run, or none on-policy to rank it against
         return []
+    if mode == "async" and sorted(old_ks) == sorted(ks):
+        return []  # the stored recipe already says so: nothing to rewrite
     return [f"probe.staleness={sorted(ks)}", 'algorithm.mode="async"']
 
 
@@ -154,7 +168,7 @@ def import_logs(
     check_run_ids(runs, store)
     manifest = store.read_manifest()
     base = manifest["recipe"] if manifest else {}
-    overrides = [*_async_knobs(runs, store), *target_overrides]  # the user's --set last: it wins
+    overrides = [*_async_knobs(runs, store, manifest), *target_overrides]  # the user's --set last: it wins
     recipe = recipe_from_dict(apply_overrides(base, overrides), "import-logs")  # checked first
     named = any(o.startswith("target.metric=") for o in target_overrides)
     _check_metric_logged(recipe.target.metric, runs, store, named)  # recommend would fail on it later

@@ -147,3 +147,60 @@ def test_async_runs_beside_sync_ones_send_recommend_to_the_joint_decision(tmp_pa
     assert has_async_knobs(both.recipe) and both.recipe.algorithm.mode == "async"
     assert list(both.recipe.probe.staleness) == [0, 1] and both.recipe.target.metric == "reward"
     assert ResultsStore(res).read_manifest()["recipe"]["algorithm"]["mode"] == "async"
+
+
+def test_an_import_never_rewrites_a_probes_recipe(tmp_path):
+    """A probe at probe.staleness = [0, 1] (sync mode: one process) holds runs at k = 0 and k = 1. An
+    on-policy CSV imported beside them once rewrote its manifest to algorithm.mode = "async", so the
+    same probe again was refused (exit 2, "changed: algorithm.mode"): the import leaves it as it was."""
+    from typer.testing import CliRunner
+
+    from batchtune.cli import app
+    from batchtune.recipe.load import shipped_recipes
+
+    res = tmp_path / "res"
+    probe = ["probe", str(shipped_recipes()["nqm"]), "-r", str(res), "--json"]
+    for s in ("candidates.prompts=[1,4]", "budget.seeds=[0]", "budget.max_samples=2048", "target.value=3.0"):
+        probe += ["--set", s]
+    probe += ["--set", "nqm.dim=100", "--set", "probe.staleness=[0,1]"]
+    out = CliRunner().invoke(app, probe)
+    assert out.exit_code == 0, out.output
+    store = ResultsStore(res)
+    assert {r.staleness for r in store.runs()} == {0, 1}
+    before, n_runs = store.read_manifest(), len(store.runs())
+    log = tmp_path / "mine.csv"
+    rows = [f"{s},{16 * s},{3.7 - 0.1 * s:.2f},0.06\n" for s in range(0, 8)]
+    log.write_text("step,samples,loss,lr\n" + "".join(rows))
+    args = ["import-logs", str(log), "--format", "csv", "-r", str(res), "--prompts", "2", "--group-size", "8"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    assert store.read_manifest() == before
+    assert len(store.runs()) == n_runs + 1
+    out = CliRunner().invoke(app, probe)
+    assert out.exit_code == 0, out.output
+
+
+def test_an_import_made_recipe_keeps_what_it_says_of_its_runs(tmp_path):
+    """An import-made recipe whose --set says how its runs ran (sync mode, k generated ahead) keeps it;
+    one already async gets a new k added to probe.staleness."""
+    from batchtune.workflow.imports import import_logs
+
+    def log(name: str):
+        path = tmp_path / f"{name}.csv"
+        rows = "".join(f"{s},{32 * s},{0.1 * s},1e-6\n" for s in range(6))
+        path.write_text("step,samples,reward,lr\n" + rows)
+        return path
+
+    sync_res, info = str(tmp_path / "sync"), RunInfo(prompts=4, group_size=8)
+    kept = ["algorithm.mode=sync", "probe.staleness=[0,1]"]
+    import_logs([log("a")], "csv", sync_res, info, metric="reward", overrides=kept)
+    k1 = RunInfo(prompts=4, group_size=8, staleness=1)
+    out = import_logs([log("b")], "csv", sync_res, k1)
+    assert out.recipe.algorithm.mode == "sync" and list(out.recipe.probe.staleness) == [0, 1]
+    res = str(tmp_path / "res")
+    import_logs([log("c")], "csv", res, info, metric="reward")
+    assert import_logs([log("d")], "csv", res, k1).recipe.algorithm.mode == "async"
+    k2 = RunInfo(prompts=4, group_size=8, staleness=2)
+    out = import_logs([log("e")], "csv", res, k2)
+    assert out.recipe.algorithm.mode == "async" and list(out.recipe.probe.staleness) == [0, 1, 2]
+    assert ResultsStore(res).read_manifest()["recipe"]["probe"]["staleness"] == [0, 1, 2]
