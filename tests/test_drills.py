@@ -277,11 +277,13 @@ def test_a_probe_waits_while_another_process_decides_the_rounds(tmp_path):
 KILL_AFTER_SAVE = """
 import os, signal, sys
 import batchtune.measure.async_topup as m
-real, n = m._save, int(sys.argv.pop(1))
-def save(*a):
-    real(*a)
+real, when = m._save, sys.argv.pop(1)
+def save(store, rec):
+    real(store, rec)
     save.calls = getattr(save, "calls", 0) + 1
-    if save.calls == n:
+    if (rec.end is not None) if when == "end" else len(rec.rounds) == int(when):
+        print(f"killed after save {save.calls}: rounds={len(rec.rounds)} end={rec.end}", file=sys.stderr)
+        sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 m._save = save
 from batchtune.cli import main
@@ -290,16 +292,17 @@ main()
 """
 
 
-def _async_probe(results: Path, kill_after_save: int = 0) -> list[str]:
+def _async_probe(results: Path, kill_after: str = "") -> list[str]:
     """The async NQM probe of tests/measure/test_async_topup.py (70 runs, 5 top-up rounds, ~10 s);
-    ``kill_after_save`` > 0: it kills itself (SIGKILL) just after its n-th write of the top-up record."""
+    ``kill_after``: it kills itself (SIGKILL) just after the first write of the top-up record that
+    holds that many rounds ("2") or that sets its end ("end"), whatever the writes before it."""
     from tests.measure.test_async_topup import NQM_SETS
 
     sets = [a for s in NQM_SETS for a in ("--set", s)]
-    if kill_after_save:
+    if kill_after:
         script = results.parent / "kill_after_save.py"
         script.write_text(KILL_AFTER_SAVE)
-        return [sys.executable, str(script), str(kill_after_save), *probe_cmd(Path(NQM), results)[3:], *sets]
+        return [sys.executable, str(script), kill_after, *probe_cmd(Path(NQM), results)[3:], *sets]
     return [*probe_cmd(Path(NQM), results), *sets]
 
 
@@ -325,10 +328,13 @@ def test_kill_9_between_a_recorded_top_up_round_and_its_runs_resumes_to_the_same
     whole = subprocess.run(_async_probe(tmp_path / "whole"), capture_output=True, text=True)
     assert whole.returncode == 0, whole.stderr
     expected = _async_answer(tmp_path / "whole")
-    for n in (3, 7):  # writes: 1 at the start, one per round (5), then the end
-        results = tmp_path / f"killed{n}"
-        killed = subprocess.run(_async_probe(results, n), capture_output=True, text=True)
+    for when in ("2", "end"):  # keyed on the record, not on a count of writes (clears write it too)
+        results = tmp_path / f"killed_{when}"
+        killed = subprocess.run(_async_probe(results, when), capture_output=True, text=True)
         assert killed.returncode == -signal.SIGKILL, killed.stderr
+        said = killed.stderr.splitlines()[-1]  # where it was killed, as the kill script says
+        where = " rounds=2 end=None" if when == "2" else " end=TopUpEnd("
+        assert said.startswith("killed after save ") and where in said, killed.stderr
         sealed = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in results.glob("runs/*/run.json")}
         resumed = subprocess.run(_async_probe(results), capture_output=True, text=True)
         assert resumed.returncode == 0, resumed.stderr
