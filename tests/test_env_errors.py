@@ -81,23 +81,49 @@ def test_an_atomic_write_that_cannot_land_names_its_file_and_leaves_no_temporary
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_a_lock_on_a_read_only_file_system_is_held_without_a_lock_file(tmp_path, monkeypatch):
-    """A finished probe answers from a read-only mount: the rounds lock (and a run's claim) cannot
-    create its lock file there, and no other process can write there either, so it holds at once.
-    Any other failure to open the lock file is still an error."""
+@pytest.mark.parametrize("code", ["EACCES", "EROFS"])
+def test_a_lock_that_cannot_be_opened_for_writing_is_held_read_only_or_not_at_all(
+    tmp_path, monkeypatch, code
+):
+    """A finished probe answers from a results directory this user may not write (EACCES) or on a
+    read-only mount (EROFS): the rounds lock (and a run's claim) cannot open its lock file read-write
+    there. An existing lock file is flocked read-only (it still excludes another holder); a missing
+    one cannot be made, nor can this process write there, so it holds at once. Any other failure to
+    open the lock file is still an error."""
     import errno
+    import fcntl
 
     from batchtune.records import files
 
-    def failing(code: int):
-        def open_(path, *args, **kwargs):
-            raise OSError(code, os.strerror(code), str(path))
+    real_open = os.open
+    fail: list[int] = []
 
-        return open_
+    def open_(path, flags, *args, **kwargs):
+        if fail and flags & (os.O_RDWR | os.O_WRONLY | os.O_CREAT):
+            raise OSError(fail[0], os.strerror(fail[0]), str(path))
+        return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(files.os, "open", failing(errno.EROFS))
-    with files.locked(tmp_path / ".rounds.lock") as got:
+    monkeypatch.setattr(files.os, "open", open_)
+    lock = tmp_path / ".rounds.lock"
+    fail[:] = [getattr(errno, code)]
+    with files.locked(lock) as got:  # no lock file yet
         assert got
-    monkeypatch.setattr(files.os, "open", failing(errno.EACCES))
-    with pytest.raises(PermissionError), files.locked(tmp_path / ".rounds.lock"):
+    assert not lock.exists()
+
+    fail[:] = []  # (files.os is the os module: pathlib opens through it too)
+    lock.touch(mode=0o444)
+    fail[:] = [getattr(errno, code)]
+    with files.locked(lock) as got:
+        assert got
+        other = real_open(lock, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):  # held: another open file description cannot take it
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    with files.locked(lock, blocking=False) as got:  # released
+        assert got
+
+    fail[:] = [errno.EIO]
+    with pytest.raises(OSError, match="Input/output"), files.locked(lock):
         pass

@@ -101,12 +101,9 @@ def locked(path: Path, blocking: bool = True) -> Iterator[bool]:
     """Hold an exclusive lock on ``path`` (created if missing); yields False if ``blocking`` is off and
     another process holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        if exc.errno != errno.EROFS:
-            raise
-        yield True  # a read-only file system: no process writes there, so there is nothing to exclude
+    fd = _open_lock(path)
+    if fd is None:
+        yield True  # no lock file, and none can be made: nothing of ours to exclude (see _open_lock)
         return
     try:
         flags = fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)
@@ -121,3 +118,19 @@ def locked(path: Path, blocking: bool = True) -> Iterator[bool]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _open_lock(path: Path) -> int | None:
+    """A descriptor to flock ``path`` with: read-write (created if missing), else, where this user or
+    file system may not write (EACCES, EROFS: a finished probe rerun on a read-only results directory),
+    read-only on the existing file (flock does not need write access); None where it does not exist
+    and cannot be made: this process cannot write in that directory either, so it goes on unlocked."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EROFS):
+            raise
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
