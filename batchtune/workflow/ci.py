@@ -98,7 +98,7 @@ def check(
     ref = eff.get(eff.reference)
     notes += [f"the evidence's own pick rests on thin evidence: {why}" for why in rec.evidence]
     rule = _lr_rule(lr_rule, ref.lr_rule, notes)
-    off = _offpolicy_time(rec, tc.staleness, tc.updates_per_batch, n, ranking.unit)
+    off = _offpolicy_time(rec, tc, n, ranking.unit)
     predicted = interp_loglog(n, batches, times) if off is None else off
     why = (
         "the probe's candidate at this batch, staleness and updates never reached the target"
@@ -179,16 +179,17 @@ def _time_ranking(rec: Any) -> tuple[Any, list[float]]:
     return ranking, [ranked[c.label].responses_per_s for c in main]
 
 
-def _offpolicy_time(rec: Any, k: float, u: float, n: float, unit: str) -> float | None:
-    """The ranked time of the off-policy candidate the config runs (its batch, staleness k and
-    updates u: ``P{p}xG{g}-k{k}u{u}``) where the probe measured it; None otherwise. The on-policy
-    curve would price an async config at its sync batch's time."""
-    want = f"-k{k:g}u{u:g}"
+def _offpolicy_time(rec: Any, tc: Any, n: float, unit: str) -> float | None:
+    """The ranked time of the off-policy candidate the config ``tc`` runs (its P, G, batch,
+    staleness k and updates u: ``P{p}xG{g}-k{k}u{u}``) where the probe measured it; None otherwise.
+    The on-policy curve would price an async config at its sync batch's time."""
+    want = f"-k{tc.staleness:g}u{tc.updates_per_batch:g}"
     ranked = {r.name: r for r in rec.ranking.candidates}
     for c in rec.efficiency.candidates:
         if (
             c.family == "offpolicy"
             and c.batch_responses == n
+            and (c.prompts, c.group_size) == (tc.prompts, tc.group_size)
             and c.label.endswith(want)
             and c.label in ranked
         ):
