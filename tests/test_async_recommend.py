@@ -259,3 +259,29 @@ def test_check_reads_back_the_file_recommend_emitted(tmp_path: Path, pick: str) 
         assert checks["batch"]["status"] == "pass" and "own pick" in checks["batch"]["message"], trainer
         if trainer == "trl":  # the process count comes from the file's own launch comment
             assert not any("1 process assumed" in n for n in data["notes"]), data["notes"]
+
+
+def test_check_matches_the_config_s_own_shape_at_a_shared_batch() -> None:
+    """P4xG8-k1u1 and P8xG4-k1u1 are both 32 responses: matching the batch and -k1u1 alone priced a
+    P8xG4 config at whichever came first."""
+    from types import SimpleNamespace as NS
+
+    from batchtune.workflow.ci import _offpolicy_time
+
+    def cand(label, p, g):
+        return NS(label=label, family="offpolicy", batch_responses=32, prompts=p, group_size=g)
+
+    rec = NS(
+        efficiency=NS(candidates=[cand("P4xG8-k1u1", 4, 8), cand("P8xG4-k1u1", 8, 4)]),
+        ranking=NS(
+            candidates=[
+                NS(name="P4xG8-k1u1", time_to_target_s=3.0),
+                NS(name="P8xG4-k1u1", time_to_target_s=5.0),
+            ]
+        ),
+    )
+    tc = NS(prompts=8, group_size=4, staleness=1, updates_per_batch=1)
+    assert _offpolicy_time(rec, tc, 32, "s") == 5.0
+    assert (
+        _offpolicy_time(rec, NS(prompts=16, group_size=2, staleness=1, updates_per_batch=1), 32, "s") is None
+    )
