@@ -17,6 +17,7 @@ import dataclasses
 import math
 import shutil
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,17 @@ from batchtune.analysis.decide.async_sweep import SweepCell, prune_sweep
 from batchtune.backends.spec import Candidate, RunFailed
 from batchtune.measure.plan import Plan, timing_spec
 from batchtune.recipe.schema import Recipe
-from batchtune.records.files import atomic_write_text, locked
+from batchtune.records.files import atomic_write_text, locked_waiting
 from batchtune.records.store import ResultsStore
 
 SWEEP_FILE = "async_sweep.json"
 TIMED_STEPS = 8  # per main candidate; the first (warm-up) is left out
 SCRATCH = "async-sweep-timing"
 SWEEP_LOCK = ".async_sweep.lock"
+SWEEP_HELD = (
+    "another batchtune process is timing the off-policy sweep in {}; waiting for its decision "
+    "(then read here)"
+)
 
 
 @dataclass(frozen=True)
@@ -163,10 +168,18 @@ def _save(store: ResultsStore, d: SweepDecision) -> None:
     atomic_write_text(store.root / SWEEP_FILE, codec.dumps(data, indent=2))
 
 
-def sweep_decision(recipe: Recipe, plan: Plan, *, save: bool, time: bool = True) -> SweepDecision | None:
+def sweep_decision(
+    recipe: Recipe,
+    plan: Plan,
+    *,
+    save: bool,
+    time: bool = True,
+    on_wait: Callable[[], None] = lambda: None,
+) -> SweepDecision | None:
     """The stored decision of the results directory, else one from timing the main candidates now
     (kept there when ``save``: the probe's; a plan only previews it; ``time`` False: nothing timed,
-    nothing pruned). None without the auto sweep."""
+    nothing pruned). None without the auto sweep. ``on_wait()`` is called once first where another
+    process is timing it (``save``: this one then waits for its decision)."""
     if recipe.probe.async_sweep != "auto" or not plan.offpolicy:
         return None
     store = ResultsStore.of(recipe)
@@ -174,7 +187,7 @@ def sweep_decision(recipe: Recipe, plan: Plan, *, save: bool, time: bool = True)
         return _decision(recipe, plan, store, save=False, time=time)
     # one process times and decides: another probe on the directory waits, then reads its decision
     # (two at once each timed, in one scratch folder the first to end deleted; the last to save won)
-    with locked(store.root / SWEEP_LOCK):
+    with locked_waiting(store.root / SWEEP_LOCK, on_wait):
         return _decision(recipe, plan, store, save=True, time=time)
 
 
@@ -207,9 +220,10 @@ def _decision(recipe: Recipe, plan: Plan, store: ResultsStore, *, save: bool, ti
     return d
 
 
-def pruned_plan(recipe: Recipe, plan: Plan) -> Plan:
-    """``plan`` without the off-policy candidates the auto sweep pruned (the probe runs this one)."""
-    d = sweep_decision(recipe, plan, save=True)
+def pruned_plan(recipe: Recipe, plan: Plan, on_wait: Callable[[], None] = lambda: None) -> Plan:
+    """``plan`` without the off-policy candidates the auto sweep pruned (the probe runs this one);
+    ``on_wait()``: as sweep_decision's."""
+    d = sweep_decision(recipe, plan, save=True, on_wait=on_wait)
     if d is None or not d.pruned:
         return plan
     gone = set(d.pruned)

@@ -97,6 +97,13 @@ class BranchedRuns:
         return [r for r in self.branches if r.record.candidate == label]
 
 
+def _say_sweep_held(root: ResultsStore, progress: ProbeEvents | None) -> None:
+    from batchtune.measure.async_sweep import SWEEP_HELD
+
+    if progress is not None:
+        progress("wait", {"run_ids": [], "message": SWEEP_HELD.format(root.root)})
+
+
 def branched_store(results_dir: str | Path) -> ResultsStore:
     return ResultsStore(Path(results_dir) / "branched")
 
@@ -206,7 +213,7 @@ def run_branched(
     store = branched_store(recipe.run.results_dir)
     if not read_only:
         failed_starts.reopen(store, progress)  # a trainer that could not start: not data
-    plan = offpolicy_plan(recipe, plan_candidates(recipe))
+    plan = offpolicy_plan(recipe, plan_candidates(recipe), lambda: _say_sweep_held(root, progress))
     by_label = plan.by_label()
     main = [by_label[lab] for lab in plan.main]
     ref = by_label[plan.reference]

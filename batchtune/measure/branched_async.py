@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,15 +53,16 @@ class OffPolicyBranches:
     samples: int  # what the off-policy branches spent
 
 
-def offpolicy_plan(recipe: Recipe, plan: Plan) -> Plan:
+def offpolicy_plan(recipe: Recipe, plan: Plan, on_wait: Callable[[], None] = lambda: None) -> Plan:
     """``plan`` as the branched probe runs it: with the auto sweep, only the cells it kept
-    (measure/async_sweep.py, stored in the results directory)."""
+    (measure/async_sweep.py, stored in the results directory; ``on_wait()`` where another process
+    is timing it)."""
     from batchtune.measure.async_topup import has_async_knobs
 
     if plan.offpolicy and has_async_knobs(recipe) and recipe.probe.async_sweep == "auto":
         from batchtune.measure.async_sweep import pruned_plan
 
-        return pruned_plan(recipe, plan)
+        return pruned_plan(recipe, plan, on_wait)
     return plan
 
 

@@ -23,7 +23,7 @@ from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, BackendError, InputError, MetricMissingError, RecipeError
 from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts, preflight
-from batchtune.measure.async_sweep import pruned_plan
+from batchtune.measure.async_sweep import SWEEP_HELD, pruned_plan
 from batchtune.measure.async_topup import add_async_seeds
 from batchtune.measure.execute import run_jobs
 from batchtune.measure.guards import check_target_range
@@ -231,7 +231,8 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
     check_target_range(recipe)
     preflight.check(recipe)  # task, prompts file, reward import, command placeholders: before any write
     check_manifest(store, recipe)
-    plan = pruned_plan(recipe, plan_candidates(recipe))  # the auto off-policy sweep's pruning, if any
+    # the auto off-policy sweep's pruning, if any (another process timing it: said, then waited for)
+    plan = pruned_plan(recipe, plan_candidates(recipe), lambda: say_held(SWEEP_HELD, store, progress))
     seeds = recipe.budget.seeds
     jobs = [(c, s) for c in plan.candidates for s in seeds]
     failed_starts.reopen(store, progress)
@@ -263,7 +264,7 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
             raise
         band = stop_policy(recipe, reference_band(store, recipe, plan))
         done += run_jobs(execute_run, recipe, store, ref_b, rest, band, progress)
-        with locked_waiting(store.root / ROUNDS_LOCK, lambda: _say_rounds_held(store, progress)):
+        with locked_waiting(store.root / ROUNDS_LOCK, lambda: say_held(ROUNDS_HELD, store, progress)):
             refinement, plan, n = refine_rounds(
                 recipe, store, plan, _round_analysis(store, recipe), _round_runner(recipe, store, progress)
             )
@@ -285,9 +286,10 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
     )
 
 
-def _say_rounds_held(store: ResultsStore, progress: ProgressFn | None) -> None:
+def say_held(message: str, store: ResultsStore, progress: ProgressFn | None) -> None:
+    """Says (a "wait" event) that another process holds ``store``'s rounds or sweep lock."""
     if progress is not None:
-        progress("wait", {"run_ids": [], "message": ROUNDS_HELD.format(store.root)})
+        progress("wait", {"run_ids": [], "message": message.format(store.root)})
 
 
 def _round_analysis(store: ResultsStore, recipe: Recipe) -> Callable[[Plan], SampleEfficiency]:

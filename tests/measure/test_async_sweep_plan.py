@@ -129,13 +129,18 @@ def test_a_second_probe_waits_for_the_sweep_decision_and_reads_it(tmp_path: Path
         os.close(fd)
 
     timed: list[str] = []
+    waits: list[str] = []
     monkeypatch.setattr(sweep, "_time_stages", lambda recipe, c, *a: timed.append(c.label) or ((), ()))
     other = threading.Thread(target=other_probe)
     other.start()
     assert held.wait(timeout=30)
     try:
-        run = pruned_plan(cfg, plan)
+        run = pruned_plan(cfg, plan, lambda: waits.append(sweep.SWEEP_HELD.format(store.root)))
     finally:
         other.join()
+    assert waits == [
+        f"another batchtune process is timing the off-policy sweep in {store.root}; "
+        "waiting for its decision (then read here)"
+    ], "waited without a word (or said it twice)"
     assert timed == [], "timed the sweep while another process was deciding it"
     assert set(run.offpolicy) == set(plan.offpolicy) - set(d.pruned)
