@@ -49,6 +49,7 @@ from batchtune.backends.spec import Candidate
 from batchtune.errors import AnalysisError, InputError, NoProgress
 from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts
+from batchtune.measure.async_sweep import SWEEP_HELD
 from batchtune.measure.branch_checkpoint import (
     AtCheckpoint,
     Job,
@@ -68,7 +69,7 @@ from batchtune.measure.branched_async import (
 from batchtune.measure.execute import Runner, run_until_finished
 from batchtune.measure.one_run import execute_run
 from batchtune.measure.plan import Plan, plan_candidates
-from batchtune.measure.probe import check_manifest
+from batchtune.measure.probe import check_manifest, say_held
 from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
@@ -95,13 +96,6 @@ class BranchedRuns:
 
     def of(self, label: str) -> list[RunData]:
         return [r for r in self.branches if r.record.candidate == label]
-
-
-def _say_sweep_held(root: ResultsStore, progress: ProbeEvents | None) -> None:
-    from batchtune.measure.async_sweep import SWEEP_HELD
-
-    if progress is not None:
-        progress("wait", {"run_ids": [], "message": SWEEP_HELD.format(root.root)})
 
 
 def branched_store(results_dir: str | Path) -> ResultsStore:
@@ -213,7 +207,7 @@ def run_branched(
     store = branched_store(recipe.run.results_dir)
     if not read_only:
         failed_starts.reopen(store, progress)  # a trainer that could not start: not data
-    plan = offpolicy_plan(recipe, plan_candidates(recipe), lambda: _say_sweep_held(root, progress))
+    plan = offpolicy_plan(recipe, plan_candidates(recipe), lambda: say_held(SWEEP_HELD, root, progress))
     by_label = plan.by_label()
     main = [by_label[lab] for lab in plan.main]
     ref = by_label[plan.reference]
