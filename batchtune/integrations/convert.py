@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from batchtune.errors import InputError
 from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, safe_run_id
-from batchtune.records.types import StepRecord, candidate_label
+from batchtune.records.types import StepRecord, candidate_label, offpolicy_suffix
 
 
 def _resolve(name: str, alternatives: tuple[str, ...], present: set[str], strict: bool, where: str) -> str:
@@ -124,7 +124,7 @@ def imported_label(prompts: int, group_size: int, staleness: int, updates_per_ba
     ``P{p}xG{g}-k{k}u{u}``, as the plan names its off-policy candidates (measure/plan.py), so an
     async run is its own candidate and not one more seed of the on-policy run at its batch."""
     base = candidate_label(prompts, group_size)
-    return f"{base}-k{staleness}u{updates_per_batch}" if staleness > 0 else base
+    return base + offpolicy_suffix(staleness, updates_per_batch) if staleness > 0 else base
 
 
 def build_run(

@@ -10,7 +10,6 @@ the rule and the nearest valid setting when the winner cannot be expressed exact
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from batchtune.analysis.decide.async_rank import queue_cap
@@ -22,6 +21,7 @@ from batchtune.integrations.openrlhf import emit_openrlhf
 from batchtune.integrations.trl import emit_trl
 from batchtune.integrations.verl import emit_verl
 from batchtune.recipe.schema import Recipe
+from batchtune.records.types import OFFPOLICY_SUFFIX
 
 __all__ = ["TRAINERS", "EmittedConfig", "RecommendationInput", "emit", "emit_for_recommendation"]
 
@@ -72,7 +72,6 @@ def recommendation_input(
     )
 
 
-_OFFPOLICY_LABEL = re.compile(r"-k(\d+)u(\d+)$")  # the plan's off-policy candidates: P{p}xG{g}-k{k}u{u}
 
 
 def pick_offpolicy(rec: Recommendation) -> tuple[int, int]:
@@ -82,7 +81,7 @@ def pick_offpolicy(rec: Recommendation) -> tuple[int, int]:
     choice = getattr(rec, "async_choice", None)
     if choice is not None:
         return int(choice.staleness), int(choice.updates_per_batch)
-    m = _OFFPOLICY_LABEL.search(rec.winner.label)
+    m = OFFPOLICY_SUFFIX.search(rec.winner.label)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 

@@ -16,7 +16,7 @@ from batchtune.analysis.sample.lr import scaled_lr
 from batchtune.backends.spec import Candidate, RunSpec
 from batchtune.errors import RecipeError
 from batchtune.recipe.schema import Recipe
-from batchtune.records.types import RunRecord, candidate_label
+from batchtune.records.types import RunRecord, candidate_label, offpolicy_suffix
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def offpolicy_candidates(recipe: Recipe, main: list[Candidate]) -> list[Candidat
     if recipe.probe.async_sweep == "auto":  # the default sweep; the probe prunes it (measure/async_sweep.py)
         grid = sweep_grid(m)
     return [
-        dataclasses.replace(c, label=f"{c.label}-k{k}u{u}", staleness=k, updates_per_batch=u)
+        dataclasses.replace(c, label=c.label + offpolicy_suffix(k, u), staleness=k, updates_per_batch=u)
         for c in main
         for k, u in grid
         if (k, u) != (0, m)

@@ -22,14 +22,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchtune.errors import InputError
-from batchtune.records.types import RUN_STATUSES, RunRecord, StepRecord
+from batchtune.records.types import OFFPOLICY_SUFFIX, RUN_STATUSES, RunRecord, StepRecord
 
 _REDO = "restore it or delete that run's folder to redo the run"
 _COUNTS = ("steps", "samples", "tokens")
 _SECONDS = ("wall_s", "gen_s", "train_s", "other_s")
 _RL_LABEL = re.compile(r"P(\d+)xG(\d+)(-.+)?")  # candidate_label's shape
 _TOKEN_LABEL = re.compile(r"B(\d+)")  # a pre-training candidate: B{tokens per step}
-_OFFPOLICY = re.compile(r"-k(\d+)u(\d+)$")  # an off-policy candidate's suffix (measure/plan.py)
 
 
 def check_label(record: RunRecord, path: Path) -> None:
@@ -75,7 +74,7 @@ def check_knobs(record: RunRecord, path: Path) -> None:
         raise InputError(
             f"{path}: staleness = {k} and updates_per_batch = {u}: a run has k >= 0 and u >= 1; {_REDO}"
         )
-    named = _OFFPOLICY.search(record.candidate)
+    named = OFFPOLICY_SUFFIX.search(record.candidate)
     if named and (int(named[1]), int(named[2])) != (k, u):
         raise InputError(
             f"{path}: candidate {record.candidate!r} disagrees with its staleness = {k} and "

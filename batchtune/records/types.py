@@ -6,6 +6,7 @@ Units are in the field names; docs/formats.md lists every field.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 RUN_STATUSES = (
@@ -34,6 +35,15 @@ def failed_before_training(record: RunRecord) -> bool:
 def candidate_label(prompts: int, group_size: int, *, fixed_lr: bool = False) -> str:
     """The one name of a candidate, e.g. ``P16xG8`` (``P16xG8-fixedlr`` for a fixed-LR control)."""
     return f"P{prompts}xG{group_size}" + ("-fixedlr" if fixed_lr else "")
+
+
+def offpolicy_suffix(staleness: float, updates_per_batch: float) -> str:
+    """The suffix of an off-policy candidate's name, ``P16xG8-k1u2`` (staleness k, updates per batch
+    u): the plan names them so (measure/plan.py), and so do imports and checks of their runs."""
+    return f"-k{staleness:g}u{updates_per_batch:g}"
+
+
+OFFPOLICY_SUFFIX = re.compile(r"-k(\d+)u(\d+)$")  # offpolicy_suffix read back: (k, u)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batchtune.errors import AnalysisError, InputError
+from batchtune.records.types import offpolicy_suffix
 from batchtune.workflow.recommend import recommend_from_args
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def _offpolicy_time(rec: Any, tc: Any, n: float, unit: str) -> float | None:
     """The ranked time of the off-policy candidate the config ``tc`` runs (its P, G, batch,
     staleness k and updates u: ``P{p}xG{g}-k{k}u{u}``) where the probe measured it; None otherwise.
     The on-policy curve would price an async config at its sync batch's time."""
-    want = f"-k{tc.staleness:g}u{tc.updates_per_batch:g}"
+    want = offpolicy_suffix(tc.staleness, tc.updates_per_batch)
     ranked = {r.name: r for r in rec.ranking.candidates}
     for c in rec.efficiency.candidates:
         if (
