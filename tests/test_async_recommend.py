@@ -285,3 +285,29 @@ def test_check_matches_the_config_s_own_shape_at_a_shared_batch() -> None:
     assert (
         _offpolicy_time(rec, NS(prompts=16, group_size=2, staleness=1, updates_per_batch=1), 32, "s") is None
     )
+
+
+def test_run_as_names_the_split_emitted_when_the_trainer_cannot_take_the_best(tmp_path: Path) -> None:
+    """Here the split model ranks 12:4 of 16 GPUs first for P2xG8-k1u1 (generation scales worse than
+    training over the measured batches), which verl cannot lay out on nodes of 8, so `--emit verl`
+    writes 8:8. `recommended.run_as` and the "Run it" line still said 12:4, against the file the user
+    was handed; they now name 8:8 and say why the model's best was not taken. Without --emit: 12:4."""
+    runs = {**ASYNC_RUNS, "P4xG8": (4, 0, 1, (224, 320), 0.16, 0.10, 0.01)}
+    runs["P4xG8-k1u1"] = (4, 1, 1, (256, 352), 0.18, 0.11, 0.01)
+    results = _store(tmp_path / "r", [], runs)
+    plain = json.loads(_recommend(results, "--json", "--gpus", "16").stdout)
+    mine = [r for r in plain["async_decision"]["gpu_split"]["rows"] if r["name"] == "P2xG8-k1u1"]
+    assert [r["split"] for r in mine] == ["12:4", "8:8", "4:12"]  # the model's order, and so the case
+    modelled = plain["recommended"]["run_as"]
+    assert modelled["split"] == "12:4" and "split_note" not in modelled
+    data = json.loads(_recommend(results, "--json", "--gpus", "16", "--emit", "verl").stdout)
+    run_as, values = data["recommended"]["run_as"], data["emitted"]["values"]
+    assert (values["actor_rollout_ref.rollout.n_gpus_per_node"], values["trainer.n_gpus_per_node"]) == (8, 8)
+    assert (run_as["rollout_gpus"], run_as["train_gpus"], run_as["split"]) == (8, 8, "8:8")
+    assert "modelled best split 12:4" in run_as["split_note"] and "nodes of 8" in run_as["split_note"]
+    assert run_as == data["async_decision"]["pick"]
+    assert data["async_decision"]["gpu_split"]["rows"] == plain["async_decision"]["gpu_split"]["rows"]
+    text = " ".join(_recommend(results, "--gpus", "16", "--emit", "verl").stdout.split())
+    run_it = text[text.index("Run it async") :].split(" stage times:")[0]
+    assert "8 rollout GPU(s) : 8 training GPU(s)" in run_it and "12 rollout GPU(s)" not in run_it
+    assert "The modelled best split 12:4 (rollout:train) cannot be emitted for verl" in run_it

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from batchtune.analysis.decide.async_rank import queue_cap
+from batchtune.analysis.decide.async_rank import AsyncPick, queue_cap
 from batchtune.analysis.decide.recommend import Recommendation
 from batchtune.errors import InputError
 from batchtune.integrations.emit_base import TRAINERS, EmittedConfig, RecommendationInput
@@ -135,7 +135,9 @@ def emit_for_recommendation(
     """``emit`` for a Recommendation (what `batchtune recommend --emit` prints). The pick's split is
     the model's best for ``num_gpus``, which knows nothing of the trainer's rules: when the trainer
     cannot take it (the batch does not divide over the training GPUs, a side that does not fill
-    whole nodes), the winner's next modelled split that it takes is emitted, with a note saying so."""
+    whole nodes), the winner's next modelled split that it takes is emitted, with a note saying so, and
+    the result's ``pick`` is the async pick at that split (the note its ``split_note``), so that what
+    `recommend` says to run (``run_as``, the "Run it" line) names the split written."""
     spec = recommendation_input(rec, cfg, num_gpus)
     try:
         return emit(trainer, spec, num_gpus, **options)
@@ -159,7 +161,9 @@ def emit_for_recommendation(
                 f"emitted {trainer}'s best modelled split that fits, {ch.rollout_gpus}:"
                 f"{num_gpus - ch.rollout_gpus} (the GPU split table's row)"
             )
-            return dataclasses.replace(out, text=out.text + f"# {note}\n", notes=(*out.notes, note))
+            pick = _pick_at(rec, ch, num_gpus, note)
+            text = out.text + f"# {note}\n"
+            return dataclasses.replace(out, text=text, notes=(*out.notes, note), pick=pick)
         if str(exc) in others:  # another split fails the same way: not the split's fault, said as is
             raise
         tried = ", ".join([first] + [f"{c.rollout_gpus}:{num_gpus - c.rollout_gpus}" for c in rows])
@@ -182,3 +186,19 @@ def _other_splits(rec: Recommendation, spec: RecommendationInput, num_gpus: int)
         and r.choice.rollout_gpus is not None
         and r.choice.rollout_gpus != spec.rollout_gpus
     ]
+
+
+def _pick_at(rec: Recommendation, choice: Any, num_gpus: int, note: str) -> AsyncPick | None:
+    """The async pick moved to ``choice``'s split of ``num_gpus`` (and its cap), ``note`` saying why."""
+    pick = getattr(rec, "async_choice", None)
+    if pick is None:
+        return None
+    g = int(choice.rollout_gpus)
+    return dataclasses.replace(
+        pick,
+        rollout_gpus=g,
+        train_gpus=num_gpus - g,
+        total_gpus=num_gpus,
+        in_flight_cap=queue_cap(choice.in_flight_cap),
+        split_note=note,
+    )

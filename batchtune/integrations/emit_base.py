@@ -6,8 +6,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from batchtune.errors import InputError
+
+if TYPE_CHECKING:
+    from batchtune.analysis.decide.async_rank import AsyncPick
 
 TRAINERS = ("verl", "trl", "openrlhf")
 DEFAULT_GPUS_PER_NODE = 8  # the node size --emit assumes unless told (8 GPUs per node is the common box)
@@ -82,6 +86,9 @@ class EmittedConfig:
     text: str
     values: dict[str, object]
     notes: tuple[str, ...] = ()
+    # emit_for_recommendation: the async pick as written where it is not the recommendation's (the
+    # trainer took another modelled split: its split_note says why); None: as recommended
+    pick: AsyncPick | None = None
 
 
 def commented(text: str, notes: Sequence[str]) -> str:

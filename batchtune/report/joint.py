@@ -124,9 +124,11 @@ def pick_words(pick: AsyncPick) -> str:
         else f"{pick.rollout_gpus} rollout GPU(s) : {pick.train_gpus} training GPU(s) (the split is "
         "modelled, not measured)"
     )
+    # --emit took another modelled split than the model's best (integrations/emit.py): say which, why
+    why = f" {pick.split_note[:1].upper()}{pick.split_note[1:]}." if pick.split_note else ""
     return (
         f"Run it async: rollouts at most k = {pick.staleness} trainer step(s) old, {reuse}, a weight sync "
-        f"every {pick.sync_every} step(s), {cap}, {where}."
+        f"every {pick.sync_every} step(s), {cap}, {where}.{why}"
     )
 
 
@@ -169,6 +171,8 @@ def pick_to_dict(pick: AsyncPick | None) -> dict[str, Any] | None:
         "train_gpus": pick.train_gpus,
         "total_gpus": pick.total_gpus,
         "split": pick_split(pick),
+        # only where --emit wrote another modelled split than the model's best: which and why
+        **({"split_note": pick.split_note} if pick.split_note else {}),
     }
 
 

@@ -132,7 +132,7 @@ def recommend_for_recipe(
         except OSError as exc:
             note = plot_skipped("time-to-target", exc)
         rec = dataclasses.replace(rec, notes=(*rec.notes, note))
-    return (rec, *_emit(rec, emit, gpus, cfg, gpus_per_node))
+    return _emit(rec, emit, gpus, cfg, gpus_per_node)
 
 
 def _efficiency(cfg: Recipe, store: ResultsStore) -> tuple[SampleEfficiency, BranchedProbeResult | None]:
@@ -235,14 +235,18 @@ def recommend_from_args(
 
 def _emit(
     rec: Recommendation, trainer: str | None, gpus: int, cfg: Recipe | None, gpus_per_node: int
-) -> tuple[str | None, Any]:
+) -> tuple[Recommendation, str | None, Any]:
+    """``rec`` with its config emitted for ``trainer`` (None: none); where the trainer took another
+    modelled split than the async pick's, ``rec``'s pick is the one emitted, so run_as says it."""
     if trainer is None:
-        return None, None
+        return rec, None, None
     if cfg is not None and cfg.study.pretrain:
-        return emit_pretrain_pick(rec, trainer, gpus, cfg), {}
+        return rec, emit_pretrain_pick(rec, trainer, gpus, cfg), {}
     from batchtune.integrations.emit import emit_for_recommendation
 
     out = emit_for_recommendation(rec, trainer, gpus, cfg, gpus_per_node=gpus_per_node)
+    if out.pick is not None and rec.async_decision is not None:
+        rec = dataclasses.replace(rec, async_decision=dataclasses.replace(rec.async_decision, pick=out.pick))
     from batchtune.integrations.emit_schedule import schedule_appendix  # "" without a schedule
 
     appendix = schedule_appendix(trainer, rec, cfg, gpus, gpus_per_node=gpus_per_node)
@@ -255,8 +259,8 @@ def _emit(
         points = ResultsStore.of(cfg).throughput()
         where = points[-1].hardware if points else ""
         caveat = hardware_caveat(where, concurrency, tuple(KNOWN_HARDWARE))
-        return out.text + f"# {caveat}\n", out.values
-    return out.text, out.values
+        return rec, out.text + f"# {caveat}\n", out.values
+    return rec, out.text, out.values
 
 
 def write_emitted(trainer: str, text: str, values: dict[str, object], out: Path) -> Path:

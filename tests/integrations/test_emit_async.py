@@ -288,6 +288,9 @@ def test_a_modelled_split_the_trainer_cannot_take_falls_to_the_next():
     assert out.values["trainer.n_gpus_per_node"] == 8
     assert "modelled best split 12:4" in out.text and "fits, 8:8" in out.text
     assert "give a multiple" not in out.text
+    assert out.pick is not None and (out.pick.rollout_gpus, out.pick.train_gpus) == (8, 8)  # run_as says it
+    assert out.pick.split_note == out.notes[-1]
+    assert emit_for_recommendation(_split_pick("P4xG8-k1u1", 16, [8, 12]), "verl", 16).pick is None  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"tried 9:3, 6:6, 3:9\): give another --gpus"):
         emit_for_recommendation(_split_pick("P4xG8-k1u1", 12, [9, 6, 3]), "verl", 12)  # type: ignore[arg-type]
 

@@ -101,6 +101,7 @@ class AsyncPick:
     rollout_gpus: int | None  # None: colocated (mode "sync"), or one device both sides share
     train_gpus: int | None
     total_gpus: int
+    split_note: str = ""  # why the split is not the model's best (--emit: the trainer takes no such split)
 
 
 def queue_cap(in_flight_batches: int | None) -> int:
