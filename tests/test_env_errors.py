@@ -127,3 +127,23 @@ def test_a_lock_that_cannot_be_opened_for_writing_is_held_read_only_or_not_at_al
     fail[:] = [errno.EIO]
     with pytest.raises(OSError, match="Input/output"), files.locked(lock):
         pass
+
+
+def test_a_plot_cut_off_mid_write_leaves_no_truncated_png(tmp_path):
+    """A plot whose write stops part-way (here past a file-size limit; a crash or a full disk alike)
+    left a truncated PNG under its own name, which a later run and the report took for the plot. It
+    is written beside it first and renamed: the old plot stays, or none is there, and no temporary."""
+    from batchtune.report.plots import plot_learning_curves
+
+    curves = {"P1xG8": [([0.0, 8.0, 16.0], [0.1, 0.4, 0.6])]}
+    new, old = tmp_path / "new.png", tmp_path / "old.png"
+    plot_learning_curves(curves, 0.5, "reward", old)
+    drawn = old.read_bytes()
+    assert len(drawn) > 4_000
+    with _file_size_limit(2_000):
+        for path in (new, old):
+            with pytest.raises(OSError) as err:
+                plot_learning_curves(curves, 0.5, "reward", path)
+            assert err.value.filename == str(path)
+    assert not new.exists() and old.read_bytes() == drawn
+    assert not list(tmp_path.glob(".*.tmp"))

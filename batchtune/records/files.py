@@ -33,11 +33,17 @@ def naming(path: Path) -> Iterator[None]:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so readers see the old or the new file, never half of one."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: readers (and a
+    later run) see the old file or the new one, never a truncated one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w") as fh:
-            fh.write(text)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

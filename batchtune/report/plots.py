@@ -13,10 +13,11 @@ writes one file and returns its path.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from batchtune.records.files import naming
+from batchtune.records.files import atomic_write_bytes
 
 if TYPE_CHECKING:
     from batchtune.analysis.system.hardware import RooflinePrediction
@@ -51,10 +52,13 @@ def _figure(ncols: int, width: float = 5.2, height: float = 4.0) -> tuple[Any, l
 
 
 def _save(fig: Any, path: Path) -> Path:
+    """``fig`` as a PNG at ``path``, drawn in memory and then written atomically: a write cut off
+    part-way (a crash, a full disk) leaves the old plot or none, never a truncated one that a later
+    run or the report takes for the plot. A failed write's OSError names ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with naming(path):  # a full disk or file-size limit names the plot
-        fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
