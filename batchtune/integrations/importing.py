@@ -6,7 +6,9 @@ them exactly like probe runs. The results directory's manifest records the targe
 
 from __future__ import annotations
 
+import copy
 import glob
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -145,6 +147,40 @@ def _async_knobs(runs: Sequence[Any], store: ResultsStore, manifest: dict[str, A
     return [f"probe.staleness={sorted(ks)}", 'algorithm.mode="async"']
 
 
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _keep_probe_recipe(root: Path, stored: Recipe, wanted: Recipe, overrides: Sequence[str]) -> None:
+    """A probe's manifest is the recipe its next run is checked against (measure/probe.check_manifest):
+    an import that rewrote its target got that probe refused ("changed: target.value"). Options that
+    agree with it are fine; options that would change it are refused, naming where they belong:
+    recommend's --set judges every run of the directory by another target without rewriting it."""
+    old, new = _flat(stored.to_dict()), _flat(wanted.to_dict())
+    changed = [key for key, value in new.items() if old.get(key) != value]
+    if not changed:
+        return
+    shown = ", ".join(f"{key} {old.get(key)!r} -> {new[key]!r}" for key in changed[:4])
+
+    def changes(item: str) -> bool:
+        key = item.partition("=")[0].strip()
+        return any(c == key or c.startswith(key + ".") for c in changed)
+
+    sets = "".join(f" --set {shlex.quote(item)}" for item in overrides if changes(item))
+    raise InputError(
+        f"{root} holds a probe, and import-logs keeps its recipe as it is (the probe's next run there is "
+        f"checked against it); these options would change {shown}: to judge the runs by that, run "
+        f"`batchtune recommend --results {shlex.quote(str(root))}{sets}`, or import into another --results "
+        "directory"
+    )
+
+
 def import_logs(
     paths: Sequence[Path],
     fmt: str,
@@ -168,13 +204,16 @@ def import_logs(
     check_run_ids(runs, store)
     manifest = store.read_manifest()
     base = manifest["recipe"] if manifest else {}
+    probe_made = manifest is not None and manifest.get("source") != "import-logs"
     overrides = [*_async_knobs(runs, store, manifest), *target_overrides]  # the user's --set last: it wins
-    recipe = recipe_from_dict(apply_overrides(base, overrides), "import-logs")  # checked first
+    recipe = recipe_from_dict(apply_overrides(copy.deepcopy(base), overrides), "import-logs")  # checked first
+    if probe_made:
+        _keep_probe_recipe(store.root, recipe_from_dict(base, "import-logs"), recipe, target_overrides)
     named = any(o.startswith("target.metric=") for o in target_overrides)
     _check_metric_logged(recipe.target.metric, runs, store, named)  # recommend would fail on it later
     result = import_runs(store, runs)  # validates every run before writing any
     if manifest is None:
         store.write_manifest({"recipe": recipe.to_dict(), "source": "import-logs", "created": time.time()})
-    elif overrides:
+    elif overrides and not probe_made:
         store.write_manifest({**manifest, "recipe": recipe.to_dict()})
     return result, recipe, tuple(empty)
