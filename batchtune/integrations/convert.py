@@ -10,11 +10,11 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from batchtune.errors import InputError
 from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, safe_run_id
-from batchtune.records.types import StepRecord, candidate_label, offpolicy_suffix
+from batchtune.records.types import OFFPOLICY_SUFFIX, RunRecord, StepRecord, candidate_label, offpolicy_suffix
 
 
 def _resolve(name: str, alternatives: tuple[str, ...], present: set[str], strict: bool, where: str) -> str:
@@ -125,6 +125,37 @@ def imported_label(prompts: int, group_size: int, staleness: int, updates_per_ba
     async run is its own candidate and not one more seed of the on-policy run at its batch."""
     base = candidate_label(prompts, group_size)
     return base + offpolicy_suffix(staleness, updates_per_batch) if staleness > 0 else base
+
+
+def label_apart(runs: Sequence[ImportedRun], stored: Sequence[RunRecord]) -> list[ImportedRun]:
+    """``runs``, each on-policy one (k = 0, its default label ``P{p}xG{g}``) at another updates per
+    batch u than the directory's on-policy runs relabelled ``P{p}xG{g}-k0u{u}``: more epochs or
+    mini-batches per rollout batch is another training procedure, not one more seed of the candidate.
+    The on-policy u is that of the runs ``stored`` under a plain label (a probe's: its mini-batches;
+    a stored run keeps its label), else the smallest u among ``runs`` at k = 0, so a PPO-only import
+    (u > 1 throughout) keeps its own runs as the reference. A probe labels its k = 0 candidates at
+    other u the same way (measure/plan.offpolicy_candidates)."""
+
+    def plain(candidate: str, staleness: int) -> bool:
+        return staleness == 0 and not OFFPOLICY_SUFFIX.search(candidate)
+
+    ref = [r.updates_per_batch for r in stored if plain(r.candidate, r.staleness)]
+    ref = ref or [r.updates_per_batch for r in runs if plain(r.candidate, r.staleness)]
+    if not ref:
+        return list(runs)
+    u0 = min(ref)  # one u, unless runs imported before this rule pooled several
+
+    def apart(r: ImportedRun) -> bool:  # a label the user gave (RunInfo.candidate) is kept
+        return (
+            r.staleness == 0
+            and r.updates_per_batch != u0
+            and r.candidate == candidate_label(r.prompts, r.group_size)
+        )
+
+    return [
+        replace(r, candidate=r.candidate + offpolicy_suffix(0, r.updates_per_batch)) if apart(r) else r
+        for r in runs
+    ]
 
 
 def build_run(

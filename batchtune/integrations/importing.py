@@ -16,6 +16,7 @@ from typing import Any
 
 from batchtune.errors import InputError
 from batchtune.integrations.common import RunInfo
+from batchtune.integrations.convert import label_apart
 from batchtune.integrations.readers import ImportResult, import_runs, read_log
 from batchtune.recipe.load import apply_overrides, recipe_from_dict
 from batchtune.recipe.schema import Recipe
@@ -201,6 +202,7 @@ def import_logs(
         what = "every file is empty" if empty else "no runs found"
         raise InputError(f"{what} in {', '.join(map(str, paths))}")
     store = ResultsStore(results)
+    runs = label_apart(runs, store.runs())  # as import_runs will: the seeds are checked per candidate
     check_run_ids(runs, store)
     manifest = store.read_manifest()
     base = manifest["recipe"] if manifest else {}

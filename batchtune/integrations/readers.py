@@ -17,6 +17,7 @@ from pathlib import Path
 
 from batchtune.errors import InputError
 from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo
+from batchtune.integrations.convert import label_apart
 from batchtune.records.store import ResultsStore
 
 FORMATS = ("jsonl", "csv", "verl", "trl", "tensorboard", "wandb")
@@ -87,7 +88,9 @@ class ImportResult:
 
 def import_runs(store: ResultsStore, runs: Sequence[ImportedRun], backend: str = "import") -> ImportResult:
     """Store imported runs exactly like finished probe runs. Everything is checked first, so a bad
-    batch writes nothing; runs already in the store are skipped, never overwritten."""
+    batch writes nothing; runs already in the store are skipped, never overwritten. An on-policy run
+    at another updates per batch than the store's is its own candidate (convert.label_apart)."""
+    runs = label_apart(runs, store.runs())
     seen: dict[str, str] = {}
     for run in runs:
         if run.run_id in seen:

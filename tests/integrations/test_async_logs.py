@@ -5,6 +5,7 @@ built-in async run records, so an imported async run feeds the joint decision
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -204,3 +205,54 @@ def test_an_import_made_recipe_keeps_what_it_says_of_its_runs(tmp_path):
     out = import_logs([log("e")], "csv", res, k2)
     assert out.recipe.algorithm.mode == "async" and list(out.recipe.probe.staleness) == [0, 1, 2]
     assert ResultsStore(res).read_manifest()["recipe"]["probe"]["staleness"] == [0, 1, 2]
+
+
+def _csv(tmp_path, name: str, batch: int):
+    path = tmp_path / f"{name}.csv"
+    rows = "".join(f"{s},{batch * s},{0.1 * s},1e-6\n" for s in range(6))
+    path.write_text("step,samples,reward,lr\n" + rows)
+    return path
+
+
+def test_on_policy_runs_of_other_updates_per_batch_are_their_own_candidate(tmp_path):
+    """Runs at k = 0 with u = 4 (PPO: mini-batches x epochs) beside u = 1 runs of the same batch were
+    pooled into P4xG8 as more seeds of one candidate, though they train differently. The directory's
+    on-policy runs (P4xG8) keep the u they were stored with, else the smallest u imported at k = 0 is
+    theirs; a run at k = 0 and another u is P4xG8-k0u{u}, as a probe names it."""
+    from batchtune.workflow.imports import import_logs
+
+    u1, u4 = RunInfo(prompts=4, group_size=8), RunInfo(prompts=4, group_size=8, updates_per_batch=4)
+    labels: dict[str, str] = {}
+    for name, first, then in (("a", u1, u4), ("b", u4, u1)):
+        res = str(tmp_path / name)
+        import_logs([_csv(tmp_path, f"{name}0", 32)], "csv", res, first, metric="reward")
+        then = dataclasses.replace(then, seed=1)
+        import_logs([_csv(tmp_path, f"{name}1", 32)], "csv", res, then)
+        assert import_logs([tmp_path / f"{name}1.csv"], "csv", res, then).skipped == (f"{name}1",)  # again
+        labels |= {r.run_id: r.candidate for r in ResultsStore(res).runs()}
+    assert labels == {"a0": "P4xG8", "a1": "P4xG8-k0u4", "b0": "P4xG8", "b1": "P4xG8-k0u1"}
+    runs = [*read_log(_csv(tmp_path, "c0", 32), "csv", u4), *read_log(_csv(tmp_path, "c1", 32), "csv", u1)]
+    store = ResultsStore(tmp_path / "c")
+    import_runs(store, runs)  # one batch of runs at two u: the smallest is the on-policy reference
+    assert {r.run_id: r.candidate for r in store.runs()} == {"c0": "P4xG8-k0u4", "c1": "P4xG8"}
+    assert {k: (v.staleness, v.updates_per_batch) for k, v in run_knobs(store).items()} == {
+        "P4xG8": (0, 1),
+        "P4xG8-k0u4": (0, 4),
+    }
+
+
+def test_a_ppo_only_import_keeps_its_on_policy_reference(tmp_path):
+    """Every run at u = 4 (PPO always has u > 1): they are the on-policy candidates, P{p}xG{g}, and
+    recommend ranks them as before."""
+    from typer.testing import CliRunner
+
+    from batchtune.cli import app
+    from batchtune.workflow.imports import import_logs
+
+    res = str(tmp_path / "res")
+    for p in (4, 16):
+        info = RunInfo(prompts=p, group_size=8, updates_per_batch=4)
+        import_logs([_csv(tmp_path, f"p{p}", 8 * p)], "csv", res, info, metric="reward", target=0.3)
+    assert {r.candidate for r in ResultsStore(res).runs()} == {"P4xG8", "P16xG8"}
+    out = CliRunner().invoke(app, ["recommend", "--results", res])
+    assert out.exit_code == 0, out.output
