@@ -266,7 +266,7 @@ def test_check_matches_the_config_s_own_shape_at_a_shared_batch() -> None:
     P8xG4 config at whichever came first."""
     from types import SimpleNamespace as NS
 
-    from batchtune.workflow.ci import _offpolicy_time
+    from batchtune.workflow.ci import _offpolicy_price
 
     def cand(label, p, g):
         return NS(label=label, family="offpolicy", batch_responses=32, prompts=p, group_size=g)
@@ -280,11 +280,96 @@ def test_check_matches_the_config_s_own_shape_at_a_shared_batch() -> None:
             ]
         ),
     )
-    tc = NS(prompts=8, group_size=4, staleness=1, updates_per_batch=1)
-    assert _offpolicy_time(rec, tc, 32, "s") == 5.0
-    assert (
-        _offpolicy_time(rec, NS(prompts=16, group_size=2, staleness=1, updates_per_batch=1), 32, "s") is None
+
+    def config(p, g):
+        return NS(
+            prompts=p, group_size=g, staleness=1, updates_per_batch=1, trl_steps=None, batch_responses=32
+        )
+
+    assert _offpolicy_price(rec, config(8, 4), 1, "s").time == 5.0
+    missed = _offpolicy_price(rec, config(16, 2), 1, "s")  # the on-policy curve, said in one line
+    assert missed.on_curve and len(missed.notes) == 1 and "P16xG2-k1u1" in missed.notes[0]
+
+
+# an async probe of 2 mini-batches per rollout batch: its off-policy candidates are u = 2
+U2_SET = ["algorithm.mini_batches=2", "probe.staleness=[0, 1]", "probe.updates_per_batch=[2]"]
+U2_RUNS = {
+    "P2xG8": (2, 0, 2, (160, 224), 0.10, 0.05, 0.01),
+    "P4xG8": (4, 0, 2, (224, 320), 0.18, 0.08, 0.01),
+    "P2xG8-k1u2": (2, 1, 2, (192, 256), 0.12, 0.06, 0.01),
+    "P4xG8-k1u2": (4, 1, 2, (200, 280), 0.20, 0.09, 0.01),
+}
+
+
+def _check_json(cfg: Path, results: Path) -> dict:
+    out = CliRunner().invoke(app, ["check", str(cfg), "-r", str(results), "--format", "trl", "--json"])
+    assert out.exit_code in (0, 1, 3), out.output
+    return json.loads(out.stdout)
+
+
+def _trl_async(path: Path, per_device: int, max_staleness: int, weight_sync_steps: int) -> Path:
+    path.write_text(
+        "# accelerate launch --num_processes 1\n"
+        f"per_device_train_batch_size: {per_device}\nnum_generations: 8\nlearning_rate: 0.0002\n"
+        f"max_staleness: {max_staleness}\nweight_sync_steps: {weight_sync_steps}\n"
     )
+    return path
+
+
+def test_check_reads_an_emitted_trl_async_pick_of_two_updates_in_rollout_batches(tmp_path: Path) -> None:
+    """The pick P4xG8-k1u2 emitted as an AsyncGRPOConfig (16 completions per optimiser step,
+    weight_sync_steps 2, max_staleness 1) was read back as 16 responses at staleness 2, u 1: no
+    candidate is labelled so, and check priced it on the on-policy curve at P2xG8 (2.28 s, not the
+    pick's 1.83 s), and failed its LR (set for 32). It now reads B = 2 x 16, k = 1, u = 2."""
+    results = _store(tmp_path / "r", U2_SET, U2_RUNS)
+    data = json.loads(_recommend(results, "--json", "--gpus", "8").stdout)
+    assert data["recommended"]["run_as"]["name"] == "P4xG8-k1u2"
+    t = {c["name"]: c["time_to_target_s"] for c in data["candidates"]}
+    out = tmp_path / "trl.yaml"
+    _recommend(results, "--gpus", "8", "--emit", "trl", "-o", str(out))
+    got = _check_json(out, results)
+    assert got["config"]["batch_responses"] == 32, got["config"]
+    assert got["predicted_time_to_target"]["value"] == pytest.approx(t["P4xG8-k1u2"])
+    checks = {c["name"]: c["status"] for c in got["checks"]}
+    assert checks["batch"] == checks["lr"] == "pass", got["checks"]
+    assert any("priced at the probe's P4xG8-k1u2" in n for n in got["notes"]), got["notes"]
+    assert not any("evidence's pick is" in n for n in got["notes"]), got["notes"]  # k and u are the pick's
+
+
+def test_check_says_which_candidate_a_trl_async_config_missed(tmp_path: Path) -> None:
+    """weight_sync_steps 4 is u = 4 at B = 32: the probe has no P4xG8-k1u4, and check says so in one
+    line and what it priced instead (the on-policy curve at N = 32)."""
+    results = _store(tmp_path / "r", U2_SET, U2_RUNS)
+    t = {
+        c["name"]: c["time_to_target_s"]
+        for c in json.loads(_recommend(results, "--json").stdout)["candidates"]
+    }
+    got = _check_json(_trl_async(tmp_path / "a.yaml", 8, 1, 4), results)
+    assert got["config"]["batch_responses"] == 32
+    said = [n for n in got["notes"] if "P4xG8-k1u4" in n]
+    assert len(said) == 1 and "on-policy curve's at N = 32" in said[0], got["notes"]
+    assert got["predicted_time_to_target"]["value"] == pytest.approx(t["P4xG8"])
+
+
+def test_check_prices_no_trl_async_config_it_cannot_place(tmp_path: Path) -> None:
+    """Weights synced every 2 rollout batches: max_staleness 1 is k = 1 or 2, both measured
+    (ambiguous); weight_sync_steps 3 is no whole number of steps per batch. Neither is priced."""
+    runs = {
+        "P2xG8": (2, 0, 1, (160, 224), 0.10, 0.05, 0.01),
+        "P4xG8": (4, 0, 1, (224, 320), 0.18, 0.08, 0.01),
+        "P2xG8-k1u1": (2, 1, 1, (192, 256), 0.12, 0.06, 0.01),
+        "P2xG8-k2u1": (2, 2, 1, (200, 272), 0.12, 0.06, 0.01),
+    }
+    sync2 = ["algorithm.sync_every=2", "probe.staleness=[0, 1, 2]", "probe.updates_per_batch=[1]"]
+    results = _store(tmp_path / "r", sync2, runs)
+    both = _check_json(_trl_async(tmp_path / "a.yaml", 16, 1, 2), results)
+    assert both["predicted_time_to_target"]["value"] is None
+    said = [n for n in both["notes"] if "P2xG8-k1u1 and P2xG8-k2u1" in n]
+    assert len(said) == 1 and "no time-to-target is priced" in said[0], both["notes"]
+    odd = _check_json(_trl_async(tmp_path / "b.yaml", 16, 1, 3), results)
+    assert odd["predicted_time_to_target"]["value"] is None
+    said = [n for n in odd["notes"] if "weight_sync_steps=3" in n]
+    assert len(said) == 1 and "no time-to-target is priced" in said[0], odd["notes"]
 
 
 def test_run_as_names_the_split_emitted_when_the_trainer_cannot_take_the_best(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from batchtune.errors import InputError
 from batchtune.integrations.config_files import Flat, read_flat
 from batchtune.integrations.openrlhf import _LEGACY as OPENRLHF_LEGACY
 from batchtune.integrations.trainer_configs_async import (
+    AsyncGrpoSteps,
     AsyncReading,
     fully_async_verl,
     openrlhf_async,
@@ -90,6 +91,7 @@ class TrainerConfig:
     staleness: float = 0.0
     updates_per_batch: float = 1.0
     mode: str = "sync"  # sync: generation shares the training GPUs | async: GPUs of its own
+    trl_steps: AsyncGrpoSteps | None = None  # TRL AsyncGRPO in its own units (check reads it in a probe's)
 
     @property
     def batch_responses(self) -> int:
@@ -262,7 +264,7 @@ def _trl(flat: Flat, path: Path) -> TrainerConfig:
         engines = 1 if mode == "server" else max(1, nproc // tp)
         notes.append(f"vLLM in {mode} mode: {engines} engine(s) generate the batch")
     conc = Setting(gen.name, math.ceil(gen.value / engines), gen.line)  # each engine its share at once
-    reading = trl_async(flat, nproc)
+    reading = trl_async(flat, nproc, int(gen.value))
     if reading.mode == "async":  # AsyncGRPO: one vLLM server takes max_inflight_tasks at once
         engines = 1
         conc = _inflight_tasks(flat, path, gen)
@@ -372,6 +374,7 @@ def _build(
         staleness=reading.staleness if reading else 0.0,
         updates_per_batch=reading.updates_per_batch if reading else 1.0,
         mode=reading.mode if reading else "sync",
+        trl_steps=reading.trl_steps if reading else None,
     )
 
 

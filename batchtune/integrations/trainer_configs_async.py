@@ -9,14 +9,17 @@ absent, from verl 0.9.1, trl 1.16, OpenRLHF 0.11.2):
   ppo_mini_batch_size`` prompts (defaults 4, 1, 256), k = ``staleness_threshold`` (default 0.1:
   a share of a batch); u = mini-batches x ``ppo_epochs``.
 - TRL: u = ``steps_per_generation / gradient_accumulation_steps x num_iterations``; an
-  AsyncGRPOConfig (``max_staleness`` set) has no rollout batch: k = max_staleness x
-  ``weight_sync_steps`` optimiser steps, one update per completion.
+  AsyncGRPOConfig (``max_staleness`` set) has no rollout batch: it is read in optimiser steps here
+  (k = max_staleness x ``weight_sync_steps`` optimiser steps, one update per completion), and kept
+  in its own units (``AsyncGrpoSteps``) for `check` to read in a probe's rollout batches
+  (``in_rollout_batches``).
 - OpenRLHF: u = P*G / ``--train.batch_size`` x ``--train.max_epochs``; with ``--train.async_enable``,
   k = ``--train.async_queue_size`` (default 1).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from batchtune.integrations.config_files import Flat
@@ -27,12 +30,66 @@ TRUE = ("true", "1", "yes", "y", "t")
 
 
 @dataclass(frozen=True)
+class AsyncGrpoSteps:
+    """An AsyncGRPOConfig in its own units (trl 1.16 trl/experimental/async_grpo): each optimiser step
+    trains ``completions_per_step`` = per_device_train_batch_size x gradient_accumulation_steps x
+    processes completions, once each; the version the vLLM server generates with advances every
+    ``weight_sync_steps`` optimiser steps; a completion more than ``max_staleness`` versions old is
+    dropped. It has no rollout batch, steps_per_generation nor num_iterations."""
+
+    completions_per_step: int
+    max_staleness: float
+    weight_sync_steps: float
+
+
+@dataclass(frozen=True)
+class RolloutBatches:
+    """An AsyncGRPOConfig in a probe's units (``in_rollout_batches``): a rollout batch of
+    ``batch_responses``, ``updates_per_batch`` optimiser steps on it, staleness k in rollout batches
+    between ``staleness_lo`` and ``staleness_hi`` (one value unless weights sync every few batches)."""
+
+    batch_responses: int
+    updates_per_batch: int
+    staleness_lo: int
+    staleness_hi: int
+    how: str  # the reading in words, for check's note
+
+
+def in_rollout_batches(steps: AsyncGrpoSteps, sync_every: int) -> RolloutBatches | str:
+    """``steps`` read as a probe whose weights sync every ``sync_every`` rollout batches; or why it
+    cannot be. The inverse of emit_async.trl_async, which writes a candidate P x G at staleness k and
+    u = mini-batches m (epochs 1: AsyncGRPO uses each completion once) as completions per step
+    P*G/m, ``weight_sync_steps`` = m x sync_every and ``max_staleness`` = ceil(k / sync_every):
+    B = m x completions per step, u = m = weight_sync_steps / sync_every, and k any value with
+    ceil(k / sync_every) = max_staleness, no less than sync_every - 1 (a bound the sync can keep)."""
+    w, v, s = steps.weight_sync_steps, steps.max_staleness, sync_every
+    if not (math.isfinite(w) and math.isfinite(v)) or w != int(w) or w < 1 or v != int(v) or v < 0:
+        return f"weight_sync_steps={w:g} and max_staleness={v:g} are not whole numbers (>= 1, >= 0)"
+    if int(w) % s:
+        return (
+            f"weight_sync_steps={int(w)} is not a multiple of the probe's weight sync every {s} rollout "
+            f"batches (u = weight_sync_steps / {s} optimiser steps per batch)"
+        )
+    m, v = int(w) // s, int(v)
+    lo, hi = (0, 0) if v == 0 else (max((v - 1) * s + 1, s - 1), v * s)
+    k = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    how = (
+        f"TRL AsyncGRPO in the probe's rollout batches (weights synced every {s} batch(es)): "
+        f"weight_sync_steps={int(w)} is u = {m} optimiser step(s) of {steps.completions_per_step} "
+        f"completions per batch, B = {m * steps.completions_per_step}; max_staleness={v} version(s) "
+        f"is k = {k}"
+    )
+    return RolloutBatches(m * steps.completions_per_step, m, lo, hi, how)
+
+
+@dataclass(frozen=True)
 class AsyncReading:
     staleness: float  # trainer steps (rollout batches) of lag; fractional for verl's staleness_threshold
     updates_per_batch: float  # optimiser updates per rollout batch
     mode: str  # sync: generation and training share the GPUs | async: separate GPUs
     notes: tuple[str, ...] = ()
     prompts: int | None = None  # verl fully_async: the batch it implies (its data.train_batch_size is 0)
+    trl_steps: AsyncGrpoSteps | None = None  # TRL AsyncGRPO: its own units, for check to read in a probe's
 
 
 def _get(flat: Flat, *names: str, default: float) -> float:
@@ -84,20 +141,22 @@ def verl_async(flat: Flat, prompts: int | None) -> AsyncReading:
     return AsyncReading(0, u, "sync")
 
 
-def trl_async(flat: Flat, processes: int) -> AsyncReading:
-    """``processes``: the training processes (num_processes, or the config's accelerate launch line)."""
+def trl_async(flat: Flat, processes: int, per_step: int) -> AsyncReading:
+    """``processes``: the training processes (num_processes, or the config's accelerate launch line);
+    ``per_step``: the completions one optimiser step trains (AsyncGRPO's batch as read here)."""
 
     def num(name: str, default: float) -> float:
         return _get(flat, name, f"--{name}", default=default)
 
     if "max_staleness" in flat or "--max_staleness" in flat:
-        sync = num("weight_sync_steps", 1)
-        k = num("max_staleness", 4) * sync
+        sync, versions = num("weight_sync_steps", 1), num("max_staleness", 4)
+        k = versions * sync
         note = (
-            f"TRL AsyncGRPO: max_staleness x weight_sync_steps = {k:g} optimiser steps of lag; one "
-            "optimiser step's completions are read as the batch (each is used once)"
+            f"TRL AsyncGRPO counts optimiser steps: {per_step} completions each (each used once), "
+            f"max_staleness x weight_sync_steps = {k:g} optimiser steps of lag"
         )
-        return AsyncReading(k, 1, "async", (note,))
+        steps = AsyncGrpoSteps(per_step, versions, sync)
+        return AsyncReading(k, 1, "async", (note,), trl_steps=steps)
     ga = num("gradient_accumulation_steps", 1)
     spg = num("steps_per_generation", 0)
     if not spg:  # derived from generation_batch_size when given (trl 1.16 GRPOConfig.__post_init__)

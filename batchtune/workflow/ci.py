@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batchtune.errors import AnalysisError, InputError
-from batchtune.records.types import offpolicy_suffix
+from batchtune.records.types import OFFPOLICY_SUFFIX, candidate_label, offpolicy_suffix
 from batchtune.workflow.recommend import recommend_from_args
 
 if TYPE_CHECKING:
@@ -84,26 +85,26 @@ def check(
         )
         return tc, CheckResult((item,), None, "")
     _refuse_pretraining(rec, source)
-    eff, n = rec.efficiency, float(tc.batch_responses)
+    ranking, rps = _time_ranking(rec)
+    priced = _offpolicy_price(rec, tc, _probe_sync_every(results), ranking.unit)
+    tc, eff, n = priced.config, rec.efficiency, float(priced.config.batch_responses)
     value = eff.target if math.isfinite(eff.target) else None  # as JSON holds it (NaN: null)
     target = {"metric": eff.metric, "target": value, "higher_is_better": eff.higher_is_better}
-    notes = list(tc.notes)
+    notes = [*tc.notes, *priced.notes]
     from batchtune.integrations.emit import pick_offpolicy
     from batchtune.integrations.trainer_configs_async import pick_note
 
     offpolicy = pick_note(tc.staleness, tc.updates_per_batch, *pick_offpolicy(rec))  # k, u as run vs pick
-    notes += [offpolicy] if offpolicy else []
+    notes += [offpolicy] if offpolicy and priced.in_probe_units else []
     notes += _baseline_notes(baseline, base_target, target)
-    ranking, rps = _time_ranking(rec)
     batches, times, unit = list(ranking.batches), list(ranking.times), ranking.unit
     ref = eff.get(eff.reference)
     notes += [f"the evidence's own pick rests on thin evidence: {why}" for why in rec.evidence]
     rule = _lr_rule(lr_rule, ref.lr_rule, notes)
-    off = _offpolicy_time(rec, tc, n, ranking.unit)
-    predicted = interp_loglog(n, batches, times) if off is None else off
+    predicted = interp_loglog(n, batches, times) if priced.on_curve else priced.time
     why = (
-        "the probe's candidate at this batch, staleness and updates never reached the target"
-        if off is not None
+        priced.why
+        if not priced.on_curve
         else f"N = {n:g} is outside the measured batches {batches[0]:g}-{batches[-1]:g}"
         if batches and not batches[0] <= n <= batches[-1]
         else "a neighbouring batch never reached the target"
@@ -180,23 +181,87 @@ def _time_ranking(rec: Any) -> tuple[Any, list[float]]:
     return ranking, [ranked[c.label].responses_per_s for c in main]
 
 
-def _offpolicy_time(rec: Any, tc: Any, n: float, unit: str) -> float | None:
-    """The ranked time of the off-policy candidate the config ``tc`` runs (its P, G, batch,
-    staleness k and updates u: ``P{p}xG{g}-k{k}u{u}``) where the probe measured it; None otherwise.
-    The on-policy curve would price an async config at its sync batch's time."""
-    want = offpolicy_suffix(tc.staleness, tc.updates_per_batch)
+@dataclass(frozen=True)
+class _Priced:
+    """How `check` prices a config's time-to-target: at the probe's off-policy candidate it runs
+    (``time``; None: that candidate never reached the target), or on the on-policy curve at its
+    batch (``on_curve``), or not at all (``why``); ``config`` in the probe's units."""
+
+    config: TrainerConfig
+    time: float | None = None
+    on_curve: bool = True
+    why: str = ""
+    notes: tuple[str, ...] = ()
+    in_probe_units: bool = True  # False: k and u are a TRL AsyncGRPO's optimiser steps, not comparable
+
+
+def _probe_sync_every(results: str | None) -> int:
+    """Trainer steps per weight sync in the probe's runs (its stored recipe); 1 for measurements."""
+    if results is None:
+        return 1
+    from batchtune.workflow.loading import load
+
+    a = load(None, [], results, stored=True).algorithm
+    return a.sync_every if a.mode == "async" else 1  # as the joint decision read the runs (joint.py)
+
+
+def _offpolicy_price(rec: Any, tc: TrainerConfig, sync_every: int, unit: str) -> _Priced:
+    """Where the config ``tc`` is priced: the ranked off-policy candidate it runs (its P, G, staleness k
+    and updates u: ``P{p}xG{g}-k{k}u{u}``) where the probe measured it. The on-policy curve would
+    price an async config at its sync batch's time, so an off-policy config the probe did not
+    measure is priced there only with a note saying so. A TRL AsyncGRPOConfig counts optimiser
+    steps and versions: it is first read in the probe's rollout batches (``in_rollout_batches``),
+    and priced at nothing where that reading is not whole or matches several candidates."""
+    from batchtune.integrations.trainer_configs_async import in_rollout_batches
+
     ranked = {r.name: r for r in rec.ranking.candidates}
+    found = {}  # label -> (P, G, k, u) of each ranked off-policy candidate
     for c in rec.efficiency.candidates:
-        if (
-            c.family == "offpolicy"
-            and c.batch_responses == n
-            and (c.prompts, c.group_size) == (tc.prompts, tc.group_size)
-            and c.label.endswith(want)
-            and c.label in ranked
-        ):
-            r = ranked[c.label]
-            return float(r.time_to_target_s if unit == "s" else r.time_ratio)
-    return None
+        named = OFFPOLICY_SUFFIX.search(c.label)
+        if c.family == "offpolicy" and named and c.label in ranked:
+            found[c.label] = (c.prompts, c.group_size, int(named[1]), int(named[2]))
+    k_lo = k_hi = tc.staleness
+    if tc.trl_steps is not None:
+        read = in_rollout_batches(tc.trl_steps, sync_every)
+        if isinstance(read, str):
+            why = f"TRL AsyncGRPO has no reading in the probe's rollout batches: {read}"
+            return _Priced(tc, None, False, why, (f"{why}; no time-to-target is priced",), False)
+        p, batch = read.batch_responses // tc.group_size, tc.settings["batch"]
+        settings = {  # the lines stay the per-step batch's: the note says how it was scaled
+            **tc.settings,
+            "prompts": dataclasses.replace(tc.settings["prompts"], value=float(p)),
+            "batch": dataclasses.replace(batch, value=float(read.batch_responses)),
+        }
+        tc = dataclasses.replace(
+            tc,
+            prompts=p,
+            staleness=float(read.staleness_hi),
+            updates_per_batch=float(read.updates_per_batch),
+            settings=settings,
+        )
+        k_lo, k_hi = read.staleness_lo, read.staleness_hi
+        notes: tuple[str, ...] = (read.how,)
+    else:
+        notes = ()
+    u, shape = tc.updates_per_batch, (tc.prompts, tc.group_size)
+    hits = [lab for lab, (p, g, k, uu) in found.items() if (p, g) == shape and uu == u and k_lo <= k <= k_hi]
+    wanted = candidate_label(*shape) + (
+        offpolicy_suffix(k_hi, u) if k_lo == k_hi else f" at staleness {k_lo:g}-{k_hi:g}, u = {u:g}"
+    )
+    if len(hits) > 1:
+        why = f"the config matches the probe's {' and '.join(sorted(hits))} (looked for {wanted})"
+        return _Priced(tc, None, False, why, (*notes, f"{why}: no time-to-target is priced"))
+    if hits:
+        r = ranked[hits[0]]
+        t = float(r.time_to_target_s if unit == "s" else r.time_ratio)
+        why = f"the probe's candidate {hits[0]} never reached the target"
+        return _Priced(tc, t, False, why, (*notes, f"time-to-target priced at the probe's {hits[0]}"))
+    if k_hi > 0:  # off-policy, not measured: the on-policy curve, said
+        notes += (
+            f"check looked for the probe's candidate {wanted}, which it did not measure: time-to-target "
+            f"is the on-policy curve's at N = {tc.batch_responses}, with no staleness priced",
+        )
+    return _Priced(tc, notes=notes)
 
 
 def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -202,6 +202,7 @@ def _read(tmp_path, trainer: str, text: str, extra: str = ""):
 
 def test_check_reads_the_async_keys_back(tmp_path):
     """`check` finds k, u and the mode batchtune wrote, for each trainer, printed and as a file."""
+    from batchtune.integrations.trainer_configs_async import in_rollout_batches
     from tests.integrations.async_cases import ASYNC_WINNERS
 
     seen = 0
@@ -235,6 +236,11 @@ def test_check_reads_the_async_keys_back(tmp_path):
                 elif trainer == "trl" and r.staleness:  # AsyncGRPO: one optimiser step is the batch
                     assert c.staleness * c.prompts == r.staleness * r.prompts  # the lag, in prompts
                     assert c.updates_per_batch == 1
+                    # and in the probe's rollout batches (check's reading), the pick's own B, k and u
+                    got = in_rollout_batches(c.trl_steps, r.sync_every)
+                    assert (got.batch_responses, got.updates_per_batch) == (r.batch_responses, r.mini_batches)
+                    assert got.staleness_lo <= r.staleness <= got.staleness_hi, (r, got)
+                    assert got.staleness_lo == got.staleness_hi or r.sync_every > 1
                 else:
                     want_k = (
                         min(r.staleness, r.in_flight_cap or r.staleness)

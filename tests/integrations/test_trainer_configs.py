@@ -192,3 +192,21 @@ def test_generation_concurrency_is_per_engine(tmp_path):
     colo = trl + "use_vllm: yes\nvllm_tensor_parallel_size: 2\n"  # colocate: trl's default since 1.0
     tp2 = read_trainer_config(write(tmp_path, "c.yaml", colo))
     assert (tp2.engines, tp2.generation_concurrency) == (2, 64)
+
+
+def test_trl_async_read_in_a_probes_rollout_batches():
+    """AsyncGRPO counts optimiser steps of b completions and versions of weight_sync_steps (w) steps:
+    with weights synced every s rollout batches, u = w / s, B = u x b, ceil(k / s) = max_staleness."""
+    from batchtune.integrations.trainer_configs_async import AsyncGrpoSteps, in_rollout_batches
+
+    one = in_rollout_batches(AsyncGrpoSteps(16, 1, 2), 1)
+    assert not isinstance(one, str)
+    assert (one.batch_responses, one.updates_per_batch, one.staleness_lo, one.staleness_hi) == (32, 2, 1, 1)
+    two = in_rollout_batches(AsyncGrpoSteps(16, 2, 4), 2)  # k 3 or 4 both keep ceil(k / 2) = 2
+    assert not isinstance(two, str)
+    assert (two.batch_responses, two.updates_per_batch, two.staleness_lo, two.staleness_hi) == (32, 2, 3, 4)
+    fresh = in_rollout_batches(AsyncGrpoSteps(16, 0, 1), 1)
+    assert not isinstance(fresh, str) and (fresh.staleness_lo, fresh.staleness_hi) == (0, 0)
+    assert "not a multiple" in str(in_rollout_batches(AsyncGrpoSteps(16, 1, 3), 2))
+    for bad in (float("inf"), float("nan"), 1.5, -1.0):
+        assert "not whole numbers" in str(in_rollout_batches(AsyncGrpoSteps(16, bad, 1), 1))
