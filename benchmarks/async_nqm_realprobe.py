@@ -110,7 +110,7 @@ def task(job: tuple[str, int, int]) -> dict[str, object]:
 def _end(root: Path) -> dict[str, object]:
     """Where the probe's sequential rounds ended (its TopUpEnd): the best estimate, the leaders not
     separated from it at the cap and the bound their intervals put on the pick's cost (none: no end)."""
-    from batchtune.measure.async_topup import load_top_up
+    from batchtune.measure.topup_record import load_top_up
     from batchtune.records.store import ResultsStore
 
     rec = load_top_up(ResultsStore(root))

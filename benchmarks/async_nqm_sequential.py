@@ -245,8 +245,8 @@ def _real_probe(
 ) -> tuple[str, dict[str, float], int, int]:
     """(pick, label -> responses/s, seed-runs in the store, topped-up candidates) of one probe whose
     planned seeds start at ``first`` (the top-up's follow them)."""
-    from batchtune.measure.async_topup import load_top_up
     from batchtune.measure.probe import run_probe
+    from batchtune.measure.topup_record import load_top_up
     from batchtune.recipe.load import load_recipe
     from batchtune.records.store import ResultsStore
     from batchtune.workflow.recommend import recommend_for_recipe

@@ -277,7 +277,7 @@ def test_a_probe_waits_while_another_process_decides_the_rounds(tmp_path):
 KILL_AFTER_SAVE = """
 import os, signal, sys
 import batchtune.measure.async_topup as m
-real, when = m._save, sys.argv.pop(1)
+real, when = m.save_top_up, sys.argv.pop(1)
 def save(store, rec):
     real(store, rec)
     save.calls = getattr(save, "calls", 0) + 1
@@ -285,7 +285,7 @@ def save(store, rec):
         print(f"killed after save {save.calls}: rounds={len(rec.rounds)} end={rec.end}", file=sys.stderr)
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
-m._save = save
+m.save_top_up = save
 from batchtune.cli import main
 sys.argv[0] = "batchtune"
 main()

@@ -19,9 +19,10 @@ the same seed list (``top_up_seeds``).
 
 Resumable and recorded: each round (its candidates and their seed count) is written to
 ``<results>/async_topup.json`` before its runs start; a rerun first finishes the recorded rounds'
-runs, then goes on from there, so `recommend` reports the rounds that were run (``load_top_up``). A
-record of another margin, seed count or cap is started afresh (the runs it made are kept and count
-as seeds). Only the plan's candidates are compared: not the runs of one the edited recipe dropped.
+runs, then goes on from there, so `recommend` reports the rounds that were run (the record:
+measure/topup_record.py). A record of another margin, seed count or cap is started afresh (the runs
+it made are kept and count as seeds). Only the plan's candidates are compared: not the runs of one
+the edited recipe dropped.
 """
 
 from __future__ import annotations
@@ -33,15 +34,13 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from batchtune import codec
-from batchtune.errors import InputError
 from batchtune.events import ProbeEvents
 from batchtune.measure.execute import RunFn, run_jobs
 from batchtune.measure.plan import Plan, run_id
 from batchtune.measure.sequential import extra_seed
 from batchtune.measure.stop_rule import NO_BAND, StopPolicy, stop_policy
+from batchtune.measure.topup_record import TopUpRecord, load_top_up, save_top_up
 from batchtune.recipe.schema import Recipe
-from batchtune.records.files import read_text, write_if_changed
 from batchtune.records.store import ResultsStore
 from batchtune.records.types import FAILED_STATUSES
 
@@ -49,10 +48,6 @@ if TYPE_CHECKING:
     from batchtune.analysis.decide.async_joint import Knobs, Trace
     from batchtune.analysis.decide.async_topup import TopUpEnd, TopUpRound
     from batchtune.analysis.sample.efficiency import SampleEfficiency
-
-TOP_UP_FILE = "async_topup.json"
-TIMES = "the probe's own step times"
-
 
 class Analyse(Protocol):
     """measure/probe.analyse_store's shape: the sample efficiency of the store's runs, less those of
@@ -94,113 +89,6 @@ def run_knobs(store: ResultsStore) -> dict[str, Knobs]:
         lab: dataclasses.replace(kn, sync_s=statistics.median(syncs[lab]) if syncs[lab] else 0.0)
         for lab, kn in first.items()
     }
-
-
-@dataclasses.dataclass(frozen=True)
-class TopUpRecord:
-    margin: float
-    top: int
-    rounds: tuple[TopUpRound, ...]
-    times_source: str = TIMES
-    cap: int = 0  # budget.async_top_up_max_seeds (<= top: no sequential rounds)
-    end: TopUpEnd | None = None  # where the sequential rounds stopped (None: none ran, or not yet)
-
-    def lines(self) -> list[str]:
-        """What `recommend` says: who was topped up, in which round, and why."""
-        seq = (
-            f"; then, up to {self.cap} seeds, the best and the contenders its paired seeds did not "
-            "separate from it doubled their seeds (budget.async_top_up_max_seeds; a candidate once topped "
-            "up stays compared until its interval separates it)"
-            if self.cap > self.top
-            else ""
-        )
-        if not self.rounds:
-            return [
-                f"seed top-up (budget.async_top_up_seeds = {self.top}, margin {self.margin:.0%}): no "
-                "candidate needed more seeds"
-            ]
-        head = (
-            f"seed top-up (budget.async_top_up_seeds = {self.top}): candidates within "
-            f"{self.margin:.0%} of the best estimated T ({self.times_source}) got {self.top} seeds, "
-            f"until no contender lacked seeds{seq}"
-        )
-        rounds = [f"round {i}: {r.words(self.margin, self.top)}" for i, r in enumerate(self.rounds, 1)]
-        return [head, *rounds, *([] if self.end is None else [self.end.words()])]
-
-    def asked(self) -> dict[str, int]:
-        """The seeds each candidate was asked for in the recorded rounds."""
-        out: dict[str, int] = {}
-        for r in self.rounds:
-            for t in r.topped:
-                out[t.label] = max(out.get(t.label, 0), r.seeds or self.top)
-        return out
-
-
-def load_top_up(store: ResultsStore) -> TopUpRecord | None:
-    """The stored record of the probe's top-up rounds (None: none ran); a damaged one is an
-    InputError that says how to start it afresh."""
-    path = store.root / TOP_UP_FILE
-    if not path.exists():
-        return None
-    if not path.is_file():
-        raise InputError(f"{path} is not a file (a directory in its place?): move it away")
-    data = codec.loads(read_text(path), str(path))
-    try:
-        return _record(data, str(path))
-    except (KeyError, TypeError, ValueError, AttributeError, InputError) as exc:
-        raise InputError(
-            f"{path} is not a seed top-up record ({type(exc).__name__}: {exc}); delete it and run the "
-            "probe again: it starts the rounds afresh, and the runs it made are kept"
-        ) from None
-
-
-def _record(data: Any, where: str) -> TopUpRecord:
-    from batchtune.analysis.decide.async_topup import OpenLeader, TopUp, TopUpEnd, TopUpRound
-
-    rounds = tuple(
-        TopUpRound(
-            str(r["best"]),
-            codec.as_float(r["best_t"], where),
-            tuple(codec.from_dict(TopUp, t, where) for t in r["topped"]),
-            int(r.get("seeds", data["top"])),
-            str(r.get("kind", "contenders")),
-        )
-        for r in data["rounds"]
-    )
-    top = int(data["top"])
-    e = data.get("end")  # absent: a record before the field, or rounds not ended
-    end = (
-        None
-        if e is None
-        else TopUpEnd(
-            str(e["best"]),
-            int(e["seeds"]),
-            tuple(codec.from_dict(OpenLeader, o, where) for o in e["open"]),
-            codec.as_float(e["tol"], where),
-            int(e.get("compared", len(e["open"]))),  # absent: a record before the field
-            int(e.get("cap", data.get("cap", 0))),
-        )
-    )
-    return TopUpRecord(
-        codec.as_float(data["margin"], where),
-        top,
-        rounds,
-        str(data["times_source"]),
-        int(data.get("cap", top)),
-        end,
-    )
-
-
-def _save(store: ResultsStore, rec: TopUpRecord) -> None:
-    data: dict[str, Any] = {
-        "margin": rec.margin,
-        "top": rec.top,
-        "cap": rec.cap,
-        "times_source": rec.times_source,
-        "rounds": [dataclasses.asdict(r) for r in rec.rounds],
-        "end": None if rec.end is None else dataclasses.asdict(rec.end),
-    }
-    write_if_changed(store.root / TOP_UP_FILE, codec.dumps(data, indent=2))
 
 
 def top_up_seeds(recipe: Recipe, n: int | None = None) -> list[int]:
@@ -281,23 +169,23 @@ def add_async_seeds(
     def run(labels: list[str], n: int) -> None:
         nonlocal ran
         cands = [by_label[lab] for lab in labels if lab in by_label]
-        clear = lambda: _save(store, dataclasses.replace(rec, end=None))  # noqa: E731
+        clear = lambda: save_top_up(store, dataclasses.replace(rec, end=None))  # noqa: E731
         ran += _run_top_up(recipe, store, plan, cands, n, run_fn, policy, progress, clear)
 
     def record(rnd: TopUpRound) -> None:
         nonlocal rec
         rec = dataclasses.replace(rec, rounds=(*rec.rounds, rnd), end=None)
-        _save(store, rec)
+        save_top_up(store, rec)
 
     def ended(end: TopUpEnd) -> None:
         nonlocal rec
         rec = dataclasses.replace(rec, end=end)
-        _save(store, rec)
+        save_top_up(store, rec)
 
     for rnd in rec.rounds:  # a resumed probe: the recorded rounds' runs first
         run([t.label for t in rnd.topped], rnd.seeds or rec.top)
     if old is None or dataclasses.replace(old, end=None) != rec:  # a finished probe rerun writes nothing
-        _save(store, rec)
+        save_top_up(store, rec)
 
     def estimate() -> tuple[dict[str, float], dict[str, int]]:
         # the planned candidates only: a resume after the recipe dropped some finds their runs

@@ -10,7 +10,8 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from batchtune.measure.async_sweep import stored_traces
-from batchtune.measure.async_topup import load_top_up, run_knobs
+from batchtune.measure.async_topup import run_knobs
+from batchtune.measure.topup_record import load_top_up
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
 

@@ -23,10 +23,11 @@ from batchtune.analysis.decide.async_topup import (
 )
 from batchtune.backends.spec import Candidate
 from batchtune.cli import app
-from batchtune.measure.async_topup import TOP_UP_FILE, add_async_seeds, load_top_up, seeds_by_label
+from batchtune.measure.async_topup import add_async_seeds, seeds_by_label
 from batchtune.measure.plan import plan_candidates, run_id
 from batchtune.measure.probe import analyse_store
 from batchtune.measure.stop_rule import NO_BAND, stop_policy
+from batchtune.measure.topup_record import TOP_UP_FILE, load_top_up
 from batchtune.recipe.load import load_recipe
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
