@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from batchtune import codec
 from batchtune.errors import InputError
+from batchtune.recipe.ranges import NONNEG, RANGES, Range
 from batchtune.records.files import read_text, write_if_changed
 from batchtune.records.store import ResultsStore
+from batchtune.records.types import PROBE_LABEL
 
 if TYPE_CHECKING:
     from batchtune.analysis.decide.async_topup import TopUpEnd, TopUpRound
@@ -62,8 +64,9 @@ class TopUpRecord:
 
 
 def load_top_up(store: ResultsStore) -> TopUpRecord | None:
-    """The stored record of the probe's top-up rounds (None: none ran); a damaged one is an
-    InputError that says how to start it afresh."""
+    """The stored record of the probe's top-up rounds (None: none ran); a damaged one (unreadable,
+    a field missing, of the wrong kind or out of its range) is an InputError that names the field
+    and says how to start it afresh."""
     path = store.root / TOP_UP_FILE
     if not path.exists():
         return None
@@ -71,49 +74,125 @@ def load_top_up(store: ResultsStore) -> TopUpRecord | None:
         raise InputError(f"{path} is not a file (a directory in its place?): move it away")
     data = codec.loads(read_text(path), str(path))
     try:
-        return _record(data, str(path))
+        return _record(data)
     except (KeyError, TypeError, ValueError, AttributeError, InputError) as exc:
+        why = (
+            str(exc) if isinstance(exc, InputError)
+            else f"lacks {exc}" if isinstance(exc, KeyError)
+            else f"{type(exc).__name__}: {exc}"
+        )  # fmt: skip
         raise InputError(
-            f"{path} is not a seed top-up record ({type(exc).__name__}: {exc}); delete it and run the "
-            "probe again: it starts the rounds afresh, and the runs it made are kept"
+            f"{path} is not a seed top-up record ({why}); delete it and run the probe again: it "
+            "starts the rounds afresh, and the runs it made are kept"
         ) from None
 
 
-def _record(data: Any, where: str) -> TopUpRecord:
-    from batchtune.analysis.decide.async_topup import OpenLeader, TopUp, TopUpEnd, TopUpRound
+_KINDS = ("contenders", "sequential")  # TopUpRound.kind
+_TIME = Range(0)  # an estimated T, seconds: finite, >= 0
+_TOL = Range(0, 1, open_lo=True, open_hi=True)
+_CAP = RANGES["budget.async_top_up_max_seeds"]  # also bounds a round's seeds: the runs it asks for
+_TOP = Range(1, _CAP.hi)  # a record is written only where the top-up runs
 
+
+def _record(data: Any) -> TopUpRecord:
+    """The record from its stored JSON, every field checked (the rounds' runs and `recommend`'s
+    notes are made from it); an error names the field, e.g. ``rounds[1].kind``."""
+    d = _obj(data, "the record")
+    top = _int(d["top"], "top", _TOP)
     rounds = tuple(
-        TopUpRound(
-            str(r["best"]),
-            codec.as_float(r["best_t"], where),
-            tuple(codec.from_dict(TopUp, t, where) for t in r["topped"]),
-            int(r.get("seeds", data["top"])),
-            str(r.get("kind", "contenders")),
+        _round(_obj(r, f"rounds[{i}]"), f"rounds[{i}]", top)
+        for i, r in enumerate(_list(d["rounds"], "rounds"))
+    )
+    cap = _int(d.get("cap", top), "cap", _CAP)
+    end = None if d.get("end") is None else _end(_obj(d["end"], "end"), cap)
+    if not isinstance(d["times_source"], str):
+        raise InputError(f"times_source = {d['times_source']!r} is not a string")
+    margin = _num(d["margin"], "margin", RANGES["budget.async_top_up_margin"])
+    return TopUpRecord(margin, top, rounds, d["times_source"], cap, end)
+
+
+def _round(r: dict[str, Any], at: str, top: int) -> TopUpRound:
+    from batchtune.analysis.decide.async_topup import TopUp, TopUpRound
+
+    topped = []
+    for j, t in enumerate(_list(r["topped"], f"{at}.topped")):
+        w = f"{at}.topped[{j}]"
+        t = _obj(t, w)
+        topped.append(
+            TopUp(
+                _label(t["label"], f"{w}.label"),
+                _num(t["t"], f"{w}.t", _TIME),
+                _int(t["seeds_before"], f"{w}.seeds_before"),
+                codec.as_float(t.get("ratio"), f"{w}.ratio"),  # null or absent: a contenders round
+                codec.as_float(t.get("low"), f"{w}.low"),
+            )
         )
-        for r in data["rounds"]
-    )
-    top = int(data["top"])
-    e = data.get("end")  # absent: a record before the field, or rounds not ended
-    end = (
-        None
-        if e is None
-        else TopUpEnd(
-            str(e["best"]),
-            int(e["seeds"]),
-            tuple(codec.from_dict(OpenLeader, o, where) for o in e["open"]),
-            codec.as_float(e["tol"], where),
-            int(e.get("compared", len(e["open"]))),  # absent: a record before the field
-            int(e.get("cap", data.get("cap", 0))),
+    if not topped:
+        raise InputError(f"{at}.topped is empty: a round tops up at least one candidate")
+    kind = r.get("kind", "contenders")  # absent: a record before the field
+    if kind not in _KINDS:
+        raise InputError(f"{at}.kind = {kind!r} is not one of {', '.join(_KINDS)}")
+    best = _label(r["best"], f"{at}.best")
+    seeds = _int(r.get("seeds", top), f"{at}.seeds", _CAP)  # absent: a record before the field
+    return TopUpRound(best, _num(r["best_t"], f"{at}.best_t", _TIME), tuple(topped), seeds, kind)
+
+
+def _end(e: dict[str, Any], cap: int) -> TopUpEnd:
+    from batchtune.analysis.decide.async_topup import OpenLeader, TopUpEnd
+
+    opened = []
+    for j, o in enumerate(_list(e["open"], "end.open")):
+        w = f"end.open[{j}]"
+        o = _obj(o, w)
+        opened.append(
+            OpenLeader(
+                _label(o["label"], f"{w}.label"),
+                codec.as_float(o["ratio"], f"{w}.ratio"),  # null: no interval
+                codec.as_float(o["low"], f"{w}.low"),
+                _int(o["seeds"], f"{w}.seeds"),
+            )
         )
+    return TopUpEnd(
+        _label(e["best"], "end.best"),
+        _int(e["seeds"], "end.seeds"),
+        tuple(opened),
+        _num(e["tol"], "end.tol", _TOL),
+        _int(e.get("compared", len(opened)), "end.compared"),  # absent: a record before the field
+        _int(e.get("cap", cap), "end.cap", _CAP),
     )
-    return TopUpRecord(
-        codec.as_float(data["margin"], where),
-        top,
-        rounds,
-        str(data["times_source"]),
-        int(data.get("cap", top)),
-        end,
-    )
+
+
+def _obj(v: Any, where: str) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise InputError(f"{where} is not a JSON object")
+    return v
+
+
+def _list(v: Any, where: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise InputError(f"{where} is not a list")
+    return v
+
+
+def _num(v: Any, where: str, ok: Range) -> float:
+    x = codec.as_float(v, where)
+    if x not in ok:
+        raise InputError(f"{where} = {v!r} is not a number {ok.describe()}")
+    return x
+
+
+def _int(v: Any, where: str, ok: Range = NONNEG) -> int:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v not in ok:
+        raise InputError(f"{where} = {v!r} is not a whole number {ok.describe()}")
+    return v
+
+
+def _label(v: Any, where: str) -> str:
+    if not isinstance(v, str) or not PROBE_LABEL.fullmatch(v):
+        raise InputError(f"{where} = {v!r} is not a probe candidate's name (P<prompts>xG<group size>...)")
+    return v
 
 
 def save_top_up(store: ResultsStore, rec: TopUpRecord) -> None:

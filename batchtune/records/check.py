@@ -22,12 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchtune.errors import InputError
-from batchtune.records.types import OFFPOLICY_SUFFIX, RUN_STATUSES, RunRecord, StepRecord
+from batchtune.records.types import OFFPOLICY_SUFFIX, PROBE_LABEL, RUN_STATUSES, RunRecord, StepRecord
 
 _REDO = "restore it or delete that run's folder to redo the run"
 _COUNTS = ("steps", "samples", "tokens")
 _SECONDS = ("wall_s", "gen_s", "train_s", "other_s")
-_RL_LABEL = re.compile(r"P(\d+)xG(\d+)(-.+)?")  # candidate_label's shape
 _TOKEN_LABEL = re.compile(r"B(\d+)")  # a pre-training candidate: B{tokens per step}
 
 
@@ -35,7 +34,7 @@ def check_label(record: RunRecord, path: Path) -> None:
     """A run.json whose label names another batch than its prompts and group_size would be analysed
     under the wrong candidate: refuse it. Labels of another shape (an import's own name) pass."""
     p, g, label = record.prompts, record.group_size, record.candidate
-    rl, tok = _RL_LABEL.fullmatch(label), _TOKEN_LABEL.fullmatch(label)
+    rl, tok = PROBE_LABEL.fullmatch(label), _TOKEN_LABEL.fullmatch(label)
     if (rl and (int(rl[1]), int(rl[2])) != (p, g)) or (tok and int(tok[1]) != p * g):
         raise InputError(
             f"{path}: candidate {label!r} disagrees with its prompts = {p} and group_size = {g}; "

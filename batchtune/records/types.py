@@ -44,6 +44,7 @@ def offpolicy_suffix(staleness: float, updates_per_batch: float) -> str:
 
 
 OFFPOLICY_SUFFIX = re.compile(r"-k(\d+)u(\d+)$")  # offpolicy_suffix read back: (k, u)
+PROBE_LABEL = re.compile(r"P(\d+)xG(\d+)(-.+)?")  # a probe candidate's name: candidate_label + suffix
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,106 @@
+"""The async probe's seed top-up record (measure/topup_record.py): a damaged ``async_topup.json`` is
+refused on load, in one line naming the file and the field (exit 2), never read as a silently
+different record: the probe runs its rounds and `recommend` writes its notes from it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.errors import InputError
+from batchtune.measure.topup_record import TOP_UP_FILE, load_top_up
+from batchtune.records.store import ResultsStore
+from tests.measure.test_async_topup import SEQ, _probe
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in async probe's results with sequential rounds and an end (a few seconds)."""
+    root = tmp_path_factory.mktemp("topup") / "r"
+    _probe(root, SEQ)
+    rec = load_top_up(ResultsStore(root))
+    assert rec is not None and len(rec.rounds) >= 2 and rec.end is not None
+    return root
+
+
+def _set(*path: str | int, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        at: Any = data
+        for key in path[:-1]:
+            at = at[key]
+        at[path[-1]] = value
+
+    return edit
+
+
+# each was loaded as is before: a round of an unknown kind read as a contenders round, a null margin
+# as NaN ("nan%" in recommend's notes), a negative cap or seed count, a label no candidate has ...
+BOGUS = {
+    "kind": (_set("rounds", 0, "kind", value="bogus"), "rounds[0].kind = 'bogus' is not one of"),
+    "null margin": (_set("margin", value=None), "margin = None is not a number in [0, 10]"),
+    "negative cap": (_set("cap", value=-3), "cap = -3 is not a whole number in [0, 1000]"),
+    "top as text": (_set("top", value="4"), "top = '4' is not a whole number in [1, 1000]"),
+    "negative seeds": (_set("rounds", 1, "seeds", value=-4), "rounds[1].seeds = -4 is not a whole number"),
+    "negative seeds before": (
+        _set("rounds", 0, "topped", 0, "seeds_before", value=-1),
+        "rounds[0].topped[0].seeds_before = -1 is not a whole number >= 0",
+    ),
+    "unknown label": (
+        _set("rounds", 0, "topped", 0, "label", value="bogus"),
+        "rounds[0].topped[0].label = 'bogus' is not a probe candidate's name",
+    ),
+    "best not a name": (_set("end", "best", value=7), "end.best = 7 is not a probe candidate's name"),
+    "nothing topped": (_set("rounds", 0, "topped", value=[]), "rounds[0].topped is empty"),
+    "negative end seeds": (_set("end", "seeds", value=-2), "end.seeds = -2 is not a whole number"),
+    "tolerance past 1": (_set("end", "tol", value=2.0), "end.tol = 2.0 is not a number in (0, 1)"),
+    "negative T": (_set("rounds", 0, "best_t", value=-5.0), "rounds[0].best_t = -5.0 is not a number >= 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(BOGUS))
+def test_a_record_with_a_bogus_field_is_refused_naming_the_file_and_field(
+    finished: Path, tmp_path: Path, case: str
+) -> None:
+    root = tmp_path / "r"
+    shutil.copytree(finished, root)
+    path = root / TOP_UP_FILE
+    data = json.loads(path.read_text())
+    edit, said = BOGUS[case]
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError) as err:
+        load_top_up(ResultsStore(root))
+    msg = str(err.value)
+    assert msg.startswith(f"{path} is not a seed top-up record ({said}") and "delete it" in msg, msg
+    assert "\n" not in msg
+
+
+def test_recommend_and_probe_refuse_a_bogus_record_in_one_line_exit_2(finished: Path, tmp_path: Path) -> None:
+    from batchtune.measure.async_topup import add_async_seeds
+    from batchtune.measure.plan import plan_candidates
+    from batchtune.measure.probe import analyse_store
+    from batchtune.measure.stop_rule import NO_BAND, stop_policy
+    from tests.measure.test_async_topup import _cfg
+
+    root = tmp_path / "r"
+    shutil.copytree(finished, root)
+    path = root / TOP_UP_FILE
+    data = json.loads(path.read_text())
+    data["rounds"][0]["kind"] = "bogus"
+    path.write_text(json.dumps(data))
+    out = CliRunner().invoke(app, ["recommend", "-r", str(root), "--throughput", "probe"], terminal_width=400)
+    assert out.exit_code == 2, out.output
+    assert "Traceback" not in out.output and str(path) in out.output and "rounds[0].kind" in out.output
+    cfg = _cfg(root, SEQ)
+    policy = lambda: stop_policy(cfg, NO_BAND)  # noqa: E731
+    with pytest.raises(InputError, match="rounds\\[0\\].kind = 'bogus'"):  # before any run of a round
+        add_async_seeds(
+            cfg, ResultsStore(root), plan_candidates(cfg), lambda *a, **k: None, analyse_store, policy
+        )
