@@ -21,8 +21,9 @@ Resumable and recorded: each round (its candidates and their seed count) is writ
 ``<results>/async_topup.json`` before its runs start; a rerun first finishes the recorded rounds'
 runs, then goes on from there, so `recommend` reports the rounds that were run (the record:
 measure/topup_record.py). A record of another margin, seed count or cap is started afresh (the runs
-it made are kept and count as seeds). Only the plan's candidates are compared: not the runs of one
-the edited recipe dropped.
+it made are kept and count as seeds; every cap <= the seed count is the same: no sequential rounds,
+so a finished record is kept, and not rewritten). Only the plan's candidates are compared: not the
+runs of one the edited recipe dropped.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from batchtune.analysis.decide.async_joint import Knobs, Trace
     from batchtune.analysis.decide.async_topup import TopUpEnd, TopUpRound
     from batchtune.analysis.sample.efficiency import SampleEfficiency
+
 
 class Analyse(Protocol):
     """measure/probe.analyse_store's shape: the sample efficiency of the store's runs, less those of
@@ -158,12 +160,9 @@ def add_async_seeds(
     if not has_async_knobs(recipe) or b.async_top_up_seeds <= len(b.seeds):
         return 0
     by_label, old = plan.by_label(), load_top_up(store)
-    key = (b.async_top_up_margin, b.async_top_up_seeds, b.async_top_up_max_seeds)
-    rec = (  # a kept record's end is found again below, cleared on disk before a run outdates it
-        dataclasses.replace(old, end=None)
-        if old is not None and (old.margin, old.top, old.cap) == key
-        else TopUpRecord(b.async_top_up_margin, b.async_top_up_seeds, (), cap=b.async_top_up_max_seeds)
-    )
+    fresh = TopUpRecord(b.async_top_up_margin, b.async_top_up_seeds, (), cap=b.async_top_up_max_seeds)
+    # a kept record's end is found again below, cleared on disk before a run outdates it
+    rec = dataclasses.replace(old, end=None) if old is not None and old.rule() == fresh.rule() else fresh
     ran = 0
 
     def run(labels: list[str], n: int) -> None:

@@ -54,6 +54,11 @@ class TopUpRecord:
         rounds = [f"round {i}: {r.words(self.margin, self.top)}" for i, r in enumerate(self.rounds, 1)]
         return [head, *rounds, *([] if self.end is None else [self.end.words()])]
 
+    def rule(self) -> tuple[float, int, int]:
+        """(margin, top, cap) as they decide the rounds: every cap <= top is 0, none (no sequential
+        rounds), so a recipe's 0 and a record's 3 under a top of 4 are one rule."""
+        return self.margin, self.top, self.cap if self.cap > self.top else 0
+
     def asked(self) -> dict[str, int]:
         """The seeds each candidate was asked for in the recorded rounds."""
         out: dict[str, int] = {}
@@ -103,7 +108,7 @@ def _record(data: Any) -> TopUpRecord:
         _round(_obj(r, f"rounds[{i}]"), f"rounds[{i}]", top)
         for i, r in enumerate(_list(d["rounds"], "rounds"))
     )
-    cap = _int(d.get("cap", top), "cap", _CAP)
+    cap = _int(d.get("cap", 0), "cap", _CAP)  # absent: a record from before the sequential rounds
     end = None if d.get("end") is None else _end(_obj(d["end"], "end"), cap)
     if not isinstance(d["times_source"], str):
         raise InputError(f"times_source = {d['times_source']!r} is not a string")

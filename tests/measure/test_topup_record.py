@@ -104,3 +104,47 @@ def test_recommend_and_probe_refuse_a_bogus_record_in_one_line_exit_2(finished: 
         add_async_seeds(
             cfg, ResultsStore(root), plan_candidates(cfg), lambda *a, **k: None, analyse_store, policy
         )
+
+
+def _old_format(path: Path) -> None:
+    """Rewrite a record as the probe wrote it before the sequential rounds (ed6fcfc): no cap, no
+    end, rounds without their seed count and kind, topped candidates without ratio and low."""
+    data = json.loads(path.read_text())
+    for r in data["rounds"]:
+        assert r["kind"] == "contenders" and r["seeds"] == data["top"]
+        del r["kind"], r["seeds"]
+        for t in r["topped"]:
+            del t["ratio"], t["low"]
+    del data["cap"], data["end"]
+    path.write_text(json.dumps(data, indent=2))
+
+
+@pytest.mark.parametrize("cap", [0, 3])  # the recipe's budget.async_top_up_max_seeds: <= top, none
+def test_a_finished_probe_with_a_record_from_before_the_cap_rewrites_nothing(
+    tmp_path: Path, cap: int
+) -> None:
+    """A record written before the cap field existed (no sequential rounds then) was read with cap =
+    top, which no recipe matched, so the first probe run again started it afresh: it rewrote the
+    record with its rounds gone ('no candidate needed more seeds' in recommend), and failed in a
+    read-only directory. Read as it was meant (no sequential rounds, as any cap <= top), it is kept
+    and nothing is written."""
+    fixed = ("budget.async_top_up_margin=0.1", f"budget.async_top_up_max_seeds={cap}")
+    root = tmp_path / "r"
+    _probe(root, fixed)
+    path = root / TOP_UP_FILE
+    _old_format(path)
+    old, before = load_top_up(ResultsStore(root)), path.stat()
+    assert old is not None and old.rounds and old.end is None
+    _, store, ran, n = _probe(root, fixed)
+    after = path.stat()
+    assert (ran, n) == ([], 0)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), (
+        "the record was rewritten"
+    )
+    assert load_top_up(store) == old
+    out = CliRunner().invoke(app, ["recommend", "-r", str(root), "--throughput", "probe", "--json"])
+    assert out.exit_code == 0, out.output
+    notes = json.loads(out.stdout)["async_decision"]["notes"]
+    assert any(n.startswith("round 1: ") for n in notes) and not any(
+        "no candidate needed" in n for n in notes
+    )
