@@ -7,6 +7,7 @@ sequential rounds ended.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from batchtune import codec
@@ -32,8 +33,9 @@ class TopUpRecord:
     cap: int = 0  # budget.async_top_up_max_seeds (<= top: no sequential rounds)
     end: TopUpEnd | None = None  # where the sequential rounds stopped (None: none ran, or not yet)
 
-    def lines(self) -> list[str]:
-        """What `recommend` says: who was topped up, in which round, and why."""
+    def lines(self, ranked: Collection[str] | None = None) -> list[str]:
+        """What `recommend` says: who was topped up, in which round, and why; ``ranked``: the
+        candidates its ranking has (None: all), the others left out (``_only``)."""
         seq = (
             f"; then, up to {self.cap} seeds, the best and the contenders its paired seeds did not "
             "separate from it doubled their seeds (budget.async_top_up_max_seeds; a candidate once topped "
@@ -51,8 +53,45 @@ class TopUpRecord:
             f"{self.margin:.0%} of the best estimated T ({self.times_source}) got {self.top} seeds, "
             f"until no contender lacked seeds{seq}"
         )
-        rounds = [f"round {i}: {r.words(self.margin, self.top)}" for i, r in enumerate(self.rounds, 1)]
-        return [head, *rounds, *([] if self.end is None else [self.end.words()])]
+        rounds, end, gone = self._only(ranked)
+        said = [
+            f"round {i}: {r.words(self.margin, self.top) if r.topped else 'only candidates not ranked here'}"
+            for i, r in enumerate(rounds, 1)
+        ]
+        if gone:
+            lost = end is None and self.end is not None
+            said.append(
+                f"{gone} candidate(s) these rounds topped up are not ranked here (dropped from the recipe "
+                "with no runs left, or their runs deleted), so the notes leave them out"
+                + ("; so is where the rounds ended, which named one: `batchtune probe` again finds it "
+                   "among the recipe's candidates" if lost else "")
+            )  # fmt: skip
+        return [head, *said, *([] if end is None else [end.words()])]
+
+    def end_for(self, ranked: Collection[str]) -> TopUpEnd | None:
+        """Where the rounds ended, if it names only candidates in ``ranked`` (a bound or near tie
+        with a candidate the ranking does not have is not this ranking's)."""
+        return self._only(ranked)[1]
+
+    def _only(self, ranked: Collection[str] | None) -> tuple[list[TopUpRound], TopUpEnd | None, int]:
+        """The rounds with only the candidates in ``ranked`` (a best estimate outside it unnamed), the
+        end unless it names another, and how many topped candidates were left out. A recipe edited
+        to drop a candidate keeps its rounds' record (6f34f19 ranks the rest): its notes must not
+        name what `recommend` no longer ranks."""
+        if ranked is None:
+            return list(self.rounds), self.end, 0
+        rounds = [
+            dataclasses.replace(
+                r,
+                best=r.best if r.best in ranked else "(a candidate not ranked here)",
+                topped=tuple(t for t in r.topped if t.label in ranked),
+            )
+            for r in self.rounds
+        ]
+        gone = {t.label for r in self.rounds for t in r.topped} - set(ranked)
+        e = self.end
+        named = set() if e is None else {e.best, *(o.label for o in e.open)}
+        return rounds, e if named <= set(ranked) else None, len(gone)
 
     def rule(self) -> tuple[float, int, int]:
         """(margin, top, cap) as they decide the rounds: every cap <= top is 0, none (no sequential

@@ -43,8 +43,11 @@ def joint_for(
         traces=stored_traces(store),
     )
     rec = load_top_up(store)  # what the probe's seed top-up ran, why, and where it stopped
-    if rec is not None:
-        decision = dataclasses.replace(decision, notes=(*decision.notes, *rec.lines()), top_up_end=rec.end)
+    if rec is not None:  # of the candidates ranked here only (a recipe edited to drop some keeps it)
+        ranked = {row.label for row in decision.rows}
+        decision = dataclasses.replace(
+            decision, notes=(*decision.notes, *rec.lines(ranked)), top_up_end=rec.end_for(ranked)
+        )
     return decision, joint_throughput(thr, decision)
 
 

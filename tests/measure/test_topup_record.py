@@ -148,3 +148,43 @@ def test_a_finished_probe_with_a_record_from_before_the_cap_rewrites_nothing(
     assert any(n.startswith("round 1: ") for n in notes) and not any(
         "no candidate needed" in n for n in notes
     )
+
+
+def test_recommend_names_no_candidate_it_does_not_rank_in_the_top_up_notes(
+    finished: Path, tmp_path: Path
+) -> None:
+    """A candidate the recipe dropped after the rounds topped it up (its runs deleted) is not ranked,
+    and the top-up's estimates leave it out (6f34f19); `recommend`'s notes still named it in each
+    recorded round, and an end that named it kept its bound and near tie. The rounds now show the
+    ranked candidates only, say how many were left out, and such an end is dropped."""
+    root = tmp_path / "r"
+    shutil.copytree(finished, root)
+    rec = load_top_up(ResultsStore(root))
+    assert rec is not None and rec.end is not None
+    gone = next(t.label for r in rec.rounds for t in r.topped if t.label != rec.end.best)
+    assert any(r.best == gone for r in rec.rounds)  # a round whose best estimate it was
+    for run in (root / "runs").glob(f"{gone}-s*"):
+        shutil.rmtree(run)
+    argv = ["recommend", "-r", str(root), "--throughput", "probe", "--json"]
+
+    def decision() -> dict[str, Any]:
+        out = CliRunner().invoke(app, argv)
+        assert out.exit_code == 0, out.output
+        d = json.loads(out.stdout)["async_decision"]
+        assert gone not in {c["name"] for c in d["candidates"]}
+        return d
+
+    d = decision()
+    notes = [n for n in d["notes"] if "top-up" in n or n.startswith("round ") or "not ranked" in n]
+    assert not [n for n in notes if gone in n], notes
+    assert any(n.startswith("round ") and "best estimate (a candidate not ranked here)" in n for n in notes)
+    assert any(n.startswith("1 candidate(s) these rounds topped up are not ranked here") for n in notes)
+    assert d["top_up_end"]["best"] == rec.end.best  # an end that names only ranked candidates is kept
+    # an end that named it open at the cap: its bound and near tie are not of this ranking
+    path = root / TOP_UP_FILE
+    data = json.loads(path.read_text())
+    data["end"]["open"] = [{"label": gone, "ratio": 1.01, "low": 0.8, "seeds": 16}]
+    path.write_text(json.dumps(data))
+    d = decision()
+    assert d["top_up_end"] is None and not [n for n in d["notes"] if gone in n or "NOT RESOLVED" in n]
+    assert any("so is where the rounds ended" in n for n in d["notes"])
