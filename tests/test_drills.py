@@ -259,7 +259,7 @@ def test_a_probe_waits_while_another_process_decides_the_rounds(tmp_path):
     recipe = load_recipe(NQM, NQM_SMALL)
     store = ResultsStore(tmp_path / "r")
     held = threading.Event()
-    holder = threading.Thread(target=_hold, args=(store.root / ROUNDS_LOCK, 1.5, held))
+    holder = threading.Thread(target=_hold, args=(store.runs_dir / ROUNDS_LOCK, 1.5, held))
     holder.start()
     held.wait()
     events: list[tuple[str, dict]] = []
@@ -272,6 +272,49 @@ def test_a_probe_waits_while_another_process_decides_the_rounds(tmp_path):
     info = events[kinds.index("wait")][1]
     assert "another batchtune process is adding seeds or rounds in " + str(store.root) in info["message"]
     assert "start" in kinds[: kinds.index("wait")]  # the planned runs are not held up
+
+
+def test_a_probe_that_may_write_its_runs_but_not_its_root_still_takes_the_rounds_lock(tmp_path, monkeypatch):
+    """A results directory whose runs/ this user may write but not its root (EACCES creating a file
+    there; faked, as root's chmod blocks nothing): the rounds lock in the root could not be made,
+    so a probe went on unlocked (2f976a9) and ran extra seeds beside another probe deciding them.
+    The other probe here holds the lock wherever a probe of this directory could make it; the probe
+    used to decide its rounds at once, and now waits for it (the lock lives in runs/)."""
+    import errno
+
+    from batchtune.records import files
+
+    recipe = load_recipe(NQM, NQM_SMALL)
+    store = ResultsStore(tmp_path / "r")
+    store.runs_dir.mkdir(parents=True)
+    real_open = os.open
+
+    def open_(path, flags, *args, **kwargs):
+        if Path(path).parent == store.root and flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(files.os, "open", open_)  # the os module: every os.open in the process
+    held, done = threading.Event(), threading.Event()
+
+    def other_probe() -> None:
+        with contextlib.ExitStack() as stack:
+            for place in (store.root, store.runs_dir):  # the root's cannot be made: not held
+                stack.enter_context(files.locked(place / ".rounds.lock"))
+            held.set()
+            done.wait(1.5)
+
+    holder = threading.Thread(target=other_probe)
+    holder.start()
+    held.wait()
+    events: list[tuple[str, dict]] = []
+    try:
+        run_probe(recipe.with_results_dir(store.root), lambda kind, info: events.append((kind, info)))
+    finally:
+        done.set()
+        holder.join()
+    assert not (store.root / ".rounds.lock").exists()
+    assert "wait" in [kind for kind, _ in events], "the probe decided its rounds while another held them"
 
 
 KILL_AFTER_SAVE = """

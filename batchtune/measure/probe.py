@@ -57,6 +57,9 @@ ProgressFn = ProbeEvents
 # the runs finished so far and recorded in one file: one probe at a time on a results directory
 # decides them. A second one waits, then finds them done and goes on as a resumed probe (two at once
 # overwrote each other's top-up record, and decided rounds from the other's half-finished ones).
+# The lock file is in runs/, which every probe of the directory writes (its runs), also where the
+# root is not writable: there it could not be made, and probes went on unlocked (records.files.locked;
+# a finished probe on a read-only directory still needs none, and holds at once).
 ROUNDS_LOCK = ".rounds.lock"
 ROUNDS_HELD = (
     "another batchtune process is adding seeds or rounds in {}; waiting for it to finish them "
@@ -264,7 +267,7 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
             raise
         band = stop_policy(recipe, reference_band(store, recipe, plan))
         done += run_jobs(execute_run, recipe, store, ref_b, rest, band, progress)
-        with locked_waiting(store.root / ROUNDS_LOCK, lambda: say_held(ROUNDS_HELD, store, progress)):
+        with locked_waiting(store.runs_dir / ROUNDS_LOCK, lambda: say_held(ROUNDS_HELD, store, progress)):
             refinement, plan, n = refine_rounds(
                 recipe, store, plan, _round_analysis(store, recipe), _round_runner(recipe, store, progress)
             )
