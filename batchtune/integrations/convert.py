@@ -14,7 +14,13 @@ from dataclasses import dataclass, replace
 
 from batchtune.errors import InputError
 from batchtune.integrations.common import ImportedRun, LogKeys, RunInfo, StepEntry, safe_run_id
-from batchtune.records.types import OFFPOLICY_SUFFIX, RunRecord, StepRecord, candidate_label, offpolicy_suffix
+from batchtune.records.types import (
+    RunRecord,
+    StepRecord,
+    candidate_label,
+    offpolicy_suffix,
+    on_policy_updates,
+)
 
 
 def _resolve(name: str, alternatives: tuple[str, ...], present: set[str], strict: bool, where: str) -> str:
@@ -134,16 +140,11 @@ def label_apart(runs: Sequence[ImportedRun], stored: Sequence[RunRecord]) -> lis
     The on-policy u is that of the runs ``stored`` under a plain label (a probe's: its mini-batches;
     a stored run keeps its label), else the smallest u among ``runs`` at k = 0, so a PPO-only import
     (u > 1 throughout) keeps its own runs as the reference. A probe labels its k = 0 candidates at
-    other u the same way (measure/plan.offpolicy_candidates)."""
-
-    def plain(candidate: str, staleness: int) -> bool:
-        return staleness == 0 and not OFFPOLICY_SUFFIX.search(candidate)
-
-    ref = [r.updates_per_batch for r in stored if plain(r.candidate, r.staleness)]
-    ref = ref or [r.updates_per_batch for r in runs if plain(r.candidate, r.staleness)]
-    if not ref:
+    other u the same way (measure/plan.offpolicy_candidates). `recommend`'s joint decision ranks the
+    async runs against that u's runs (records/types.on_policy_updates reads it back)."""
+    u0 = on_policy_updates(stored) or on_policy_updates(runs)
+    if u0 is None:
         return list(runs)
-    u0 = min(ref)  # one u, unless runs imported before this rule pooled several
 
     def apart(r: ImportedRun) -> bool:  # a label the user gave (RunInfo.candidate) is kept
         return (

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 RUN_STATUSES = (
     "reached_target",  # stopped because the target was reached
@@ -45,6 +47,25 @@ def offpolicy_suffix(staleness: float, updates_per_batch: float) -> str:
 
 OFFPOLICY_SUFFIX = re.compile(r"-k(\d+)u(\d+)$")  # offpolicy_suffix read back: (k, u)
 PROBE_LABEL = re.compile(r"P(\d+)xG(\d+)(-.+)?")  # a probe candidate's name: candidate_label + suffix
+
+
+class _Launched(Protocol):  # a run as launched: RunRecord, integrations' ImportedRun
+    @property
+    def candidate(self) -> str: ...
+    @property
+    def staleness(self) -> int: ...
+    @property
+    def updates_per_batch(self) -> int: ...
+
+
+def on_policy_updates(runs: Iterable[_Launched]) -> int | None:
+    """The updates per rollout batch u of the on-policy runs among ``runs`` (RunRecord or an imported
+    run): those at k = 0 under a label without the ``-k{k}u{u}`` suffix (a run at k = 0 and another u
+    is ``-k0u{u}``: measure/plan.py, integrations/convert.label_apart). A probe's are at its
+    algorithm.mini_batches; an import's at the u it was given. The smallest where several (runs
+    imported before that rule pooled them); None without one."""
+    us = [r.updates_per_batch for r in runs if r.staleness == 0 and not OFFPOLICY_SUFFIX.search(r.candidate)]
+    return min(us) if us else None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from batchtune.measure.async_topup import run_knobs
 from batchtune.measure.topup_record import load_top_up
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
+from batchtune.records.types import on_policy_updates
 
 if TYPE_CHECKING:
     from batchtune.analysis.decide.async_rank import JointDecision
@@ -27,7 +28,9 @@ def joint_for(
     cfg: Recipe, store: ResultsStore, eff: SampleEfficiency, thr: ThroughputModel, gpus: int = 0
 ) -> tuple[JointDecision, ThroughputModel]:
     """The joint decision over the store's runs, and the throughput model the main ranking then uses;
-    ``gpus`` >= 2: the rollout:train splits of that many GPUs modelled too (`recommend --gpus`)."""
+    ``gpus`` >= 2: the rollout:train splits of that many GPUs modelled too (`recommend --gpus`). The
+    async runs are ranked against the on-policy runs stored under a plain label, at their u (an
+    import's PPO runs at u = 4, though its recipe says algorithm.mini_batches = 1)."""
     from batchtune.analysis.decide.async_joint import joint_decision, joint_throughput
 
     a = cfg.algorithm
@@ -41,6 +44,7 @@ def joint_for(
         sync_every=a.sync_every if two else 1,
         cluster_gpus=gpus,
         traces=stored_traces(store),
+        on_policy_u=on_policy_updates(store.runs()),
     )
     rec = load_top_up(store)  # what the probe's seed top-up ran, why, and where it stopped
     if rec is not None:  # of the candidates ranked here only (a recipe edited to drop some keeps it)

@@ -256,3 +256,34 @@ def test_a_ppo_only_import_keeps_its_on_policy_reference(tmp_path):
     assert {r.candidate for r in ResultsStore(res).runs()} == {"P4xG8", "P16xG8"}
     out = CliRunner().invoke(app, ["recommend", "--results", res])
     assert out.exit_code == 0, out.output
+
+
+def test_a_ppo_import_ranks_its_async_runs_against_its_on_policy_ones(tmp_path):
+    """PPO logs: on-policy runs at u = 4 (PPO mini-batches x epochs) and async runs at k = 1, u = 4
+    imported into a fresh directory. The joint decision took the on-policy u as the recipe's
+    algorithm.mini_batches (1 in an import's recipe), so recommend exited 3: "no on-policy candidate
+    with an estimate and timings to rank async runs against". It now takes the u of the directory's
+    on-policy runs (the P4xG8 ones, as label_apart kept them)."""
+    from typer.testing import CliRunner
+
+    from batchtune.cli import app
+    from batchtune.workflow.imports import import_logs
+
+    res = str(tmp_path / "res")
+    for k in (0, 1):
+        for seed in (0, 1):
+            path = tmp_path / f"k{k}s{seed}.jsonl"
+            path.write_text(_verl_log(tmp_path, fully_async=k == 1).read_text())
+            info = RunInfo(prompts=4, group_size=8, seed=seed, staleness=k, updates_per_batch=4)
+            import_logs([path], "verl", res, info, metric="reward", target=0.3)
+    assert {r.candidate for r in ResultsStore(res).runs()} == {"P4xG8", "P4xG8-k1u4"}
+    assert ResultsStore(res).read_manifest()["recipe"]["algorithm"]["mini_batches"] == 1  # as before
+    out = CliRunner().invoke(app, ["recommend", "--results", res, "--json"])
+    assert out.exit_code == 0, out.output
+    rows = {
+        (r["name"], r["mode"], r["updates_per_batch"]): r
+        for r in json.loads(out.output)["async_decision"]["candidates"]
+    }
+    assert {("P4xG8", "sync", 4), ("P4xG8-k1u4", "async", 4)} <= set(rows)
+    # a logged step: gen 0.5 s, update_actor 1 s for all 4 updates, 0.5 s else, a weight sync 0.3 s
+    assert rows["P4xG8", "sync", 4]["responses_per_s"] == pytest.approx(32 / (0.5 + 1.0 + 0.5 + 0.3))
