@@ -67,6 +67,31 @@ def test_the_confirming_runs_time_counts_its_evaluations():
     assert n_evals * EVAL_S > train_s  # here evaluation dominates: leaving it out was the bug
 
 
+def test_imported_runs_add_no_evaluation_time_the_probe_never_measured():
+    """Runs imported from logs: recommend said "... for 6 held-out evaluations (2 s each, as the
+    probe's runs of it took ...)", though no probe ran them, and added that time on top of a step time
+    that is the log's own, all of it (verl times its validation inside the step in some versions).
+    The confirming run's time is now the predicted throughput's alone."""
+    import dataclasses
+
+    runs = [_run(p, s, rate, 2048 // (p * 8)) for p, rate in ((2, 300.0), (8, 320.0)) for s in (0, 1, 2)]
+    runs = [
+        dataclasses.replace(r, record=dataclasses.replace(r.record, source=f"{r.record.run_id}.jsonl"))
+        for r in runs
+    ]
+    eff = analyse_runs(runs, metric="eval_reward", target=0.9, tolerance=0.1)
+    labels = {c.label for c in eff.candidates}
+    rec = recommend(eff, throughput_from_probe(eff.candidates, other_s=0.0, logged_other=labels))
+    w = rec.winner
+    assert math.isnan(w.evals.eval_s) and evals_to(w.estimate.samples_to_target, w.evals) == 0
+    text = " ".join(rec.confirm.split())
+    assert "held-out" not in text and "probe's runs" not in text
+    about = re.search(r"about ([\d.]+) s at the predicted throughput", text)
+    assert about is not None, text
+    train_s = w.estimate.samples_to_target / rec.winner_throughput.responses_per_s
+    assert float(about.group(1)) == pytest.approx(train_s, abs=0.06)
+
+
 def test_a_target_met_before_training_is_one_clear_error_not_a_division_by_zero():
     """Found here: eval_reward 0.5 on tiny-grpo, whose warm start already scores 0.76."""
     from batchtune.errors import AnalysisError

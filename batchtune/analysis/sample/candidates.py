@@ -135,7 +135,8 @@ def candidates_from_runs(
                 samples_consumed=sum(r.record.samples for r in group),
                 wall_s=sum(r.record.wall_s for r in group),
                 critic_lr=rec0.critic_lr,
-                evals=eval_cost([r.steps for r in group], metric),
+                # the probe's runs only: a log's step time may hold its evaluations (evals.py)
+                evals=eval_cost([r.steps for r in group if r.record.source == "probe"], metric),
             )
         )
     return out

@@ -1,4 +1,4 @@
-"""What held-out evaluation costs a run, from the steps a probe (or a log) recorded.
+"""What held-out evaluation costs a run, from the steps a probe recorded.
 
 A confirming run evaluates as the probe's runs did, so its wall time is its training time plus
 
@@ -8,7 +8,10 @@ A confirming run evaluates as the probe's runs did, so its wall time is its trai
 runs themselves: ``eval_s`` is the median over evaluations of the time a step spent evaluating, a
 step-0 evaluation's ``other_s`` whole (it does nothing else), a later evaluating step's ``other_s``
 less the median ``other_s`` of its run's steps that did not evaluate (reward, reference log-probs);
-``samples_per_eval`` is the median gap in samples between consecutive evaluations. Pure: records in,
+``samples_per_eval`` is the median gap in samples between consecutive evaluations. Runs imported from
+a trainer's logs are left out (analysis/sample/candidates.py): `recommend` ranks them by their logs'
+whole step time, which holds their evaluations where the trainer timed them inside its step, so
+their evaluating steps' extra time is not an evaluation cost to add on top. Pure: records in,
 numbers out.
 """
 
