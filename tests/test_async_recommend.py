@@ -283,7 +283,7 @@ def test_check_matches_the_config_s_own_shape_at_a_shared_batch() -> None:
 
     def config(p, g):
         return NS(
-            prompts=p, group_size=g, staleness=1, updates_per_batch=1, trl_steps=None, batch_responses=32
+            prompts=p, group_size=g, staleness=1, updates_per_batch=1, own_units=None, batch_responses=32
         )
 
     assert _offpolicy_price(rec, config(8, 4), 1, "s").time == 5.0

@@ -37,6 +37,7 @@ from batchtune.integrations.openrlhf import _LEGACY as OPENRLHF_LEGACY
 from batchtune.integrations.trainer_configs_async import (
     AsyncGrpoSteps,
     AsyncReading,
+    FullyAsyncInterval,
     fully_async_verl,
     openrlhf_async,
     trl_async,
@@ -91,7 +92,7 @@ class TrainerConfig:
     staleness: float = 0.0
     updates_per_batch: float = 1.0
     mode: str = "sync"  # sync: generation shares the training GPUs | async: GPUs of its own
-    trl_steps: AsyncGrpoSteps | None = None  # TRL AsyncGRPO in its own units (check reads it in a probe's)
+    own_units: AsyncGrpoSteps | FullyAsyncInterval | None = None  # check reads it in a probe's batches
 
     @property
     def batch_responses(self) -> int:
@@ -168,22 +169,22 @@ def _require(s: Setting | None, what: str, names: tuple[str, ...], path: Path) -
 
 def _verl(flat: Flat, path: Path) -> TrainerConfig:
     n = VERL_NAMES
+    g = _require(
+        _number(flat, (n["group_size"],), path, integer=True), "group size", (n["group_size"],), path
+    )
     if fully_async_verl(flat):  # data.train_batch_size is 0 there: the sync interval is the batch
-        reading = verl_async(flat, None)
+        reading = verl_async(flat, None, int(g.value))  # (check reads it in the probe's batches)
         p = Setting("async_training.trigger_parameter_sync_step", float(reading.prompts or 0), None)
     else:
         p = _require(
             _number(flat, (n["prompts"],), path, integer=True), "prompt batch", (n["prompts"],), path
         )
-        reading = verl_async(flat, int(p.value))
-    g = _require(
-        _number(flat, (n["group_size"],), path, integer=True), "group size", (n["group_size"],), path
-    )
+        reading = verl_async(flat, int(p.value), int(g.value))
     lr = _number(flat, (n["lr"],), path, integer=False)
     cap = _number(flat, (n["generation_concurrency"],), path, integer=True)
     mini = _number(flat, (n["mini_batch"],), path, integer=True)
-    notes = []
-    if mini is not None and int(p.value) % int(mini.value) == 0 and mini.value < p.value:
+    notes = []  # fully_async's updates per interval are in its own note: its interval is no rollout batch
+    if mini and not reading.own_units and int(p.value) % int(mini.value) == 0 and mini.value < p.value:
         notes.append(
             f"{int(p.value // mini.value)} actor updates per rollout batch ({n['mini_batch']}="
             f"{int(mini.value)}): the rollout batch is split into mini-batches, which the probe "
@@ -374,7 +375,7 @@ def _build(
         staleness=reading.staleness if reading else 0.0,
         updates_per_batch=reading.updates_per_batch if reading else 1.0,
         mode=reading.mode if reading else "sync",
-        trl_steps=reading.trl_steps if reading else None,
+        own_units=reading.own_units if reading else None,
     )
 
 

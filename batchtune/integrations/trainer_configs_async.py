@@ -4,15 +4,17 @@ read back from the keys integrations/emit_async.py writes (and the trainers' def
 absent, from verl 0.9.1, trl 1.16, OpenRLHF 0.11.2):
 
 - verl V1 (``trainer.v1.trainer_mode`` colocate_async / separate_async): k =
-  ``trainer.v1.<mode>.num_warmup_batches`` (default 1); fully_async (any ``async_training.*`` key):
-  the batch is one sync interval, ``trigger_parameter_sync_step x require_batches x
+  ``trainer.v1.<mode>.num_warmup_batches`` (default 1); u = mini-batches x ``ppo_epochs``.
+  fully_async (any ``async_training.*`` key) has no rollout batch (its data.train_batch_size is 0):
+  read alone, the batch is one sync interval, ``trigger_parameter_sync_step x require_batches x
   ppo_mini_batch_size`` prompts (defaults 4, 1, 256), k = ``staleness_threshold`` (default 0.1:
-  a share of a batch); u = mini-batches x ``ppo_epochs``.
+  a share of an interval), u = trigger x require x ``ppo_epochs``; it is kept in its own units
+  (``FullyAsyncInterval``) for `check` to read in a probe's rollout batches.
 - TRL: u = ``steps_per_generation / gradient_accumulation_steps x num_iterations``; an
   AsyncGRPOConfig (``max_staleness`` set) has no rollout batch: it is read in optimiser steps here
   (k = max_staleness x ``weight_sync_steps`` optimiser steps, one update per completion), and kept
   in its own units (``AsyncGrpoSteps``) for `check` to read in a probe's rollout batches
-  (``in_rollout_batches``).
+  (``in_rollout_batches``, with the probe's weight sync interval).
 - OpenRLHF: u = P*G / ``--train.batch_size`` x ``--train.max_epochs``; with ``--train.async_enable``,
   k = ``--train.async_queue_size`` (default 1).
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from batchtune.integrations.config_files import Flat
 
@@ -37,27 +40,74 @@ class AsyncGrpoSteps:
     ``weight_sync_steps`` optimiser steps; a completion more than ``max_staleness`` versions old is
     dropped. It has no rollout batch, steps_per_generation nor num_iterations."""
 
+    name: ClassVar[str] = "TRL AsyncGRPO"
     completions_per_step: int
     max_staleness: float
     weight_sync_steps: float
 
 
 @dataclass(frozen=True)
+class FullyAsyncInterval:
+    """A verl fully_async config in its own units (verl 0.9.1 experimental/fully_async_policy, as
+    emit_async._verl_fully_async writes it): the trainer syncs weights after one interval of
+    ``interval_prompts`` = trigger_parameter_sync_step x require_batches x ppo_mini_batch_size
+    prompts of ``group_size`` responses, trained with ``updates`` = trigger x require x ppo_epochs
+    optimiser updates; ``staleness_threshold`` of an interval may be generated ahead of it."""
+
+    name: ClassVar[str] = "verl fully_async"
+    interval_prompts: int
+    group_size: int
+    updates: float
+    staleness_threshold: float
+
+
+@dataclass(frozen=True)
 class RolloutBatches:
-    """An AsyncGRPOConfig in a probe's units (``in_rollout_batches``): a rollout batch of
+    """An async config in a probe's units (``in_rollout_batches``): a rollout batch of
     ``batch_responses``, ``updates_per_batch`` optimiser steps on it, staleness k in rollout batches
-    between ``staleness_lo`` and ``staleness_hi`` (one value unless weights sync every few batches)."""
+    between ``staleness_lo`` and ``staleness_hi`` (one value unless weights sync every few batches;
+    fractional where a verl staleness_threshold names no whole k)."""
 
     batch_responses: int
     updates_per_batch: int
-    staleness_lo: int
-    staleness_hi: int
+    staleness_lo: float
+    staleness_hi: float
     how: str  # the reading in words, for check's note
 
 
-def in_rollout_batches(steps: AsyncGrpoSteps, sync_every: int) -> RolloutBatches | str:
-    """``steps`` read as a probe whose weights sync every ``sync_every`` rollout batches; or why it
-    cannot be. The inverse of emit_async.trl_async, which writes a candidate P x G at staleness k and
+def in_rollout_batches(units: AsyncGrpoSteps | FullyAsyncInterval, sync_every: int) -> RolloutBatches | str:
+    """A config kept in its own units read as a probe whose weights sync every ``sync_every`` rollout
+    batches; or why it cannot be."""
+    if isinstance(units, FullyAsyncInterval):
+        return _interval_in_rollout_batches(units, sync_every)
+    return _steps_in_rollout_batches(units, sync_every)
+
+
+def _interval_in_rollout_batches(iv: FullyAsyncInterval, sync_every: int) -> RolloutBatches | str:
+    """The inverse of emit_async._verl_fully_async, which writes a candidate of P prompts at staleness
+    k and u updates per batch, synced every s = ``sync_every`` batches, as an interval of s x P prompts
+    with s x u updates and staleness_threshold = (k + 1 - s) / s rounded to 3 places: P = interval / s,
+    u = updates / s, k = threshold x s + s - 1 (the nearest whole k within that rounding)."""
+    t, s, n, up = iv.staleness_threshold, sync_every, iv.interval_prompts, iv.updates
+    if not (math.isfinite(t) and t >= 0 and math.isfinite(up) and up == int(up)):
+        return f"staleness_threshold={t:g} (>= 0) and {up:g} updates per sync interval (whole) do not fit"
+    if n % s or int(up) % s:
+        return (
+            f"a sync interval of {n} prompts and {int(up)} updates is no whole number of the probe's "
+            f"rollout batches at its weight sync every {s} batch(es)"
+        )
+    p, u, k = n // s, int(up) // s, t * s + s - 1
+    k = float(round(k)) if abs(k - round(k)) <= 5e-4 * s + 1e-9 else k
+    how = (
+        f"verl fully_async in the probe's rollout batches (weights synced every {s} batch(es)): a sync "
+        f"interval of {n} prompts and {int(up)} update(s) is {s} batch(es) of P = {p} prompts with "
+        f"u = {u}; staleness_threshold={t:g} of it is k = {t:g} x {s} + {s - 1} = {k:g}"
+    )
+    return RolloutBatches(p * iv.group_size, u, k, k, how)
+
+
+def _steps_in_rollout_batches(steps: AsyncGrpoSteps, sync_every: int) -> RolloutBatches | str:
+    """The inverse of emit_async.trl_async, which writes a candidate P x G at staleness k and
     u = mini-batches m (epochs 1: AsyncGRPO uses each completion once) as completions per step
     P*G/m, ``weight_sync_steps`` = m x sync_every and ``max_staleness`` = ceil(k / sync_every):
     B = m x completions per step, u = m = weight_sync_steps / sync_every, and k any value with
@@ -89,7 +139,7 @@ class AsyncReading:
     mode: str  # sync: generation and training share the GPUs | async: separate GPUs
     notes: tuple[str, ...] = ()
     prompts: int | None = None  # verl fully_async: the batch it implies (its data.train_batch_size is 0)
-    trl_steps: AsyncGrpoSteps | None = None  # TRL AsyncGRPO: its own units, for check to read in a probe's
+    own_units: AsyncGrpoSteps | FullyAsyncInterval | None = None  # for check to read in a probe's units
 
 
 def _get(flat: Flat, *names: str, default: float) -> float:
@@ -113,19 +163,20 @@ def fully_async_verl(flat: Flat) -> bool:
     return any(k.startswith("async_training.") for k in flat)
 
 
-def verl_async(flat: Flat, prompts: int | None) -> AsyncReading:
+def verl_async(flat: Flat, prompts: int | None, group_size: int) -> AsyncReading:
     mini = _get(flat, "actor_rollout_ref.actor.ppo_mini_batch_size", default=VERL_PPO_MINI)
     epochs = _get(flat, "actor_rollout_ref.actor.ppo_epochs", default=1)
     if fully_async_verl(flat):
         a = {k: _get(flat, f"async_training.{k}", default=v) for k, v in VERL_FULLY_ASYNC.items()}
         batch = int(a["trigger_parameter_sync_step"] * a["require_batches"] * mini)
+        u = a["trigger_parameter_sync_step"] * a["require_batches"] * epochs
         note = (
             f"verl fully_async: one sync interval of trigger_parameter_sync_step x require_batches x "
-            f"ppo_mini_batch_size = {batch} prompts is read as the batch; staleness_threshold="
+            f"ppo_mini_batch_size = {batch} prompts, {u:g} update(s); staleness_threshold="
             f"{a['staleness_threshold']:g} of it may be generated ahead"
         )
-        u = a["trigger_parameter_sync_step"] * a["require_batches"] * epochs
-        return AsyncReading(a["staleness_threshold"], u, "async", (note,), prompts=batch)
+        units = FullyAsyncInterval(batch, group_size, u, a["staleness_threshold"])
+        return AsyncReading(a["staleness_threshold"], u, "async", (note,), prompts=batch, own_units=units)
     u = (prompts / mini if prompts and mini < prompts else 1) * epochs
     mode = str(flat.get("trainer.v1.trainer_mode", ("sync", None))[0])
     if mode in ("colocate_async", "separate_async"):
@@ -156,7 +207,7 @@ def trl_async(flat: Flat, processes: int, per_step: int) -> AsyncReading:
             f"max_staleness x weight_sync_steps = {k:g} optimiser steps of lag"
         )
         steps = AsyncGrpoSteps(per_step, versions, sync)
-        return AsyncReading(k, 1, "async", (note,), trl_steps=steps)
+        return AsyncReading(k, 1, "async", (note,), own_units=steps)
     ga = num("gradient_accumulation_steps", 1)
     spg = num("steps_per_generation", 0)
     if not spg:  # derived from generation_batch_size when given (trl 1.16 GRPOConfig.__post_init__)

@@ -192,7 +192,7 @@ class _Priced:
     on_curve: bool = True
     why: str = ""
     notes: tuple[str, ...] = ()
-    in_probe_units: bool = True  # False: k and u are a TRL AsyncGRPO's optimiser steps, not comparable
+    in_probe_units: bool = True  # False: k and u are the config's own units (TRL AsyncGRPO, verl fully_async)
 
 
 def _probe_sync_every(results: str | None) -> int:
@@ -209,9 +209,10 @@ def _offpolicy_price(rec: Any, tc: TrainerConfig, sync_every: int, unit: str) ->
     """Where the config ``tc`` is priced: the ranked off-policy candidate it runs (its P, G, staleness k
     and updates u: ``P{p}xG{g}-k{k}u{u}``) where the probe measured it. The on-policy curve would
     price an async config at its sync batch's time, so an off-policy config the probe did not
-    measure is priced there only with a note saying so. A TRL AsyncGRPOConfig counts optimiser
-    steps and versions: it is first read in the probe's rollout batches (``in_rollout_batches``),
-    and priced at nothing where that reading is not whole or matches several candidates."""
+    measure is priced there only with a note saying so. A TRL AsyncGRPOConfig (optimiser steps and
+    versions) and a verl fully_async one (sync intervals) are first read in the probe's rollout
+    batches (``in_rollout_batches``), and priced at nothing where that reading is not whole or
+    matches several candidates."""
     from batchtune.integrations.trainer_configs_async import in_rollout_batches
 
     ranked = {r.name: r for r in rec.ranking.candidates}
@@ -221,16 +222,17 @@ def _offpolicy_price(rec: Any, tc: TrainerConfig, sync_every: int, unit: str) ->
         if c.family == "offpolicy" and named and c.label in ranked:
             found[c.label] = (c.prompts, c.group_size, int(named[1]), int(named[2]))
     k_lo = k_hi = tc.staleness
-    if tc.trl_steps is not None:
-        read = in_rollout_batches(tc.trl_steps, sync_every)
+    if tc.own_units is not None:
+        read = in_rollout_batches(tc.own_units, sync_every)
         if isinstance(read, str):
-            why = f"TRL AsyncGRPO has no reading in the probe's rollout batches: {read}"
+            why = f"{tc.own_units.name} has no reading in the probe's rollout batches: {read}"
             return _Priced(tc, None, False, why, (f"{why}; no time-to-target is priced",), False)
         p, batch = read.batch_responses // tc.group_size, tc.settings["batch"]
-        settings = {  # the lines stay the per-step batch's: the note says how it was scaled
+        scale = read.batch_responses / tc.batch_responses  # TRL's batch in completions, verl's in prompts
+        settings = {  # the lines stay the config's own (a step, an interval): the note says how it was scaled
             **tc.settings,
             "prompts": dataclasses.replace(tc.settings["prompts"], value=float(p)),
-            "batch": dataclasses.replace(batch, value=float(read.batch_responses)),
+            "batch": dataclasses.replace(batch, value=batch.value * scale),
         }
         tc = dataclasses.replace(
             tc,

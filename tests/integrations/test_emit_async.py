@@ -233,11 +233,16 @@ def test_check_reads_the_async_keys_back(tmp_path):
                     assert c.prompts == r.sync_every * r.prompts
                     assert c.staleness == pytest.approx((r.staleness + 1 - r.sync_every) / r.sync_every)
                     assert c.updates_per_batch == r.sync_every * r.updates_per_batch
+                    # and in the probe's rollout batches (check's reading), the pick's own B, k and u
+                    got = in_rollout_batches(c.own_units, r.sync_every)
+                    assert got.batch_responses == r.batch_responses
+                    assert got.updates_per_batch == r.updates_per_batch
+                    assert got.staleness_lo == got.staleness_hi == r.staleness, (r, got)
                 elif trainer == "trl" and r.staleness:  # AsyncGRPO: one optimiser step is the batch
                     assert c.staleness * c.prompts == r.staleness * r.prompts  # the lag, in prompts
                     assert c.updates_per_batch == 1
                     # and in the probe's rollout batches (check's reading), the pick's own B, k and u
-                    got = in_rollout_batches(c.trl_steps, r.sync_every)
+                    got = in_rollout_batches(c.own_units, r.sync_every)
                     assert (got.batch_responses, got.updates_per_batch) == (r.batch_responses, r.mini_batches)
                     assert got.staleness_lo <= r.staleness <= got.staleness_hi, (r, got)
                     assert got.staleness_lo == got.staleness_hi or r.sync_every > 1

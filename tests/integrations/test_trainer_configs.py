@@ -210,3 +210,21 @@ def test_trl_async_read_in_a_probes_rollout_batches():
     assert "not a multiple" in str(in_rollout_batches(AsyncGrpoSteps(16, 1, 3), 2))
     for bad in (float("inf"), float("nan"), 1.5, -1.0):
         assert "not whole numbers" in str(in_rollout_batches(AsyncGrpoSteps(16, bad, 1), 1))
+
+
+def test_verl_fully_async_read_in_a_probes_rollout_batches():
+    """A fully_async sync interval of n prompts and U updates, weights synced every s rollout batches:
+    P = n / s, u = U / s, k = staleness_threshold x s + s - 1 (whole within the 3 places emitted)."""
+    from batchtune.integrations.trainer_configs_async import FullyAsyncInterval, in_rollout_batches
+
+    two = in_rollout_batches(FullyAsyncInterval(8, 8, 4, 0.0), 2)  # P4xG8-k1u2 synced every 2
+    assert not isinstance(two, str)
+    assert (two.batch_responses, two.updates_per_batch, two.staleness_lo, two.staleness_hi) == (32, 2, 1, 1)
+    third = in_rollout_batches(FullyAsyncInterval(12, 8, 3, 0.333), 3)  # k = 3 written as 1/3
+    assert not isinstance(third, str) and (third.batch_responses, third.staleness_hi) == (32, 3)
+    alone = in_rollout_batches(FullyAsyncInterval(4, 8, 1, 0.1), 1)  # verl's default share: no whole k
+    assert not isinstance(alone, str) and alone.staleness_lo == alone.staleness_hi == pytest.approx(0.1)
+    assert "no whole number" in str(in_rollout_batches(FullyAsyncInterval(6, 8, 2, 0.0), 4))
+    assert "no whole number" in str(in_rollout_batches(FullyAsyncInterval(8, 8, 3, 0.0), 2))
+    for bad in (float("nan"), -0.5):
+        assert "do not fit" in str(in_rollout_batches(FullyAsyncInterval(8, 8, 2, bad), 2))

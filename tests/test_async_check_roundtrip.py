@@ -1,0 +1,94 @@
+"""`recommend --emit` of an async pick, then `check` of the file it wrote, against the same async probe:
+the config is read back at the pick's own candidate (batch, LR, staleness k, updates u) and priced at
+its time-to-target, for each trainer's async form and probes whose weights sync every 1 or 2 rollout
+batches (``algorithm.sync_every``) with 1 or 2 mini-batches (u)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from tests.test_async_recommend import _recommend, _store
+
+
+def _probe(root: Path, sync_every: int, u: int) -> Path:
+    """An async probe whose pick is P4xG8-k1u{u}: k = 1 keeps sync_every <= k + 1."""
+    sets = [
+        f"algorithm.sync_every={sync_every}",
+        f"algorithm.mini_batches={u}",
+        "probe.staleness=[0, 1]",
+        f"probe.updates_per_batch=[{u}]",
+    ]
+    runs = {
+        "P2xG8": (2, 0, u, (160, 224), 0.10, 0.05, 0.01),
+        "P4xG8": (4, 0, u, (224, 320), 0.18, 0.08, 0.01),
+        f"P2xG8-k1u{u}": (2, 1, u, (192, 256), 0.12, 0.06, 0.01),
+        f"P4xG8-k1u{u}": (4, 1, u, (200, 280), 0.20, 0.09, 0.01),
+    }
+    return _store(root, sets, runs)
+
+
+def _emit_fully_async(results: Path, out: Path) -> None:
+    """verl's fully_async trainer, which `recommend --emit verl` names in a note (by API here)."""
+    from batchtune.integrations.emit import emit_for_recommendation
+    from batchtune.workflow.loading import load
+    from batchtune.workflow.recommend import recommend_from_args, write_emitted
+
+    rec, _, _ = recommend_from_args(results=str(results), throughput="probe", gpus=8, plot=False)
+    cfg = load(None, [], str(results), stored=True)
+    e = emit_for_recommendation(rec, "verl", 8, cfg, async_trainer="fully_async")
+    write_emitted("verl", e.text, e.values, out)
+
+
+@pytest.mark.parametrize("trainer", ["verl", "verl-fully_async", "openrlhf"])
+@pytest.mark.parametrize(("sync_every", "u"), [(1, 1), (1, 2), (2, 1), (2, 2)])
+def test_an_emitted_async_pick_checks_back_at_its_own_candidate(
+    tmp_path: Path, trainer: str, sync_every: int, u: int
+) -> None:
+    """verl fully_async counts a sync interval (sync_every batches) as its batch and its k and u per
+    interval: read so, the pick P4xG8-k1u1 of a probe syncing every 2 batches came back as 64 responses
+    at staleness 0, u 2: its batch and LR failed, and on the on-policy curve beyond the measured
+    batches it had no time-to-target. Each form now checks back at P4xG8-k1u{u}: batch and LR pass,
+    time-to-target the pick's, no note that k or u differ."""
+    results = _probe(tmp_path / "r", sync_every, u)
+    data = json.loads(_recommend(results, "--json", "--gpus", "8").stdout)
+    pick = data["recommended"]["run_as"]["name"]
+    assert pick == f"P4xG8-k1u{u}"
+    t = {c["name"]: c["time_to_target_s"] for c in data["candidates"]}
+    out, fmt = tmp_path / "emitted.yaml", trainer.split("-")[0]
+    if trainer == "verl-fully_async":
+        _emit_fully_async(results, out)
+    else:
+        _recommend(results, "--gpus", "8", "--emit", fmt, "-o", str(out))
+    run = CliRunner().invoke(app, ["check", str(out), "-r", str(results), "--format", fmt, "--json"])
+    assert run.exit_code == 0, run.output
+    got = json.loads(run.stdout)
+    assert got["config"]["batch_responses"] == 32, got["config"]
+    checks = {c["name"]: c["status"] for c in got["checks"]}
+    assert checks["batch"] == checks["lr"] == "pass", got["checks"]
+    assert got["predicted_time_to_target"]["value"] == pytest.approx(t[pick])
+    assert any(f"priced at the probe's {pick}" in n for n in got["notes"]), got["notes"]
+    assert not any("evidence's pick is" in n for n in got["notes"]), got["notes"]  # k and u are the pick's
+
+
+def test_check_prices_no_fully_async_config_it_cannot_place(tmp_path: Path) -> None:
+    """Weights synced every 2 rollout batches: a fully_async interval of 3 updates is no whole number
+    of batches. check says so in one line and prices no time-to-target."""
+    results = _probe(tmp_path / "r", 2, 1)
+    cfg = tmp_path / "fa.txt"
+    cfg.write_text(
+        "data.train_batch_size=0\nactor_rollout_ref.rollout.n=8\nactor_rollout_ref.actor.optim.lr=0.0002\n"
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4\nasync_training.trigger_parameter_sync_step=3\n"
+        "async_training.require_batches=1\nasync_training.staleness_threshold=0\n"
+    )
+    run = CliRunner().invoke(app, ["check", str(cfg), "-r", str(results), "--format", "verl", "--json"])
+    assert run.exit_code in (0, 1, 3), run.output
+    got = json.loads(run.stdout)
+    assert got["predicted_time_to_target"]["value"] is None
+    said = [n for n in got["notes"] if "verl fully_async has no reading" in n]
+    assert len(said) == 1 and "3 updates" in said[0], got["notes"]
+    assert "no time-to-target is priced" in said[0]
