@@ -77,12 +77,26 @@ def recommendation_input(
 def pick_offpolicy(rec: Recommendation) -> tuple[int, int]:
     """(staleness k, updates per batch u; 0 = the recipe's mini-batches) of the winner: the async
     ranking's pick when there is one (``rec.async_choice``), else the winner's ``-k{k}u{u}`` label,
-    else on-policy."""
+    else on-policy, at the u its runs were imported at (``rec.logged_updates``; 0 for a probe's)."""
     choice = getattr(rec, "async_choice", None)
     if choice is not None:
         return int(choice.staleness), int(choice.updates_per_batch)
     m = OFFPOLICY_SUFFIX.search(rec.winner.label)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, int(getattr(rec, "logged_updates", 0)))
+
+
+def logged_split_note(rec: Recommendation, spec: RecommendationInput) -> str:
+    """Where the winner's runs were imported at u > 1, what the emitted split of u assumed: a log gives
+    the product u = mini-batches x epochs (import-logs --updates-per-batch), not the split."""
+    if getattr(rec, "logged_updates", 0) <= 1:
+        return ""
+    m, e, u = spec.mini_batches, spec.epochs, spec.updates_per_batch
+    return (
+        f"the imported runs trained at u = {u} updates per rollout batch "
+        "(import-logs --updates-per-batch); a log gives only that product of mini-batches x epochs, "
+        f"not its split, so this config assumes {m} mini-batch{'es' if m > 1 else ''} x {e} "
+        f"epoch{'s' if e > 1 else ''}: set the split the runs used, keeping the product {u}"
+    )
 
 
 def _split(choice: Any, num_gpus: int) -> tuple[int, str]:
@@ -137,8 +151,18 @@ def emit_for_recommendation(
     cannot take it (the batch does not divide over the training GPUs, a side that does not fill
     whole nodes), the winner's next modelled split that it takes is emitted, with a note saying so, and
     the result's ``pick`` is the async pick at that split (the note its ``split_note``), so that what
-    `recommend` says to run (``run_as``, the "Run it" line) names the split written."""
+    `recommend` says to run (``run_as``, the "Run it" line) names the split written. Where the
+    winner's runs were imported from logs at u > 1, a note says how u was split (logged_split_note)."""
     spec = recommendation_input(rec, cfg, num_gpus)
+    out = _emit_at_a_split(rec, trainer, num_gpus, spec, **options)
+    note = logged_split_note(rec, spec)
+    return dataclasses.replace(out, text=out.text + f"# {note}\n", notes=(*out.notes, note)) if note else out
+
+
+def _emit_at_a_split(
+    rec: Recommendation, trainer: str, num_gpus: int, spec: RecommendationInput, **options: Any
+) -> EmittedConfig:
+    """``emit`` of ``spec``, else at the winner's next modelled split the trainer takes (above)."""
     try:
         return emit(trainer, spec, num_gpus, **options)
     except InputError as exc:

@@ -123,7 +123,7 @@ def recommend_for_recipe(
             eff,
         ) from None
     if branched is None:
-        rec = _ranked(cfg, store, eff, thr, gpus)
+        rec = _with_logged_updates(_ranked(cfg, store, eff, thr, gpus), store.runs())
     else:
         rec = _ranked_branched(cfg, eff, thr, branched)
     if plot:
@@ -168,6 +168,15 @@ def _ranked(
 
         raise NotRanked(why_not_ranked(str(exc), store, cfg, eff), eff) from None
     return rec if joint is None else with_pick(rec, joint, cfg)
+
+
+def _with_logged_updates(rec: Recommendation, runs: list[RunRecord]) -> Recommendation:
+    """``rec`` with the u its winner's runs were imported at, where all of them were: the config
+    emitted for it trains at that u, not at the recipe's mini-batches (import-logs writes 1)."""
+    own = [r for r in runs if r.candidate == rec.winner.label]
+    if not own or any(r.source == "probe" for r in own):
+        return rec
+    return dataclasses.replace(rec, logged_updates=min(r.updates_per_batch for r in own))
 
 
 def _ranked_branched(

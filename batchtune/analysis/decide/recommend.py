@@ -66,6 +66,10 @@ class Recommendation:
     # the ranking over sync and async runs (decide/async_joint.py); None: the recipe has no
     # staleness, reuse or async knob, and nothing of it was computed
     async_decision: JointDecision | None = None
+    # the winner's updates per rollout batch u where all its runs were imported from logs (their
+    # import-logs --updates-per-batch: a log gives the product mini-batches x epochs, not its split);
+    # 0: probe runs, at the recipe's mini-batches or their label's -k{k}u{u}
+    logged_updates: int = 0
 
     @property
     def async_pick(self) -> AsyncPick | None:
