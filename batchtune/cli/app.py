@@ -295,7 +295,7 @@ def _show_recommendation(
     if written is not None:
         again = " (it replaced the file there)" if replaced else ""
         console.print(f"Trainer config written to {written}{again}", highlight=False)
-    if rec.efficiency.total_samples:
+    if rec.efficiency.total_samples and not rec.efficiency.imported:  # logs' runs cost no probing
         from batchtune.analysis.system.hardware import SIMULATED_DEVICE
         from batchtune.workflow.recommend import SIMULATED_TIMINGS
 

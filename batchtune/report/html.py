@@ -107,7 +107,7 @@ def build_sections(eff: Any, rec: Any | None, plots: list[Path], missing: str = 
         sure = how_sure(rec)
         paras += [rec.ranking.reason, *([sure] if sure else [])]
         if rec.evidence:
-            paras.append(f"Weak evidence: {'; '.join(rec.evidence)}. {weak_advice(eff.unit)}")
+            paras.append(f"Weak evidence: {'; '.join(rec.evidence)}. {weak_advice(eff.unit, eff.imported)}")
         if rec.throughput_noise is not None:
             paras.append(rec.throughput_noise.text())
         paras += [rec.confirm, f"Θ (throughput) from {rec.throughput.source}."]
@@ -139,7 +139,8 @@ def build_sections(eff: Any, rec: Any | None, plots: list[Path], missing: str = 
     if rec is not None and math.isfinite(rec.winner.estimate.samples_to_target):
         r = rec.winner.estimate.samples_to_target
         cost += f"; one full run at {rec.winner.label} needs ~{r:,.0f} ({eff.total_samples / r:.1f}x less)"
-    sections.append(Section("Probe cost", (cost + ".",)))
+    if not eff.imported:  # runs imported from logs: no probe spent anything
+        sections.append(Section("Probe cost", (cost + ".",)))
     notes = list(rec.notes if rec is not None else eff.notes)
     notes = [n for n in notes if not n.startswith("time-to-target plot:")]
     if notes:

@@ -206,13 +206,14 @@ def joint_decision(
         c = who[(ch.batch, ch.staleness, ch.updates_per_batch)]
         rows.append(JointRow(c.label, c.prompts, c.group_size, ch))
     verdict = async_verdict([r.choice for r in rows])  # on the one device: total_gpus 1
-    source = f"stage times: {thr.source} (generation, training), weight syncs from the probe's records"
+    whose = "the imported runs'" if eff.imported else "the probe's"  # no probe ran imported runs
+    source = f"stage times: {thr.source} (generation, training), weight syncs from {whose} records"
     splits = None
     if cluster_gpus >= 2:
         labels = {key: c.label for key, c in who.items()}
         splits = rank_splits(
             ests, sync_t, labels, total_gpus=cluster_gpus, in_flight_caps=in_flight_caps,
-            sync_every=sync_every, times_source=thr.source,
+            sync_every=sync_every, times_source=thr.source, imported=eff.imported,
         )  # fmt: skip
     return JointDecision(
         tuple(rows), tuple(verdict), verdict_status(verdict), source, tuple(notes), splits=splits

@@ -108,10 +108,12 @@ def rank_splits(
     in_flight_caps: Sequence[int | None] = (None,),
     sync_every: int = 1,
     times_source: str = "",
+    imported: bool = False,
 ) -> SplitRanking:
     """Every candidate colocated (k = 0) or at every split (k >= 1) of ``total_gpus``, best T first
     (module docstring). ``one_device``: per batch, the stage times of one device, each side alone;
-    ``labels``: (B, k, u) -> candidate label; k in trainer steps, as the joint ranking counts it."""
+    ``labels``: (B, k, u) -> candidate label; k in trainer steps, as the joint ranking counts it.
+    ``imported``: the times are runs' imported from logs, not a probe's (the note says so)."""
     split = list(splits) or default_splits(total_gpus)
     n = total_gpus
     fit_g, fit_t = fitted_scaling(one_device)
@@ -143,10 +145,16 @@ def rank_splits(
         how = "fitted over the measured batches" if fit is not None else "one batch measured: assumed"
         return f"{what} / g^{a:.2f} ({how})"
 
+    whose = "the imported runs'" if imported else "the probe's"
+    why = (
+        "the imported runs' stage times are taken as one device's, whatever GPUs they ran on"
+        if imported
+        else "the probe's one device ran both sides"
+    )
     notes = (
-        f"the GPU split is modelled, not measured: the probe's one device ran both sides, so each split of "
+        f"the GPU split is modelled, not measured: {why}, so each split of "
         f"{n} GPUs ({shown}, rollout:train) is predicted by the pipeline model from the per-device stage "
         f"times{where}: on g GPUs, {said(a_g, fit_g, 'generation')}, {said(a_t, fit_t, 'training')}; "
-        "the sides not slowing each other, and the probe's weight-sync seconds",
+        f"the sides not slowing each other, and {whose} weight-sync seconds",
     )
     return SplitRanking(n, rows, notes)

@@ -292,10 +292,13 @@ def _seeds(n: int) -> str:
     return f"{n} seed{'' if n == 1 else 's'}"
 
 
-def weak_advice(unit: str) -> str:
+def weak_advice(unit: str, imported: bool = False) -> str:
     """What to do about thin evidence (``unit``: the efficiency's; a pre-training recipe's grid
     gives no time ranking, so it is not offered there). The branched remedies are said to be for a
-    branched probe: a grid probe (the async default) already measures every batch."""
+    branched probe: a grid probe (the async default) already measures every batch. ``imported``:
+    the runs came from logs (SampleEfficiency.imported), so more of them is the remedy."""
+    if imported:
+        return "Before a long run: import more seeds (runs of the same configuration, each with its --seed)"
     if unit == "tokens":
         return (
             "Before a long run: add seeds (budget.seeds); a branched probe: measure every batch "
@@ -371,7 +374,10 @@ def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput,
             )
         else:
             text += " at the predicted throughput"
-    text += ". If it needs clearly more, the probe was too short or too noisy: add seeds and probe again."
+    if eff.imported:  # no probe ran: the evidence is the logs' runs
+        text += ". If it needs clearly more, the imported runs were too few or too noisy: import more seeds."
+    else:
+        text += ". If it needs clearly more, the probe was too short or too noisy: add seeds and probe again."
     return text
 
 

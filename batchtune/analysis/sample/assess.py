@@ -187,7 +187,7 @@ def analyse_runs(
         confidence=confidence,
         families=families,
     )
-    return assess(
+    eff = assess(
         cands,
         metric=metric,
         target=target,
@@ -197,6 +197,8 @@ def analyse_runs(
         reference=reference,
         runs=runs,
     )
+    imported = bool(runs) and all(r.record.source != "probe" for r in runs)
+    return dataclasses.replace(eff, imported=True) if imported else eff
 
 
 def _gradient_diagnostics(

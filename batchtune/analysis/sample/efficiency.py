@@ -90,6 +90,9 @@ class SampleEfficiency:
     # what a sample and a batch count: "samples" (responses) for RL; "tokens" for a pre-training
     # recipe's branched probe, where a batch is seqs x len tokens
     unit: str = "samples"
+    # every run was imported from a trainer's logs, none is a probe's: the text names the runs, and
+    # there is no probe cost to state
+    imported: bool = False
 
     @property
     def batch_noun(self) -> str:
