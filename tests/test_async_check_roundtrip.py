@@ -6,6 +6,7 @@ batches (``algorithm.sync_every``) with 1 or 2 mini-batches (u)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,38 @@ def test_check_prices_no_fully_async_config_it_cannot_place(tmp_path: Path) -> N
     said = [n for n in got["notes"] if "verl fully_async has no reading" in n]
     assert len(said) == 1 and "3 updates" in said[0], got["notes"]
     assert "no time-to-target is priced" in said[0]
+
+
+def _profiled(root: Path, sync_every: int) -> Path:
+    """The probe with the shipped NQM generation profile (knee 256), so check's concurrency check runs."""
+    results = _probe(root, sync_every, 1)
+    evidence = Path(__file__).resolve().parents[1] / "examples/ci/evidence/nqm"
+    shutil.copy(evidence / "throughput.jsonl", results / "throughput.jsonl")
+    shutil.copytree(evidence / "profiles", results / "profiles")
+    return results
+
+
+@pytest.mark.parametrize("sync_every", [1, 2])
+def test_fully_async_concurrency_is_what_its_rollouter_keeps_in_flight(
+    tmp_path: Path, sync_every: int
+) -> None:
+    """verl fully_async streams prompts: its rollouter keeps min(engines x concurrent_samples_per_replica,
+    (1 + staleness_threshold) x sync interval) prompts in flight, here 8 of 8 responses over 3 engines
+    (22 per engine) for the pick P4xG8-k1u1 synced every 1 (t = 1) or 2 (t = 0) batches. check capped
+    the knee at a step's share, 11 per engine, and said nothing when max_num_seqs = 16 held each engine
+    below what it is sent; its note said 22 with sync_every 2 and 11 with 1."""
+    results = _profiled(tmp_path / "r", sync_every)
+    out = tmp_path / "fa.txt"
+    _emit_fully_async(results, out)
+    text = out.read_text()
+    assert f"staleness_threshold={2 - sync_every:g}.0" in text and "max_num_seqs" not in text
+    out.write_text(text + "actor_rollout_ref.rollout.max_num_seqs=16\n")
+    run = CliRunner().invoke(app, ["check", str(out), "-r", str(results), "--format", "verl", "--json"])
+    assert run.exit_code == 0, run.output
+    got = json.loads(run.stdout)
+    conc = next(c for c in got["checks"] if c["name"] == "generation_concurrency")
+    assert conc["status"] == "warn" and conc["configured"] == "16", conc
+    assert conc["expected"].startswith(">= 22 (the 22 responses of an engine's share of what the"), conc
+    said = [n for n in got["notes"] if "in flight per engine" in n]
+    assert len(said) == 1 and "= 8 prompts, 64 responses, in flight over 3 engines" in said[0], said
+    assert "at most 22 in flight per engine" in said[0], said

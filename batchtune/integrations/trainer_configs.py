@@ -210,12 +210,14 @@ def _verl(flat: Flat, path: Path) -> TrainerConfig:
     if cap is None:
         cap = Setting(n["generation_concurrency"], VERL_MAX_NUM_SEQS, None)
         notes.append(f"{n['generation_concurrency']} not in the config: verl's default {VERL_MAX_NUM_SEQS}")
-    share = math.ceil(p.value * g.value / engines)
+    iv = reading.own_units if isinstance(reading.own_units, FullyAsyncInterval) else None
+    flight = (iv.prompts_in_flight(engines) if iv else int(p.value)) * int(g.value)  # fully_async streams
+    share = math.ceil(flight / engines)
     in_flight = int(min(cap.value, share))
-    if engines > 1:
+    if engines > 1 or iv:
         notes.append(
-            f"{int(p.value * g.value)} responses over {engines} engines (GPUs / rollout TP x PP): at "
-            f"most {share} in flight per engine, {cap.name}={int(cap.value)} caps each"
+            f"{iv.in_flight_text(engines) if iv else f'{flight} responses'} over {engines} engines (GPUs / "
+            f"rollout TP x PP): at most {share} in flight per engine, {cap.name}={int(cap.value)} caps each"
         )
     return _build("verl", path, p, g, lr, cap, notes, engines=engines, in_flight=in_flight, reading=reading)
 

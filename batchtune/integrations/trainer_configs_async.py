@@ -28,7 +28,12 @@ from typing import ClassVar
 from batchtune.integrations.config_files import Flat
 
 VERL_PPO_MINI = 256  # actor.ppo_mini_batch_size's default (actor.yaml)
-VERL_FULLY_ASYNC = {"trigger_parameter_sync_step": 4, "require_batches": 1, "staleness_threshold": 0.1}
+VERL_FULLY_ASYNC = {  # async_training defaults (verl 0.9.0 fully_async_ppo_trainer.yaml)
+    "trigger_parameter_sync_step": 4,
+    "require_batches": 1,
+    "staleness_threshold": 0.1,
+    "concurrent_samples_per_replica": 16,
+}
 TRUE = ("true", "1", "yes", "y", "t")
 
 
@@ -52,13 +57,35 @@ class FullyAsyncInterval:
     emit_async._verl_fully_async writes it): the trainer syncs weights after one interval of
     ``interval_prompts`` = trigger_parameter_sync_step x require_batches x ppo_mini_batch_size
     prompts of ``group_size`` responses, trained with ``updates`` = trigger x require x ppo_epochs
-    optimiser updates; ``staleness_threshold`` of an interval may be generated ahead of it."""
+    optimiser updates; ``staleness_threshold`` of an interval may be generated ahead of it; each
+    rollout engine (replica) takes at most ``samples_per_replica`` prompts at once."""
 
     name: ClassVar[str] = "verl fully_async"
     interval_prompts: int
     group_size: int
     updates: float
     staleness_threshold: float
+    samples_per_replica: float = VERL_FULLY_ASYNC["concurrent_samples_per_replica"]
+
+    def prompts_in_flight(self, engines: int) -> int:
+        """The prompts (of ``group_size`` responses each) its rollouter generates at once over
+        ``engines`` engines. It streams one prompt at a time, with no step's batch: at most
+        max_concurrent_samples = min(replicas x concurrent_samples_per_replica, max_required_samples)
+        at once, where max_required_samples = int(ppo_mini_batch_size x require_batches x (1 +
+        staleness_threshold) x trigger_parameter_sync_step) is what it may start between two syncs
+        (verl 0.9.0 fully_async_rollouter.py, set_max_required_samples and _should_pause_generation)."""
+        ahead = int(self.interval_prompts * (1 + self.staleness_threshold))
+        return max(1, min(engines * int(self.samples_per_replica), ahead))
+
+    def in_flight_text(self, engines: int) -> str:
+        """``prompts_in_flight`` in words, for check's note."""
+        return (
+            f"verl fully_async streams prompts, no step's batch: min({engines} engines x "
+            f"concurrent_samples_per_replica={self.samples_per_replica:g}, (1 + staleness_threshold="
+            f"{self.staleness_threshold:g}) x {self.interval_prompts} prompts of a sync interval) = "
+            f"{self.prompts_in_flight(engines)} prompts, {self.prompts_in_flight(engines) * self.group_size} "
+            "responses, in flight"
+        )
 
 
 @dataclass(frozen=True)
@@ -175,7 +202,8 @@ def verl_async(flat: Flat, prompts: int | None, group_size: int) -> AsyncReading
             f"ppo_mini_batch_size = {batch} prompts, {u:g} update(s); staleness_threshold="
             f"{a['staleness_threshold']:g} of it may be generated ahead"
         )
-        units = FullyAsyncInterval(batch, group_size, u, a["staleness_threshold"])
+        t, per_replica = a["staleness_threshold"], a["concurrent_samples_per_replica"]
+        units = FullyAsyncInterval(batch, group_size, u, t, per_replica)
         return AsyncReading(a["staleness_threshold"], u, "async", (note,), prompts=batch, own_units=units)
     u = (prompts / mini if prompts and mini < prompts else 1) * epochs
     mode = str(flat.get("trainer.v1.trainer_mode", ("sync", None))[0])

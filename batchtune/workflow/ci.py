@@ -58,7 +58,6 @@ def check(
         INSUFFICIENT,
         CheckItem,
         CheckResult,
-        check_concurrency,
         check_lr,
         check_time,
         interp_loglog,
@@ -112,10 +111,24 @@ def check(
     items = (
         check_batch(n, eff.critical, batches, rps, tol.waste, ranking),
         check_lr(tc.lr, n, ref.lr, float(ref.batch_responses), rule, tol.lr),
-        check_concurrency(tc.generation_concurrency, rec.throughput.knee, n, tc.engines),
+        _check_concurrency(tc, rec.throughput.knee, n),
         check_time(predicted, unit, base_value, base_unit, tol.time, why),
     )
     return tc, CheckResult(items, predicted, unit, tuple(notes), target)
+
+
+def _check_concurrency(tc: TrainerConfig, knee: Any, n: float) -> Any:
+    """The config's concurrency per engine against the knee, capped at an engine's share of what it
+    can have in flight: a step's ``n`` responses (in the probe's units), or, for verl fully_async,
+    which streams prompts with no step's batch, what its rollouter keeps in flight."""
+    from batchtune.analysis.decide.check import check_concurrency
+    from batchtune.integrations.trainer_configs_async import FullyAsyncInterval
+
+    iv = tc.own_units
+    if isinstance(iv, FullyAsyncInterval):
+        flight = iv.prompts_in_flight(tc.engines) * iv.group_size
+        return check_concurrency(tc.generation_concurrency, knee, flight, tc.engines, streamed=True)
+    return check_concurrency(tc.generation_concurrency, knee, n, tc.engines)
 
 
 def _refuse_pretraining(rec: Any, source: str) -> None:

@@ -143,7 +143,11 @@ def check_lr(lr: float | None, n: float, ref_lr: float, ref_batch: float, rule: 
 
 
 def check_concurrency(
-    concurrency: int | None, knee: Knee | None, batch: float | None = None, engines: int = 1
+    concurrency: int | None,
+    knee: Knee | None,
+    batch: float | None = None,
+    engines: int = 1,
+    streamed: bool = False,
 ) -> CheckItem:
     """Generation concurrency (per engine, as the profile measures it) against the knee (warn
     below) and the out-of-memory ceiling (fail).
@@ -151,7 +155,9 @@ def check_concurrency(
     A step of ``batch`` responses cannot have more than ``batch`` in flight, so the knee is capped
     there: every response of the step decoding at once is as far as the step can go (it is also what
     ``recommend`` emits, ``min(N, largest measured concurrency)``). Over ``engines`` engines each
-    gets a share of the step, which the message says (fewer engines, or a larger batch, fill them)."""
+    gets a share of the step, which the message says (fewer engines, or a larger batch, fill them).
+    A trainer that streams prompts (``streamed``: verl fully_async) has no step's batch: ``batch`` is
+    then what its rollouter keeps in flight (more of it in flight, not a larger batch, fills them)."""
     name, role = "generation_concurrency", "generation_concurrency"
     if knee is None:
         return CheckItem(
@@ -162,7 +168,8 @@ def check_concurrency(
         batch = float(math.ceil(batch / engines))  # all of it in flight is as far as that engine goes
     want = min(k, batch) if batch is not None and batch > 0 else k
     capped = want < k
-    of_step = f"an engine's share of a step ({engines} engines)" if engines > 1 else "a step"
+    step = "what the rollouter keeps in flight" if streamed else "a step"
+    of_step = f"an engine's share of {step} ({engines} engines)" if engines > 1 else step
     expected = f">= {want:g}" + (f" (the {batch:g} responses of {of_step}; knee {k:g})" if capped else "")
     expected += f", < {knee.ceiling:g} (out of memory)" if knee.ceiling else ""
     if concurrency is None:
@@ -175,7 +182,8 @@ def check_concurrency(
             f"{c:g}",
             expected,
             f"{c:g} responses in flight ran out of memory in the profile (ceiling {knee.ceiling:g}); "
-            f"use {want:g}" + (", every response of a step" if capped else ", the critical generation batch"),
+            f"use {want:g}"
+            + (f", every response of {step}" if capped else ", the critical generation batch"),
             role,
         )
     if c < want:
@@ -198,7 +206,11 @@ def check_concurrency(
         msg = (
             f"every response of {of_step} ({batch:g}) can be in flight; the critical generation "
             f"batch {k:g} is beyond it"
-            + (": fewer engines or a larger batch would fill them" if engines > 1 else "")
+            + (
+                f": fewer engines or {'more in flight' if streamed else 'a larger batch'} would fill them"
+                if engines > 1
+                else ""
+            )
         )
     else:
         tail = "" if knee.saturated else " (throughput still rose at the largest measured point)"
