@@ -54,7 +54,9 @@ def test_an_emitted_async_pick_checks_back_at_its_own_candidate(
     interval: read so, the pick P4xG8-k1u1 of a probe syncing every 2 batches came back as 64 responses
     at staleness 0, u 2: its batch and LR failed, and on the on-policy curve beyond the measured
     batches it had no time-to-target. Each form now checks back at P4xG8-k1u{u}: batch and LR pass,
-    time-to-target the pick's, no note that k or u differ."""
+    time-to-target the pick's, no note that k or u differ. V1 and OpenRLHF sync weights after every
+    step: against a probe that synced every 2 batches, one note says that difference is not priced
+    (check said nothing of it)."""
     results = _probe(tmp_path / "r", sync_every, u)
     data = json.loads(_recommend(results, "--json", "--gpus", "8").stdout)
     pick = data["recommended"]["run_as"]["name"]
@@ -74,6 +76,9 @@ def test_an_emitted_async_pick_checks_back_at_its_own_candidate(
     assert got["predicted_time_to_target"]["value"] == pytest.approx(t[pick])
     assert any(f"priced at the probe's {pick}" in n for n in got["notes"]), got["notes"]
     assert not any("evidence's pick is" in n for n in got["notes"]), got["notes"]  # k and u are the pick's
+    every_step = [n for n in got["notes"] if "syncs weights after every step" in n]  # V1 and OpenRLHF do
+    assert len(every_step) == (sync_every > 1 and trainer != "verl-fully_async"), got["notes"]
+    assert all(f"the probe's {pick} synced every {sync_every}" in n for n in every_step), every_step
 
 
 def test_check_prices_no_fully_async_config_it_cannot_place(tmp_path: Path) -> None:

@@ -270,7 +270,13 @@ def _offpolicy_price(rec: Any, tc: TrainerConfig, sync_every: int, unit: str) ->
         r = ranked[hits[0]]
         t = float(r.time_to_target_s if unit == "s" else r.time_ratio)
         why = f"the probe's candidate {hits[0]} never reached the target"
-        return _Priced(tc, t, False, why, (*notes, f"time-to-target priced at the probe's {hits[0]}"))
+        notes += (f"time-to-target priced at the probe's {hits[0]}",)
+        if tc.own_units is None and k_hi > 0 and sync_every > 1:  # V1, one-step-off, OpenRLHF async
+            notes += (
+                f"{tc.trainer} syncs weights after every step, the probe's {hits[0]} synced every "
+                f"{sync_every} (algorithm.sync_every): the difference (time in syncs, lag) is not priced",
+            )
+        return _Priced(tc, t, False, why, notes)
     if k_hi > 0:  # off-policy, not measured: the on-policy curve, said
         notes += (
             f"check looked for the probe's candidate {wanted}, which it did not measure: time-to-target "
