@@ -66,3 +66,18 @@ def test_a_diverged_imported_run_is_reported_and_bounds_nothing(tmp_path: Path):
     assert big["rank"] is None and big["failures"] == [
         "seed 0: diverged (score is nan from step 2 to the end of the log)"
     ]
+
+
+def test_the_reason_names_a_larger_batch_that_failed_instead_of_none_measured(tmp_path: Path):
+    """docs/import-logs.md's sweep: the pick is the largest batch that ran to an estimate, and the
+    one above it diverged. The reason used to say "No larger batch was measured in this sweep; a
+    larger one may be faster still", beside a table that lists the larger batch as failed."""
+    log, results = tmp_path / "sweep.csv", tmp_path / "r"
+    _sweep(log)
+    args = ["import-logs", str(log), "--format", "csv", "--results", str(results), "--metric", "score"]
+    assert CliRunner().invoke(app, [*args, "--target", "0.8"]).exit_code == 0
+    out = CliRunner().invoke(app, ["recommend", "--results", str(results), "--json"])
+    assert out.exit_code == 0, out.output
+    reason = json.loads(out.stdout)["recommended"]["reason"]
+    assert "No larger batch was measured" not in reason
+    assert "P64xG8" in reason and "failed" in reason

@@ -237,6 +237,7 @@ def rank_time_to_target(
     open_margin: float = 0.0,
     noun: str = "responses",
     tie_margin: float = 0.0,
+    failed: Sequence[tuple[str, float]] = (),
 ) -> Ranking:
     """Rank candidates by expected ``T = R / Θ`` (module doc); censored candidates (``R = inf``) rank last.
 
@@ -248,8 +249,8 @@ def rank_time_to_target(
     are ordered among themselves by the lower bound of their time (``ci_low / Θ``), the one that
     could still be fastest first. ``samples_ci_low`` of a censored run is the samples it consumed
     without reaching the target (a lower bound), its ``ci_high`` inf. ``noun``: what a sample is
-    in the reason's words ("tokens" for pre-training).
-    The reference must have reached the target: every ratio is relative to it.
+    in the reason's words ("tokens" for pre-training); ``failed``: (name, batch) of candidates whose
+    every run failed, named in the reason. The reference must have reached the target.
     """
     columns = (batch_responses, samples_to_target, samples_ci_low, samples_ci_high, responses_per_s)
     c = _checked(names, columns, reference)
@@ -259,16 +260,9 @@ def rank_time_to_target(
     winner = ranked[0]
     if winner.censored:  # unreachable: the reference is finite; kept as an internal invariant
         raise AssertionError("a censored candidate ranked first")
-    reason = _reason(ranked, winner, halfwidths, c.names, noun, tie_margin)
+    reason = _reason(ranked, winner, halfwidths, c.names, noun, tie_margin, failed)
     high, against = regret_bound(ranked, winner, halfwidths, c.names)
-    return Ranking(
-        candidates=ranked,
-        reference=reference,
-        winner=winner.name,
-        reason=reason,
-        regret_high=high,
-        regret_against=against,
-    )
+    return Ranking(ranked, reference, winner.name, reason, regret_high=high, regret_against=against)
 
 
 def _vs_winner(
@@ -342,6 +336,7 @@ def _reason(
     names: list[str],
     noun: str = "responses",
     tie_margin: float = 0.0,
+    failed: Sequence[tuple[str, float]] = (),
 ) -> str:
     """Why the winner won, in docs/method.md §1 terms: responses (``noun``) needed vs throughput,
     and, when the tie rule decided it, the quicker candidate that lost to a smaller batch."""
@@ -361,9 +356,14 @@ def _reason(
             f"Larger batches ({best.name}) need {best.sample_ratio:.2f}x the {noun} for "
             f"{best.throughput_ratio:.2f}x the throughput: {best.time_ratio:.2f}x the time."
         )
-    elif not winner.is_reference:  # the larger batches all censored, or none measured
+    elif not winner.is_reference:  # the larger batches all censored or failed, or none measured
         done = "reached the target in" if above else "was measured in"
-        parts.append(f"No larger batch {done} this sweep; a larger one may be faster still.")
+        bad = ", ".join(name for name, batch in failed if batch > winner.batch_responses)
+        said = f"No larger batch {done} this sweep; a larger one may be faster still."
+        if bad and not above:
+            said = f"Every run of the larger batches measured ({bad}) failed, so none is ranked; one between "
+            said += "them and the pick may be faster still."
+        parts.append(said)
 
     ties = [
         f"{cand.name} ({vs_winner:.2f}x, CI {low:.2f}-{high:.2f})"

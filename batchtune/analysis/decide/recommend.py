@@ -209,6 +209,9 @@ def recommend(
     if len(ranked) < 2:
         raise AnalysisError("fewer than two candidates have both samples-to-target and throughput")
     ests = [_estimate(c) for c in ranked]
+    failed = [  # measured, every run failed: the reason names them, the ranking cannot
+        (c.label, c.batch_responses) for c in efficiency.candidates if c.estimate is None and c.failures
+    ]
     ranking = rank_time_to_target(
         [c.label for c in ranked],
         [c.batch_responses for c in ranked],
@@ -221,6 +224,7 @@ def recommend(
         open_margin=efficiency.tolerance,
         noun=efficiency.batch_noun,
         tie_margin=TIE_MARGIN,
+        failed=failed,
     )
     winner = efficiency.get(ranking.winner)
     wt = throughput.per_candidate[winner.label]
