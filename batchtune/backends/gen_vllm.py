@@ -193,11 +193,11 @@ def _platform_device(recipe: Recipe) -> str:
 
 
 def read_config(model: str) -> dict[str, Any]:
-    path = Path(model) / "config.json"
-    if not path.is_file():
+    if not (path := Path(model) / "config.json").is_file():
         raise BackendError(
-            f"the vllm backend needs a local model directory with config.json; {model!r} has none "
-            "(benchmarks/gpu_profile.sh writes a Qwen2.5-0.5B-shaped one)"
+            f"the vllm backend needs a local model directory with config.json; {model!r} has none: point "
+            'model.name at a model, or for random weights write a Qwen2.5-0.5B shape: `python3 -c "from '
+            f'batchtune.backends.gen_vllm import write_shape_dir; write_shape_dir({model!r})"`'
         )
     return json.loads(path.read_text())
 

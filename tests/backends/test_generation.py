@@ -271,3 +271,29 @@ def test_vllm_generates_exact_lengths(tmp_path):
         assert b.train_step_s(4, 96) > 0
     finally:
         b.close()
+
+
+def test_a_missing_shape_directory_says_how_to_write_it(tmp_path, monkeypatch):
+    """README's `batchtune profile-gen recipes/vllm-qwen-0.5b-shape.toml`, before the shape directory
+    exists: the error used to point at benchmarks/gpu_profile.sh, which a pip install does not have.
+    It now gives the one line that writes it, and that line does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from batchtune.cli import app
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    args = ["profile-gen", str(root / "recipes" / "vllm-qwen-0.5b-shape.toml"), "--results", "r"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 4, out.output
+    text = " ".join(out.output.split())
+    assert "gpu_profile.sh" not in text
+    line = text.split("`")[1]
+    assert line.startswith("python3 -c "), text
+    code = line[len("python3 -c ") :].strip("\"")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+    assert (tmp_path / "bt-shapes" / "qwen2.5-0.5b" / "config.json").is_file()
