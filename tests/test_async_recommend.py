@@ -396,3 +396,16 @@ def test_run_as_names_the_split_emitted_when_the_trainer_cannot_take_the_best(tm
     run_it = text[text.index("Run it async") :].split(" stage times:")[0]
     assert "8 rollout GPU(s) : 8 training GPU(s)" in run_it and "12 rollout GPU(s)" not in run_it
     assert "The modelled best split 12:4 (rollout:train) cannot be emitted for verl" in run_it
+
+
+def test_an_off_policy_probe_whose_reference_never_reaches_the_target_shows_its_tables(tmp_path):
+    """An off-policy probe whose reference never reached the target stopped at once with "no ratio
+    to it exists" (exit 3, no table): its k >= 1 candidates asked for a ratio to R0 = inf. They are
+    now inconclusive, as the main sweep's batches are, and the probe shows its tables, then exits 3
+    as a sync probe does (README, exit codes); `smoke` of the async recipe says its probe ran."""
+    sets = ["--set", "probe.staleness=[0, 1]", "--set", "budget.max_samples=2048"]
+    out = CliRunner().invoke(app, ["probe", "nqm", "--results", str(tmp_path / "r"), *sets])
+    assert out.exit_code == 3, out.output
+    text = " ".join(out.output.split())
+    assert "Sample efficiency" in text and "no ratio to it exists" not in text
+    assert "critical training batch not estimated: reference batch 8 never reached the target" in text

@@ -24,7 +24,7 @@ from batchtune.analysis.sample.noise import (
     grad_norm_slope,
     grad_norms_at_matched_samples,
 )
-from batchtune.analysis.sample.ratio import Verdict, classify, ratio_to_reference
+from batchtune.analysis.sample.ratio import INCONCLUSIVE, Verdict, classify, ratio_to_reference
 from batchtune.errors import AnalysisError
 from batchtune.records.types import FAILED_STATUSES
 
@@ -158,6 +158,10 @@ def _verdicts(
             continue
         if c.label == ref.label:
             verdicts[c.label] = Verdict(float(c.batch_responses), "reference", None, "the reference")
+            continue
+        if math.isinf(ref.estimate.samples_to_target):  # as the main sweep's (critical.py): no ratio
+            why = f"reference batch {ref.batch_responses:g} never reached the target (R0 = inf)"
+            verdicts[c.label] = Verdict(float(c.batch_responses), INCONCLUSIVE, None, why)
             continue
         ratio = ratio_to_reference(ref.estimate, c.estimate, confidence=confidence)
         status, reason = classify(ratio, tol=tolerance)
