@@ -97,3 +97,19 @@ def test_smoke_flag_is_the_smoke_command(command, tmp_path):
 def test_smoke_tiny_pretrain(tmp_path):
     res = workflow_smoke.smoke("tiny-pretrain", [], str(tmp_path / "r"))
     assert res.ok and [s.status for s in res.stages] == ["ok", "skipped", "skipped"]
+
+
+def test_smoke_of_an_off_policy_sweep_runs_one_cell_of_each_kind_not_the_whole_sweep():
+    """`batchtune smoke recipes/tiny-grpo-async.toml` ran every (k, u) cell of its sweep at both
+    batches, 12 two-process runs (104 s on the 2-core box), and the seed top-up on top. It now keeps
+    on-policy plus the least k > 0 at the least u, and says so; a u-only sweep keeps its next u."""
+    from batchtune.recipe.load import load_recipe
+    from batchtune.recipe.smoke import smoke_recipe
+
+    plan = smoke_recipe(load_recipe("tiny-grpo-async"), "r")
+    probe, budget = plan.recipe.probe, plan.recipe.budget
+    assert (probe.staleness, probe.updates_per_batch, budget.async_top_up_seeds) == ([0, 1], [1], 0)
+    said = "off-policy sweep: staleness [0, 1, 2] -> [0, 1], updates per batch [1, 2] -> [1]"
+    assert any(r.startswith(said) for r in plan.reduced), plan.reduced
+    plan = smoke_recipe(load_recipe("tiny-grpo-async", ["probe.staleness=[0]"]), "r")
+    assert (plan.recipe.probe.staleness, plan.recipe.probe.updates_per_batch) == ([0], [1, 2])

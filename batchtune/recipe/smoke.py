@@ -3,8 +3,9 @@ reward, trainer command and log reader work end to end before a real probe is pa
 
 `smoke_recipe` shrinks every size (never the code path): one seed and no extra ones, the two
 smallest batches, two optimiser steps of the larger, the tiniest model shape the recipe allows, two
-concurrencies, one repeat, one generation mode. A command-backend recipe runs the user's own
-command, with those fewest steps. It also says, truthfully, what this smoke cannot check here:
+concurrencies, one repeat, one generation mode, the least k > 0 of an off-policy sweep (no seed
+top-up). A command-backend recipe runs the user's own command, with those fewest steps. It also
+says, truthfully, what this smoke cannot check here:
 
 - a generation engine that is not installed is replaced by the simulated one (computed, not
   measured: no model loaded, nothing decoded);
@@ -21,7 +22,7 @@ import dataclasses
 import importlib.util
 
 from batchtune.errors import RecipeError
-from batchtune.recipe.schema import GenerationConfig, ModelConfig, Recipe
+from batchtune.recipe.schema import GenerationConfig, ModelConfig, ProbeConfig, Recipe
 
 TINY_MODEL = {"hidden_size": 16, "intermediate_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2}
 SMOKE_STEPS = 2  # optimiser steps of the larger batch
@@ -161,6 +162,7 @@ def _rl_plan(cfg: Recipe, results_dir: str) -> SmokePlan:
         task, train_size=min(task.train_size, 256), eval_size=min(task.eval_size, 8), eval_every_samples=0
     )
     gen = _smoke_generation(cfg, named_model, model.name, skip, reduced, unchecked)
+    probe = _smoke_offpolicy(cfg, reduced)
     out = r(
         cfg,
         run=r(cfg.run, results_dir=results_dir, workers=1),
@@ -173,10 +175,28 @@ def _rl_plan(cfg: Recipe, results_dir: str) -> SmokePlan:
             max_samples=SMOKE_STEPS * n_max,
             stop_outside_band=False,
             max_extra_seeds=0,
+            async_top_up_seeds=0,
         ),
         generation=gen,
+        probe=probe,
     )
     return SmokePlan(out, tuple(reduced), tuple(unchecked), skip)
+
+
+def _smoke_offpolicy(cfg: Recipe, reduced: list[str]) -> ProbeConfig:
+    """An off-policy sweep at one cell of each kind: on-policy, the least k > 0 at the least u (a u-only
+    sweep: its next u), so the two-process and reuse paths run without every (k, u) cell of both batches."""
+    p = cfg.probe
+    ks, us = sorted(set(p.staleness)), sorted(set(p.updates_per_batch))
+    keep_k = [k for k in ks if k == 0] + [k for k in ks if k > 0][:1]
+    keep_u = us[: 1 if len(keep_k) > 1 or ks[0] > 0 else 2]
+    if (keep_k, keep_u) == (ks, us):
+        return p
+    reduced.append(
+        f"off-policy sweep: staleness {p.staleness} -> {keep_k}, updates per batch {p.updates_per_batch} -> "
+        f"{keep_u}; no seed top-up"
+    )
+    return dataclasses.replace(p, staleness=keep_k, updates_per_batch=keep_u)
 
 
 def _pretrain_plan(cfg: Recipe, results_dir: str) -> SmokePlan:
