@@ -76,3 +76,19 @@ def test_the_shipped_measurements_file_is_listed_as_one_and_found_by_name(tmp_pa
     assert recipe.exit_code == 2 and "is a recipe, not a measurements file" in recipe.output
     missing = runner.invoke(app, ["recommend", "--measurements", "elsewhere/hunyuan-grpo-measurements.toml"])
     assert missing.exit_code == 2 and "not found" in missing.output
+
+
+def test_thin_evidence_from_a_measurements_file_names_the_files_remedies():
+    """With one seed per candidate, `recommend --measurements` advised "add seeds (budget.seeds); a
+    branched probe: ... (branch.search = 'all') or ... (probe.mode = 'grid')" and "the probe was too
+    short or too noisy: ... probe again", settings of a recipe and a probe that a measurements file
+    has neither of."""
+    path = shipped_recipes()["hunyuan-grpo-measurements"]
+    result = CliRunner(env={"COLUMNS": "400"}).invoke(app, ["recommend", "--measurements", str(path)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "Weak evidence:" in text
+    assert "more seeds in the measurements file (a [[candidate.curve]] per seed" in text
+    assert "measure them with batchtune probe" in text
+    for wrong in ("budget.seeds", "branch.search", "probe.mode", "the probe was too short"):
+        assert wrong not in text, wrong

@@ -306,7 +306,7 @@ def throughput_from_measurements(m: Measurements) -> ThroughputModel:
 
 def assess_measurements(m: Measurements) -> SampleEfficiency:
     s = m.study
-    return assess(
+    eff = assess(
         [mc.efficiency for mc in m.candidates],
         metric=s.metric,
         target=s.target,
@@ -315,3 +315,4 @@ def assess_measurements(m: Measurements) -> SampleEfficiency:
         confidence=s.confidence,
         reference=measurements_reference(m),
     )
+    return dataclasses.replace(eff, from_measurements=True)

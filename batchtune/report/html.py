@@ -107,7 +107,8 @@ def build_sections(eff: Any, rec: Any | None, plots: list[Path], missing: str = 
         sure = how_sure(rec)
         paras += [rec.ranking.reason, *([sure] if sure else [])]
         if rec.evidence:
-            paras.append(f"Weak evidence: {'; '.join(rec.evidence)}. {weak_advice(eff.unit, eff.imported)}")
+            advice = weak_advice(eff.unit, eff.imported, eff.from_measurements)
+            paras.append(f"Weak evidence: {'; '.join(rec.evidence)}. {advice}")
         if rec.throughput_noise is not None:
             paras.append(rec.throughput_noise.text())
         paras += [rec.confirm, f"Θ (throughput) from {rec.throughput.source}."]

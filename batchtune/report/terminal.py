@@ -257,7 +257,8 @@ def render_recommendation(
     if rec.throughput_noise is not None:
         body.append(rec.throughput_noise.text())
     if rec.evidence:
-        advice = weak_advice(rec.efficiency.unit, rec.efficiency.imported)
+        eff = rec.efficiency
+        advice = escape(weak_advice(eff.unit, eff.imported, eff.from_measurements))  # [[candidate.curve]]
         body.append(f"[bold yellow]Weak evidence:[/] {'; '.join(rec.evidence)}. {advice}")
     body.append(rec.confirm)
     console.print(

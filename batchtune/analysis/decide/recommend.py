@@ -296,11 +296,17 @@ def _seeds(n: int) -> str:
     return f"{n} seed{'' if n == 1 else 's'}"
 
 
-def weak_advice(unit: str, imported: bool = False) -> str:
+def weak_advice(unit: str, imported: bool = False, from_measurements: bool = False) -> str:
     """What to do about thin evidence (``unit``: the efficiency's; a pre-training recipe's grid
     gives no time ranking, so it is not offered there). The branched remedies are said to be for a
     branched probe: a grid probe (the async default) already measures every batch. ``imported``:
-    the runs came from logs (SampleEfficiency.imported), so more of them is the remedy."""
+    the runs came from logs (SampleEfficiency.imported), so more of them is the remedy; likewise
+    ``from_measurements`` (no recipe, no probe): more seeds in the file, or a probe of its own."""
+    if from_measurements:
+        return (
+            "Before a long run: give the candidates more seeds in the measurements file (a "
+            "[[candidate.curve]] per seed, or samples_ci), or measure them with batchtune probe"
+        )
     if imported:
         return "Before a long run: import more seeds (runs of the same configuration, each with its --seed)"
     if unit == "tokens":
@@ -380,6 +386,8 @@ def _confirm_text(eff: SampleEfficiency, w: CandidateEfficiency, wt: Throughput,
             text += " at the predicted throughput"
     if eff.imported:  # no probe ran: the evidence is the logs' runs
         text += ". If it needs clearly more, the imported runs were too few or too noisy: import more seeds."
+    elif eff.from_measurements:  # nor here: the evidence is a measurements file's numbers
+        text += ". If it needs clearly more, the file's seeds were too few or too noisy: add seeds to it."
     else:
         text += ". If it needs clearly more, the probe was too short or too noisy: add seeds and probe again."
     return text

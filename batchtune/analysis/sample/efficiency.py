@@ -93,6 +93,9 @@ class SampleEfficiency:
     # every run was imported from a trainer's logs, none is a probe's: the text names the runs, and
     # there is no probe cost to state
     imported: bool = False
+    # the candidates came from a measurements file (recommend --measurements): no probe and no runs,
+    # so the remedies for thin evidence are the file's
+    from_measurements: bool = False
 
     @property
     def batch_noun(self) -> str:
