@@ -135,22 +135,22 @@ def imported_label(prompts: int, group_size: int, staleness: int, updates_per_ba
 
 def label_apart(runs: Sequence[ImportedRun], stored: Sequence[RunRecord]) -> list[ImportedRun]:
     """``runs``, each on-policy one (k = 0, its default label ``P{p}xG{g}``) at another updates per
-    batch u than the directory's on-policy runs relabelled ``P{p}xG{g}-k0u{u}``: more epochs or
-    mini-batches per rollout batch is another training procedure, not one more seed of the candidate.
-    The on-policy u is that of the runs ``stored`` under a plain label (a probe's: its mini-batches;
-    a stored run keeps its label), else the smallest u among ``runs`` at k = 0, so a PPO-only import
-    (u > 1 throughout) keeps its own runs as the reference. A probe labels its k = 0 candidates at
-    other u the same way (measure/plan.offpolicy_candidates). `recommend`'s joint decision ranks the
-    async runs against that u's runs (records/types.on_policy_updates reads it back)."""
-    u0 = on_policy_updates(stored) or on_policy_updates(runs)
-    if u0 is None:
-        return list(runs)
+    batch u than the on-policy runs of its batch shape (P, G) relabelled ``P{p}xG{g}-k0u{u}``: more
+    epochs or mini-batches per rollout batch is another training procedure, not one more seed of the
+    candidate. A shape's on-policy u is that of its runs ``stored`` under a plain label (a probe's:
+    its mini-batches; a stored run keeps its label), else the smallest u among its ``runs`` at k = 0,
+    so a PPO import (u > 1) keeps its own runs as the reference, and a batch sweep at verl's fixed
+    ppo_mini_batch_size (u grows with P) keeps every batch on the on-policy curve
+    (records/types.on_policy_updates). A probe labels its k = 0 candidates at other u the same way
+    (measure/plan.offpolicy_candidates). `recommend`'s joint decision ranks the async runs of a shape
+    against that u's runs."""
+    ref = on_policy_updates(runs) | on_policy_updates(stored)  # the stored runs' u where they have one
 
     def apart(r: ImportedRun) -> bool:  # a label the user gave (RunInfo.candidate) is kept
         return (
             r.staleness == 0
-            and r.updates_per_batch != u0
             and r.candidate == candidate_label(r.prompts, r.group_size)
+            and r.updates_per_batch != ref.get((r.prompts, r.group_size), r.updates_per_batch)
         )
 
     return [

@@ -43,7 +43,7 @@ from batchtune.measure.stop_rule import NO_BAND, StopPolicy, stop_policy
 from batchtune.measure.topup_record import TopUpRecord, load_top_up, save_top_up
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
-from batchtune.records.types import FAILED_STATUSES
+from batchtune.records.types import FAILED_STATUSES, on_policy_updates
 
 if TYPE_CHECKING:
     from batchtune.analysis.decide.async_joint import Knobs, Trace
@@ -109,15 +109,19 @@ class _StoreFacts:
     seeds: dict[str, int]
     knobs: dict[str, Knobs]
     traces: Mapping[str, Trace]
+    on_policy_u: dict[tuple[int, int], int]  # per (P, G): its on-policy runs' u (types.on_policy_updates)
 
     @classmethod
     def of(cls, store: ResultsStore) -> _StoreFacts:
         from batchtune.measure.async_sweep import stored_traces
 
         parallel: dict[str, int] = {}
-        for r in store.runs():
+        runs = store.runs()
+        for r in runs:
             parallel[r.candidate] = max(parallel.get(r.candidate, 0), r.parallel_runs)
-        return cls(parallel, seeds_by_label(store), run_knobs(store), stored_traces(store))
+        return cls(
+            parallel, seeds_by_label(store), run_knobs(store), stored_traces(store), on_policy_updates(runs)
+        )
 
 
 def estimates(
@@ -136,7 +140,7 @@ def estimates(
         thr = throughput_from_probe(eff.candidates, recipe.generation.other_s_per_step, f.parallel)
         decision = joint_decision(
             eff, thr, f.knobs, mini_batches=a.mini_batches, two_process=two,
-            sync_every=a.sync_every if two else 1, traces=f.traces,
+            sync_every=a.sync_every if two else 1, traces=f.traces, on_policy_u=f.on_policy_u,
         )  # fmt: skip
     except AnalysisError:  # nothing to rank yet (no timed on-policy estimate): no contender
         return {}, f.seeds

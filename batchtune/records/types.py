@@ -53,19 +53,30 @@ class _Launched(Protocol):  # a run as launched: RunRecord, integrations' Import
     @property
     def candidate(self) -> str: ...
     @property
+    def prompts(self) -> int: ...
+    @property
+    def group_size(self) -> int: ...
+    @property
     def staleness(self) -> int: ...
     @property
     def updates_per_batch(self) -> int: ...
 
 
-def on_policy_updates(runs: Iterable[_Launched]) -> int | None:
-    """The updates per rollout batch u of the on-policy runs among ``runs`` (RunRecord or an imported
-    run): those at k = 0 under a label without the ``-k{k}u{u}`` suffix (a run at k = 0 and another u
-    is ``-k0u{u}``: measure/plan.py, integrations/convert.label_apart). A probe's are at its
-    algorithm.mini_batches; an import's at the u it was given. The smallest where several (runs
-    imported before that rule pooled them); None without one."""
-    us = [r.updates_per_batch for r in runs if r.staleness == 0 and not OFFPOLICY_SUFFIX.search(r.candidate)]
-    return min(us) if us else None
+def on_policy_updates(runs: Iterable[_Launched]) -> dict[tuple[int, int], int]:
+    """Per batch shape (P, G): the updates per rollout batch u of its on-policy runs among ``runs``
+    (RunRecord or an imported run), those at k = 0 under a label without the ``-k{k}u{u}`` suffix (a
+    run at k = 0 and another u of its shape is ``-k0u{u}``: measure/plan.py,
+    integrations/convert.label_apart). Per shape, not one u for all: with verl's fixed
+    ppo_mini_batch_size, u = mini-batches x epochs grows with the batch (P4 at u = 1, P16 at u = 4 in
+    an ordinary batch sweep). A probe's are at its algorithm.mini_batches; an import's at the u it was
+    given. The smallest where several (runs imported before that rule pooled them); a shape without
+    an on-policy run is absent."""
+    out: dict[tuple[int, int], int] = {}
+    for r in runs:
+        if r.staleness == 0 and not OFFPOLICY_SUFFIX.search(r.candidate):
+            shape = (r.prompts, r.group_size)
+            out[shape] = min(out.get(shape, r.updates_per_batch), r.updates_per_batch)
+    return out
 
 
 @dataclass(frozen=True)

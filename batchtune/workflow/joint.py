@@ -29,8 +29,9 @@ def joint_for(
 ) -> tuple[JointDecision, ThroughputModel]:
     """The joint decision over the store's runs, and the throughput model the main ranking then uses;
     ``gpus`` >= 2: the rollout:train splits of that many GPUs modelled too (`recommend --gpus`). The
-    async runs are ranked against the on-policy runs stored under a plain label, at their u (an
-    import's PPO runs at u = 4, though its recipe says algorithm.mini_batches = 1)."""
+    async runs of each batch shape are ranked against its on-policy runs stored under a plain label,
+    at their u (an import's PPO runs at u = 4, though its recipe says algorithm.mini_batches = 1; P16
+    at u = 4 beside P4 at u = 1 where verl's ppo_mini_batch_size was fixed)."""
     from batchtune.analysis.decide.async_joint import joint_decision, joint_throughput
 
     a = cfg.algorithm

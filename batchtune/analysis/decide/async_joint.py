@@ -6,8 +6,9 @@ efficiency code's (seeds paired on one samples axis; the low end is the censorin
 never reached the target, as in the main ranking). Stage times per batch B:
 
 - sync rows: generation = the throughput model's gen_s + other_s of the on-policy candidate at B
-  (k = 0 at the on-policy u: a probe's algorithm.mini_batches, an import's u; the rollout side:
-  reward, reference log-probs), one update = its train_s / that u, a weight
+  (k = 0 at the on-policy u of its batch shape: a probe's algorithm.mini_batches, an import's u,
+  which grows with the batch at verl's fixed ppo_mini_batch_size; the rollout side: reward,
+  reference log-probs), one update = its train_s / that u, a weight
   sync = the median ``sync_s`` its runs recorded (0 in one process: nothing to send);
 - async rows: the same, times what the two-process runs (``algorithm.mode = "async"``, k >= 1)
   measured while both sides ran, over what the k = 0 runs at B (every u; strict alternation, one side
@@ -33,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from batchtune.analysis.decide.async_rank import (
     AsyncPick,
@@ -99,7 +100,7 @@ def _stage_times(
     eff: SampleEfficiency,
     thr: ThroughputModel,
     knobs: Mapping[str, Knobs],
-    on_policy_u: int,
+    on_policy_u: Callable[[CandidateEfficiency], int],
     two_process: bool,
     traces: Mapping[str, Trace],
 ) -> tuple[dict[int, StageTimes], dict[int, StageTimes], list[str]]:
@@ -109,15 +110,15 @@ def _stage_times(
     async_t: dict[int, StageTimes] = {}
     notes: list[str] = []
     for c in cands:
-        kn = knobs[c.label]
-        if c.family != "main" or (kn.staleness, kn.updates_per_batch) != (0, on_policy_u):
+        kn, u = knobs[c.label], on_policy_u(c)
+        if c.family != "main" or (kn.staleness, kn.updates_per_batch) != (0, u):
             continue
         t = thr.per_candidate.get(c.label)
         if t is None:
             continue
         b = c.batch_responses
         gen = (c.gen_s_per_step if t.gen_s is None else t.gen_s) + (t.other_s or 0.0)
-        upd = (c.train_s_per_step if t.train_s is None else t.train_s) / on_policy_u
+        upd = (c.train_s_per_step if t.train_s is None else t.train_s) / u
         gt, tt = traces.get(c.label, ((), ()))
         sync_t[b] = StageTimes(gen, upd, kn.sync_s, tuple(gt), tuple(tt))
         if gt or tt:
@@ -162,7 +163,7 @@ def joint_decision(
     in_flight_caps: Sequence[int | None] = IN_FLIGHT_CAPS,
     cluster_gpus: int = 0,
     traces: Mapping[str, Trace] | None = None,
-    on_policy_u: int | None = None,
+    on_policy_u: Mapping[tuple[int, int], int] | None = None,
 ) -> JointDecision:
     """Rank every (mode, P, G, k, u, split, cap) of the main and off-policy candidates (module
     docstring). ``knobs``: label -> what its runs recorded; ``two_process``: the off-policy runs ran
@@ -171,12 +172,16 @@ def joint_decision(
     (rollout and trainer share it); ``cluster_gpus`` >= 2: the splits of that many GPUs are ranked as
     well, modelled from the one device's times (analysis/decide/async_split.py). ``traces``: main
     label -> its timed steps' own (gen s per batch, train s per update), in order (the auto sweep's):
-    the async rows play them through the simulation (module docstring). ``on_policy_u``: the updates
-    per rollout batch of the on-policy runs the others are ranked against (records/types.
-    on_policy_updates: an import's, e.g. PPO's u = 4 where its recipe says 1 mini-batch); None: a
-    probe's, ``mini_batches``."""
-    u = mini_batches if on_policy_u is None else on_policy_u
-    sync_t, async_t, notes = _stage_times(eff, thr, knobs, u, two_process, traces or {})
+    the async rows play them through the simulation (module docstring). ``on_policy_u``: per batch
+    shape (P, G), the updates per rollout batch of the on-policy runs the others at that shape are
+    ranked against (records/types.on_policy_updates: an import's, e.g. PPO's u = 4 where its recipe
+    says 1 mini-batch); a shape it lacks, or None: a probe's, ``mini_batches``."""
+    us = on_policy_u or {}
+
+    def u_of(c: CandidateEfficiency) -> int:
+        return us.get((c.prompts, c.group_size), mini_batches)
+
+    sync_t, async_t, notes = _stage_times(eff, thr, knobs, u_of, two_process, traces or {})
     ests: list[REstimate] = []
     who: dict[tuple[int, int, int], CandidateEfficiency] = {}
     for c in eff.candidates:
