@@ -74,12 +74,13 @@ def has_async_knobs(cfg: Recipe) -> bool:
 
 def run_knobs(store: ResultsStore) -> dict[str, Knobs]:
     """Per candidate: the staleness and updates per batch its runs recorded, and the median seconds
-    of one weight sync over the steps that synced (0 when none did: one process)."""
+    of one weight sync over the steps that synced (0 when none did: one process). A probe's run gives
+    them before a log imported under its label (at another u, before import-logs split those apart)."""
     from batchtune.analysis.decide.async_joint import Knobs
 
     first: dict[str, Knobs] = {}
     syncs: dict[str, list[float]] = defaultdict(list)
-    for rec in store.runs():
+    for rec in sorted(store.runs(), key=lambda r: r.source != "probe"):  # stable: by run id within
         if rec.status in FAILED_STATUSES:
             continue
         first.setdefault(rec.candidate, Knobs(rec.staleness, rec.updates_per_batch))

@@ -60,6 +60,8 @@ class _Launched(Protocol):  # a run as launched: RunRecord, integrations' Import
     def staleness(self) -> int: ...
     @property
     def updates_per_batch(self) -> int: ...
+    @property
+    def source(self) -> str: ...
 
 
 def on_policy_updates(runs: Iterable[_Launched]) -> dict[tuple[int, int], int]:
@@ -68,13 +70,16 @@ def on_policy_updates(runs: Iterable[_Launched]) -> dict[tuple[int, int], int]:
     run at k = 0 and another u of its shape is ``-k0u{u}``: measure/plan.py,
     integrations/convert.label_apart). Per shape, not one u for all: with verl's fixed
     ppo_mini_batch_size, u = mini-batches x epochs grows with the batch (P4 at u = 1, P16 at u = 4 in
-    an ordinary batch sweep). A probe's are at its algorithm.mini_batches; an import's at the u it was
-    given. The smallest where several (runs imported before that rule pooled them); a shape without
-    an on-policy run is absent."""
+    an ordinary batch sweep). Where a shape has probe runs, theirs (the probe's algorithm.mini_batches,
+    as its plan labels them): a log imported beside them under the plain label (as import-logs did
+    before it split other u apart) does not move it. Else the imported runs' u: the smallest where
+    several (runs imported before that rule pooled them). A shape without an on-policy run is absent."""
+    plain = [r for r in runs if r.staleness == 0 and not OFFPOLICY_SUFFIX.search(r.candidate)]
+    probed = {(r.prompts, r.group_size) for r in plain if r.source == "probe"}
     out: dict[tuple[int, int], int] = {}
-    for r in runs:
-        if r.staleness == 0 and not OFFPOLICY_SUFFIX.search(r.candidate):
-            shape = (r.prompts, r.group_size)
+    for r in plain:
+        shape = (r.prompts, r.group_size)
+        if r.source == "probe" or shape not in probed:
             out[shape] = min(out.get(shape, r.updates_per_batch), r.updates_per_batch)
     return out
 

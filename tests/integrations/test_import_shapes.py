@@ -5,9 +5,11 @@ sweep), so each shape's on-policy runs are the reference for that shape alone
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from batchtune.cli import app
@@ -97,3 +99,36 @@ def test_async_runs_of_a_shape_rank_against_that_shapes_on_policy_u(tmp_path):
     rows = json.loads(out.stdout)["async_decision"]["candidates"]
     rows = {(r["name"], r["mode"], r["updates_per_batch"]) for r in rows}
     assert {("P4xG8", "sync", 1), ("P16xG8", "sync", 4), ("P16xG8-k1u4", "async", 4)} <= rows
+
+
+# a probe at 2 mini-batches, label: (P, k, u, samples to target per seed, gen s, train s, sync s)
+PROBE_RUNS = {
+    "P2xG8": (2, 0, 2, (160, 224), 0.10, 0.05, 0.01),
+    "P4xG8": (4, 0, 2, (224, 320), 0.18, 0.08, 0.01),
+    "P2xG8-k1u2": (2, 1, 2, (192, 256), 0.12, 0.06, 0.01),
+    "P4xG8-k1u2": (4, 1, 2, (200, 280), 0.20, 0.09, 0.01),
+}
+
+
+@pytest.mark.parametrize("old_id", ["oldimport", "0-oldimport"])  # after the probe's run ids, before
+def test_a_log_imported_at_u1_beside_a_probe_leaves_the_probes_u(tmp_path, old_id):
+    """A probe at algorithm.mini_batches = 2 and one on-policy log imported at u = 1 under the plain
+    P2xG8 (as import-logs did before it split other u apart). The on-policy u was the smallest of
+    every plain run's, 1, so no probe run matched it: recommend exited 3, "no on-policy candidate with
+    an estimate and timings to rank async runs against". The probe's u is the reference where its
+    runs are; a new import at u = 1 is P2xG8-k0u1."""
+    from tests.test_async_recommend import _store
+
+    sets = ["algorithm.mini_batches=2", "probe.staleness=[0, 1]", "probe.updates_per_batch=[2]"]
+    store = ResultsStore(_store(tmp_path / "res", sets, PROBE_RUNS))
+    rec, steps = store.run("P2xG8-s0"), store.steps("P2xG8-s0")
+    old = dataclasses.replace(rec, run_id=old_id, seed=7, updates_per_batch=1, source="old.jsonl")
+    store.add_finished_run(old, [dataclasses.replace(s, run_id=old_id, seed=7) for s in steps])
+    out = CliRunner().invoke(app, ["recommend", "-r", str(store.root), "--throughput", "probe", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.stdout)["async_decision"]["candidates"]
+    rows = {(r["name"], r["mode"], r["updates_per_batch"]) for r in rows}
+    assert {("P2xG8", "sync", 2), ("P4xG8", "sync", 2)} <= rows
+    (new,) = read_log(_csv(tmp_path, 2, 3), "csv", RunInfo(prompts=2, group_size=8, seed=3))
+    import_runs(store, [new])
+    assert store.run("p2s3").candidate == "P2xG8-k0u1"
