@@ -141,13 +141,20 @@ def analyse_store(
     *,
     planned_only: bool = False,
     drop_seeds: frozenset[int] = frozenset(),
+    recipe_plan: Plan | None = None,
 ) -> SampleEfficiency:
     """The sample efficiency of the store's runs (``planned_only``: only ``plan``'s candidates at
     the planned seeds, budget.seeds: what a refinement round decides from, measure/rl_refine.py;
-    ``drop_seeds``: less the runs of these seeds, the async top-up's paired-seed evidence)."""
+    ``drop_seeds``: less the runs of these seeds, the async top-up's paired-seed evidence).
+
+    The probe's runs of a candidate ``recipe_plan`` (default ``plan``) does not have are left out,
+    with a note: a recipe edited to drop a candidate keeps its runs in the directory, and the probe's
+    top-up, `recommend`, `report` and `check` rank the recipe's candidates only. Imported runs
+    (``source`` not "probe") are ranked wherever they fall."""
     if store.runs_dir.exists() and not store.runs_dir.is_dir():
         raise InputError(f"{store.runs_dir} is a file, not the runs folder: move it away")
     runs = [r for r in load_run_data(store) if r.record.seed not in drop_seeds]
+    runs, left_out = _planned_probe_runs(runs, plan if recipe_plan is None else recipe_plan)
     if planned_only and plan is not None:
         labels, seeds = set(plan.by_label()), set(recipe.budget.seeds)
         runs = [r for r in runs if r.record.candidate in labels and r.record.seed in seeds]
@@ -158,6 +165,8 @@ def analyse_store(
                 f"{store.root} holds a branched probe's runs and no grid runs: add "
                 "--set probe.mode=branched (or set it in the recipe)"
             )
+        if left_out:
+            raise InputError(f"{store.root} has no runs of the recipe's candidates ({left_out})")
         raise InputError(f"{store.root} has no finished runs; run `batchtune probe` first")
     families = None
     if plan is not None:
@@ -172,9 +181,26 @@ def analyse_store(
         if other is None:
             raise
         raise InputError(other) from None
-    note = rounds_note(read_rounds(store))
-    eff = eff if not note or planned_only else dataclasses.replace(eff, notes=(*eff.notes, note))
+    notes = [n for n in (rounds_note(read_rounds(store)), left_out) if n]
+    eff = eff if not notes or planned_only else dataclasses.replace(eff, notes=(*eff.notes, *notes))
     return with_extra_seeds(eff, runs, recipe.budget.seeds)
+
+
+def _planned_probe_runs(runs: list[RunData], plan: Plan | None) -> tuple[list[RunData], str]:
+    """``runs`` less the probe's runs of candidates ``plan`` does not have, and one line naming
+    those candidates ("" when none; no plan: every run)."""
+    if plan is None:
+        return runs, ""
+    labels = set(plan.by_label())
+    out = [r for r in runs if r.record.source == "probe" and r.record.candidate not in labels]
+    if not out:
+        return runs, ""
+    gone = sorted({r.record.candidate for r in out})
+    kept = [r for r in runs if r.record.source != "probe" or r.record.candidate in labels]
+    return kept, (
+        f"left out {', '.join(gone)} ({len(out)} probe runs kept in the results directory): not in the "
+        "recipe's candidates; re-add them to rank them"
+    )
 
 
 def _analyse(

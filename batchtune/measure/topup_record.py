@@ -62,7 +62,7 @@ class TopUpRecord:
             lost = end is None and self.end is not None
             said.append(
                 f"{gone} candidate(s) these rounds topped up are not ranked here (dropped from the recipe "
-                "with no runs left, or their runs deleted), so the notes leave them out"
+                "or their runs deleted), so the notes leave them out"
                 + ("; so is where the rounds ended, which named one: `batchtune probe` again finds it "
                    "among the recipe's candidates" if lost else "")
             )  # fmt: skip

@@ -146,9 +146,12 @@ def _efficiency(cfg: Recipe, store: ResultsStore) -> tuple[SampleEfficiency, Bra
     from batchtune.measure.rl_refine import stored_plan
 
     plan = stored_plan(cfg, store)  # the recipe's candidates and those its refinement rounds added
-    labels = {r.candidate for r in store.runs()}
-    use_plan = labels <= set(plan.by_label()) and plan.reference in labels
-    return analyse_store(store, cfg, plan if use_plan else None), None
+    planned = set(plan.by_label())
+    # the probe's runs of a candidate the recipe dropped are left out (as the probe's analysis does);
+    # imported runs outside the plan are ranked, without it
+    labels = {r.candidate for r in store.runs() if r.source != "probe" or r.candidate in planned}
+    use_plan = labels <= planned and plan.reference in labels
+    return analyse_store(store, cfg, plan if use_plan else None, recipe_plan=plan), None
 
 
 def _ranked(

@@ -188,3 +188,48 @@ def test_recommend_names_no_candidate_it_does_not_rank_in_the_top_up_notes(
     d = decision()
     assert d["top_up_end"] is None and not [n for n in d["notes"] if gone in n or "NOT RESOLVED" in n]
     assert any("so is where the rounds ended" in n for n in d["notes"])
+
+
+def test_a_candidate_the_recipe_dropped_is_not_ranked_from_its_kept_runs(
+    finished: Path, tmp_path: Path
+) -> None:
+    """A probe resumed with a recipe edited to drop a candidate (here probe.staleness without k = 1)
+    keeps its runs in the directory; the top-up compares the recipe's candidates only (6f34f19), but
+    `recommend` ranked the dropped ones from their kept runs (the plan was not used once a run fell
+    outside it) and picked one. The probe's runs of a dropped candidate are now left out, by the
+    probe's analysis and `recommend` alike, in one note; runs imported from logs are ranked still."""
+    from batchtune.measure.plan import plan_candidates
+    from batchtune.measure.probe import analyse_store
+    from tests.measure.test_async_topup import _cfg
+
+    root = tmp_path / "r"
+    shutil.copytree(finished, root)
+    edit = "probe.staleness=[0, 2]"
+
+    def recommended(*sets: str) -> dict[str, Any]:
+        argv = ["recommend", "-r", str(root), "--throughput", "probe", "--json"]
+        out = CliRunner().invoke(app, [*argv, *(a for s in sets for a in ("--set", s))])
+        assert out.exit_code == 0, out.output
+        return dict(json.loads(out.stdout))
+
+    whole = recommended()
+    pick = whole["recommended"]["name"]
+    assert "-k1u" in pick  # the whole probe picks a k = 1 candidate: the edit drops it
+    d = recommended(edit)
+    ranked = {c["name"] for c in d["candidates"]}
+    assert not [lab for lab in ranked if "-k1u" in lab], ranked
+    assert {c["name"] for c in d["async_decision"]["candidates"]} == ranked
+    assert "-k1u" not in d["recommended"]["name"]
+    said = [n for n in d["notes"] if n.startswith("left out ")]
+    assert len(said) == 1 and pick in said[0], d["notes"]
+    assert said[0].endswith("not in the recipe's candidates; re-add them to rank them")
+    cfg = _cfg(root, ("budget.async_top_up_max_seeds=16", "budget.async_top_up_margin=0.3", edit))
+    probe_eff = analyse_store(ResultsStore(root), cfg, plan_candidates(cfg))  # the resumed probe's
+    assert {c.label for c in probe_eff.candidates} == ranked and said[0] in probe_eff.notes
+    # runs imported from logs are ranked wherever they fall, as before
+    for path in (root / "runs").glob(f"{pick}-s*/run.json"):
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps({**data, "source": "imported.jsonl"}))
+    d = recommended(edit)
+    assert pick in {c["name"] for c in d["candidates"]}
+    assert not [n for n in d["notes"] if n.startswith("left out ") and pick in n], d["notes"]
