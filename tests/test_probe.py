@@ -222,3 +222,28 @@ def test_a_batch_in_both_sweeps_stays_in_the_main_sweep(tmp_path):
     by = {c["name"]: c for c in data["candidates"]}
     assert by["P4xG8"]["family"] == "main"
     assert by["P8xG4"]["family"] == "group_sweep"
+
+
+def test_a_probe_resumed_without_some_candidates_is_recommended_without_them(tmp_path, baseline):
+    """A probe rerun with candidates.prompts narrowed keeps the dropped batches' runs. The manifest
+    kept the first recipe, so `recommend --results DIR` (which reads it) still ranked them from those
+    runs; now the resumed probe's recipe is stored, and both rank its candidates and say, in one
+    note, which were left out. A probe run again with its stored recipe rewrites nothing."""
+    results = _copy(baseline, tmp_path / "r")
+    manifest = results / "manifest.json"
+    before = manifest.stat().st_mtime_ns
+    assert _probe_json(results)["runs_done"] == 0 and manifest.stat().st_mtime_ns == before
+    # a rerun refused (the smallest batch dropped moves every scaled LR) stores nothing of its recipe
+    argv = ["probe", NQM, "-r", str(results), "--set", "candidates.prompts=[2, 4, 8]"]
+    refused = CliRunner().invoke(app, argv)
+    assert refused.exit_code == 2 and "lr_scaling.reference_batch" in refused.output, refused.output
+    assert manifest.stat().st_mtime_ns == before
+    probed = _probe_json(results, "--set", "candidates.prompts=[1, 2, 4, 8, 16, 32]")
+    out = CliRunner().invoke(app, ["recommend", "-r", str(results), "--json"])
+    assert out.exit_code == 0, out.output
+    rec = json.loads(out.stdout)
+    ranked = {c["name"] for c in rec["candidates"]}
+    assert ranked == {c["name"] for c in probed["candidates"]} == {f"P{p}xG8" for p in (1, 2, 4, 8, 16, 32)}
+    said = [n for n in rec["notes"] if n.startswith("left out ")]
+    assert len(said) == 1 and "P128xG8, P64xG8" in said[0] and "re-add them to rank them" in said[0]
+    assert (results / "runs/P64xG8-s0/run.json").is_file()  # kept: re-adding the batch ranks it again

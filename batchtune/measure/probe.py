@@ -8,6 +8,7 @@ killed at any moment (even kill -9) and rerun redoes only unfinished runs, with 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -117,6 +118,27 @@ def check_manifest(store: ResultsStore, recipe: Recipe) -> None:
             f"{store.root} holds a probe of a different recipe (changed: {', '.join(diffs[:6])}); "
             "use another --results directory, or delete it to start over"
         )
+
+
+def keep_recipe(store: ResultsStore, recipe: Recipe) -> None:
+    """The manifest with the recipe a resumed probe runs (checked: ``check_manifest``, and its runs'
+    LRs), where it differs, so `recommend --results DIR` (which reads it) ranks that recipe's
+    candidates, as the probe does (not the runs of one it dropped). A directory this user cannot
+    write keeps the recipe it has: nothing about the runs changed."""
+    manifest = store.read_manifest()
+    if manifest is None or _but_where(manifest["recipe"]) == _but_where(recipe.to_dict()):
+        return
+    with contextlib.suppress(OSError):
+        store.write_manifest({**manifest, "recipe": recipe.to_dict()})
+
+
+def _but_where(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A recipe's table less its results directory (a directory moved or named another way holds
+    the same probe)."""
+    run = recipe.get("run")
+    if not isinstance(run, dict):
+        return recipe
+    return {**recipe, "run": {k: v for k, v in run.items() if k != "results_dir"}}
 
 
 def _only_failed_runs(store: ResultsStore) -> bool:
@@ -266,6 +288,7 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
     jobs = [(c, s) for c in plan.candidates for s in seeds]
     failed_starts.reopen(store, progress)
     _check_finished_runs_match(store, plan)
+    keep_recipe(store, recipe)  # the recipe a resume edited (its candidates, say): `recommend` reads it
     todo = [(c, s) for c, s in jobs if not store.is_finished(run_id(c, s))]
     if progress is not None:
         progress("plan", {"total": len(jobs), "todo": len(todo), "max_samples": recipe.budget.max_samples})
