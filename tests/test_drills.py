@@ -274,6 +274,30 @@ def test_a_probe_waits_while_another_process_decides_the_rounds(tmp_path):
     assert "start" in kinds[: kinds.index("wait")]  # the planned runs are not held up
 
 
+def test_a_probe_waits_while_an_older_version_holds_the_rounds_lock_in_the_root(tmp_path):
+    """Versions up to 89d660e took the rounds lock as <results>/.rounds.lock alone. One of them
+    deciding the rounds while a newer probe runs on the same directory (a cluster job on the old
+    version, a user on the new) must still exclude it: the newer probe took runs/.rounds.lock only,
+    and decided its rounds at once beside the old one (finished in 0.2 s); it now takes the root's
+    lock too, and waits."""
+    from batchtune.measure.probe import ROUNDS_LOCK
+
+    recipe = load_recipe(NQM, NQM_SMALL)
+    store = ResultsStore(tmp_path / "r")
+    held = threading.Event()
+    holder = threading.Thread(target=_hold, args=(store.root / ROUNDS_LOCK, 1.5, held))
+    holder.start()
+    held.wait()
+    events: list[tuple[str, dict]] = []
+    try:
+        run_probe(recipe.with_results_dir(store.root), lambda kind, info: events.append((kind, info)))
+    finally:
+        holder.join()
+    waits = [info["message"] for kind, info in events if kind == "wait"]
+    assert waits, "a probe decided rounds while an older version held them in the root"
+    assert len(waits) == 1 and "adding seeds or rounds in " + str(store.root) in waits[0]
+
+
 def test_a_probe_that_may_write_its_runs_but_not_its_root_still_takes_the_rounds_lock(tmp_path, monkeypatch):
     """A results directory whose runs/ this user may write but not its root (EACCES creating a file
     there; faked, as root's chmod blocks nothing): the rounds lock in the root could not be made,

@@ -60,7 +60,9 @@ ProgressFn = ProbeEvents
 # overwrote each other's top-up record, and decided rounds from the other's half-finished ones).
 # The lock file is in runs/, which every probe of the directory writes (its runs), also where the
 # root is not writable: there it could not be made, and probes went on unlocked (records.files.locked;
-# a finished probe on a read-only directory still needs none, and holds at once).
+# a finished probe on a read-only directory still needs none, and holds at once). The root's lock
+# file is taken too, first (where it can be made): versions up to 89d660e lock it alone, and a probe
+# of one of them on the same directory is then excluded as well.
 ROUNDS_LOCK = ".rounds.lock"
 ROUNDS_HELD = (
     "another batchtune process is adding seeds or rounds in {}; waiting for it to finish them "
@@ -316,7 +318,8 @@ def run_probe(recipe: Recipe, progress: ProgressFn | None = None) -> ProbeResult
             raise
         band = stop_policy(recipe, reference_band(store, recipe, plan))
         done += run_jobs(execute_run, recipe, store, ref_b, rest, band, progress)
-        with locked_waiting(store.runs_dir / ROUNDS_LOCK, lambda: say_held(ROUNDS_HELD, store, progress)):
+        rounds_locks = (store.root / ROUNDS_LOCK, store.runs_dir / ROUNDS_LOCK)  # this order everywhere
+        with locked_waiting(rounds_locks, lambda: say_held(ROUNDS_HELD, store, progress)):
             refinement, plan, n = refine_rounds(
                 recipe, store, plan, _round_analysis(store, recipe), _round_runner(recipe, store, progress)
             )

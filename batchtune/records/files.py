@@ -6,7 +6,7 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +90,25 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def locked_waiting(path: Path, on_wait: Callable[[], None]) -> Iterator[None]:
-    """Hold ``path``'s lock, waiting for it; ``on_wait()`` is called once first where another process
-    holds it (to say why this one stops)."""
+def locked_waiting(paths: Path | Sequence[Path], on_wait: Callable[[], None]) -> Iterator[None]:
+    """Hold the lock of each of ``paths`` in the order given, waiting for each (every holder of two
+    takes them in one order, so none waits for another that waits for it); ``on_wait()`` is called
+    once first where another process holds one (to say why this one stops)."""
+    said: list[bool] = []
+
+    def wait_once() -> None:
+        if not said:
+            said.append(True)
+            on_wait()
+
+    with contextlib.ExitStack() as stack:
+        for path in [paths] if isinstance(paths, Path) else paths:
+            stack.enter_context(_locked_waiting(path, wait_once))
+        yield
+
+
+@contextlib.contextmanager
+def _locked_waiting(path: Path, on_wait: Callable[[], None]) -> Iterator[None]:
     with locked(path, blocking=False) as got:
         if got:
             yield
