@@ -133,3 +133,59 @@ def test_fully_async_concurrency_is_what_its_rollouter_keeps_in_flight(
     said = [n for n in got["notes"] if "in flight per engine" in n]
     assert len(said) == 1 and "= 8 prompts, 64 responses, in flight over 3 engines" in said[0], said
     assert "at most 22 in flight per engine" in said[0], said
+
+
+FULLY_ASYNC = (
+    "data.train_batch_size=0\nactor_rollout_ref.rollout.n=8\nactor_rollout_ref.actor.optim.lr=0.0002\n"
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4\nasync_training.trigger_parameter_sync_step=2\n"
+    "async_training.require_batches=1\nasync_training.staleness_threshold=0\n"
+)
+TRL_ASYNC = (
+    "# accelerate launch --num_processes 1\nper_device_train_batch_size: 16\ngradient_accumulation_steps: 1\n"
+    "num_generations: 8\nlearning_rate: 0.0002\nmax_staleness: 1\nweight_sync_steps: 2\n"
+)
+TRL_GEN = (
+    "generation_batch_size: 32\nnum_generations: 8\nper_device_train_batch_size: 16\nlearning_rate: 0.0002\n"
+)
+
+
+BAD_COUNTS = [
+    ("verl", FULLY_ASYNC, "async_training.trigger_parameter_sync_step", "0"),
+    ("verl", FULLY_ASYNC, "async_training.require_batches", "0"),
+    ("verl", FULLY_ASYNC, "async_training.trigger_parameter_sync_step", "-2"),
+    ("verl", FULLY_ASYNC, "async_training.require_batches", "1.5"),
+    ("verl", FULLY_ASYNC, "actor_rollout_ref.actor.ppo_epochs", "0"),
+    ("trl", TRL_ASYNC, "weight_sync_steps", "0"),
+    ("trl", TRL_ASYNC, "weight_sync_steps", "-2"),
+    ("trl", TRL_ASYNC, "gradient_accumulation_steps", "0"),
+    ("trl-gen", TRL_GEN, "gradient_accumulation_steps", "0"),
+    ("trl-gen", TRL_GEN, "per_device_train_batch_size", "0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "base", "key", "value"),
+    [pytest.param(*case, id=f"{case[0]}-{case[2]}={case[3]}") for case in BAD_COUNTS],
+)
+def test_check_refuses_a_sync_interval_or_count_of_zero_naming_its_key(
+    tmp_path: Path, fmt: str, base: str, key: str, value: str
+) -> None:
+    """A verl fully_async interval of trigger_parameter_sync_step x require_batches x
+    ppo_mini_batch_size = 0 prompts crashed check ("internal error: ZeroDivisionError", exit 70), as
+    did a GRPOConfig with gradient_accumulation_steps or per_device_train_batch_size 0 beside its
+    generation_batch_size; an AsyncGRPOConfig's weight_sync_steps 0 and a ppo_epochs 0 were priced
+    as settings. Each is bad input: one line naming the key and its line, exit 2."""
+    results = _probe(tmp_path / "r", 2, 1)
+    if fmt == "verl":
+        lines = [ln for ln in base.splitlines() if not ln.startswith(key + "=")] + [f"{key}={value}"]
+        cfg = tmp_path / "fa.txt"
+    else:
+        lines = [ln for ln in base.splitlines() if not ln.startswith(key + ":")] + [f"{key}: {value}"]
+        cfg = tmp_path / "trl.yaml"
+    cfg.write_text("\n".join(lines) + "\n")
+    run = CliRunner().invoke(app, ["check", str(cfg), "-r", str(results), "--format", fmt.split("-")[0]])
+    assert run.exit_code == 2, run.output
+    shown = repr(value) if fmt == "verl" else value  # an override's text, a YAML number
+    assert run.output.strip().splitlines() == [
+        f"error: {cfg}:{len(lines)}: {key} = {shown} must be a positive whole number"
+    ], run.output

@@ -173,13 +173,13 @@ def _verl(flat: Flat, path: Path) -> TrainerConfig:
         _number(flat, (n["group_size"],), path, integer=True), "group size", (n["group_size"],), path
     )
     if fully_async_verl(flat):  # data.train_batch_size is 0 there: the sync interval is the batch
-        reading = verl_async(flat, None, int(g.value))  # (check reads it in the probe's batches)
+        reading = verl_async(flat, None, int(g.value), path)  # (check reads it in the probe's batches)
         p = Setting("async_training.trigger_parameter_sync_step", float(reading.prompts or 0), None)
     else:
         p = _require(
             _number(flat, (n["prompts"],), path, integer=True), "prompt batch", (n["prompts"],), path
         )
-        reading = verl_async(flat, int(p.value), int(g.value))
+        reading = verl_async(flat, int(p.value), int(g.value), path)
     lr = _number(flat, (n["lr"],), path, integer=False)
     cap = _number(flat, (n["generation_concurrency"],), path, integer=True)
     mini = _number(flat, (n["mini_batch"],), path, integer=True)
@@ -267,7 +267,7 @@ def _trl(flat: Flat, path: Path) -> TrainerConfig:
         engines = 1 if mode == "server" else max(1, nproc // tp)
         notes.append(f"vLLM in {mode} mode: {engines} engine(s) generate the batch")
     conc = Setting(gen.name, math.ceil(gen.value / engines), gen.line)  # each engine its share at once
-    reading = trl_async(flat, nproc, int(gen.value))
+    reading = trl_async(flat, nproc, int(gen.value), path)
     if reading.mode == "async":  # AsyncGRPO: one vLLM server takes max_inflight_tasks at once
         engines = 1
         conc = _inflight_tasks(flat, path, gen)

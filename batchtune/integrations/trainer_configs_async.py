@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
+from batchtune.errors import InputError
 from batchtune.integrations.config_files import Flat
 
 VERL_PPO_MINI = 256  # actor.ppo_mini_batch_size's default (actor.yaml)
@@ -182,6 +184,27 @@ def _get(flat: Flat, *names: str, default: float) -> float:
     return default
 
 
+def _count(flat: Flat, path: Path, *names: str, default: float) -> float:
+    """The first of ``names`` present, a count (steps, batches, epochs, a batch size), else ``default``;
+    0, a negative, a fraction or a non-number is bad input naming its line (a sync interval of 0
+    divided by zero in check, a count of 0 updates was priced)."""
+    for name in names:
+        if name in flat:
+            raw, line = flat[name]
+            where = f"{path}:{line}" if line else str(path)
+            try:
+                value = math.nan if isinstance(raw, bool) else float(raw)
+            except (TypeError, ValueError):  # as trainer_configs._number says it
+                raise InputError(
+                    f"{where}: {name} = {raw!r} is not a number (interpolations such as ${{...}} are not "
+                    "resolved: write the value, or pass a generic config)"
+                ) from None
+            if not (math.isfinite(value) and value >= 1 and value == int(value)):
+                raise InputError(f"{where}: {name} = {raw!r} must be a positive whole number")
+            return value
+    return default
+
+
 def _true(flat: Flat, *names: str) -> bool:
     return any(name in flat and str(flat[name][0]).strip().lower() in TRUE for name in names)
 
@@ -190,11 +213,13 @@ def fully_async_verl(flat: Flat) -> bool:
     return any(k.startswith("async_training.") for k in flat)
 
 
-def verl_async(flat: Flat, prompts: int | None, group_size: int) -> AsyncReading:
-    mini = _get(flat, "actor_rollout_ref.actor.ppo_mini_batch_size", default=VERL_PPO_MINI)
-    epochs = _get(flat, "actor_rollout_ref.actor.ppo_epochs", default=1)
+def verl_async(flat: Flat, prompts: int | None, group_size: int, path: Path) -> AsyncReading:
+    mini = _count(flat, path, "actor_rollout_ref.actor.ppo_mini_batch_size", default=VERL_PPO_MINI)
+    epochs = _count(flat, path, "actor_rollout_ref.actor.ppo_epochs", default=1)
     if fully_async_verl(flat):
         a = {k: _get(flat, f"async_training.{k}", default=v) for k, v in VERL_FULLY_ASYNC.items()}
+        for key in ("trigger_parameter_sync_step", "require_batches"):  # the sync interval's factors
+            a[key] = _count(flat, path, f"async_training.{key}", default=a[key])
         batch = int(a["trigger_parameter_sync_step"] * a["require_batches"] * mini)
         u = a["trigger_parameter_sync_step"] * a["require_batches"] * epochs
         note = (
@@ -220,15 +245,16 @@ def verl_async(flat: Flat, prompts: int | None, group_size: int) -> AsyncReading
     return AsyncReading(0, u, "sync")
 
 
-def trl_async(flat: Flat, processes: int, per_step: int) -> AsyncReading:
+def trl_async(flat: Flat, processes: int, per_step: int, path: Path) -> AsyncReading:
     """``processes``: the training processes (num_processes, or the config's accelerate launch line);
     ``per_step``: the completions one optimiser step trains (AsyncGRPO's batch as read here)."""
 
-    def num(name: str, default: float) -> float:
-        return _get(flat, name, f"--{name}", default=default)
+    def num(name: str, default: float) -> float:  # a count: max_staleness (0 allowed) is read apart
+        return _count(flat, path, name, f"--{name}", default=default)
 
     if "max_staleness" in flat or "--max_staleness" in flat:
-        sync, versions = num("weight_sync_steps", 1), num("max_staleness", 4)
+        sync = num("weight_sync_steps", 1)
+        versions = _get(flat, "max_staleness", "--max_staleness", default=4)
         k = versions * sync
         note = (
             f"TRL AsyncGRPO counts optimiser steps: {per_step} completions each (each used once), "
