@@ -33,9 +33,13 @@ class TopUpRecord:
     cap: int = 0  # budget.async_top_up_max_seeds (<= top: no sequential rounds)
     end: TopUpEnd | None = None  # where the sequential rounds stopped (None: none ran, or not yet)
 
-    def lines(self, ranked: Collection[str] | None = None) -> list[str]:
+    def lines(self, ranked: Collection[str] | None = None, with_runs: Collection[str] = ()) -> list[str]:
         """What `recommend` says: who was topped up, in which round, and why; ``ranked``: the
-        candidates its ranking has (None: all), the others left out (``_only``)."""
+        candidates its ranking has (None: all), the others left out (``_only``) and counted, with
+        how many of them have no runs (not in ``with_runs``: the candidates with runs in the results
+        directory). No other cause is said: one with runs may be left out for several (a recipe that
+        drops it, which the analysis' own note says; a sync_every that rules out its k; another
+        group size at its batch, k and u)."""
         seq = (
             f"; then, up to {self.cap} seeds, the best and the contenders its paired seeds did not "
             "separate from it doubled their seeds (budget.async_top_up_max_seeds; a candidate once topped "
@@ -60,12 +64,12 @@ class TopUpRecord:
         ]
         if gone:
             lost = end is None and self.end is not None
+            unrun = len(gone - set(with_runs))  # the one cause these notes can tell
+            why = f" ({unrun} with no runs in this directory)" if unrun else ""
             said.append(
-                f"{gone} candidate(s) these rounds topped up are not ranked here (dropped from the recipe "
-                "or their runs deleted), so the notes leave them out"
-                + ("; so is where the rounds ended, which named one: `batchtune probe` again finds it "
-                   "among the recipe's candidates" if lost else "")
-            )  # fmt: skip
+                f"{len(gone)} candidate(s) these rounds topped up are not ranked here{why}, so the notes "
+                "leave them out" + ("; so is where the rounds ended, which named one" if lost else "")
+            )
         return [head, *said, *([] if end is None else [end.words()])]
 
     def end_for(self, ranked: Collection[str]) -> TopUpEnd | None:
@@ -73,13 +77,13 @@ class TopUpRecord:
         with a candidate the ranking does not have is not this ranking's)."""
         return self._only(ranked)[1]
 
-    def _only(self, ranked: Collection[str] | None) -> tuple[list[TopUpRound], TopUpEnd | None, int]:
+    def _only(self, ranked: Collection[str] | None) -> tuple[list[TopUpRound], TopUpEnd | None, set[str]]:
         """The rounds with only the candidates in ``ranked`` (a best estimate outside it unnamed), the
-        end unless it names another, and how many topped candidates were left out. A recipe edited
+        end unless it names another, and the topped candidates left out. A recipe edited
         to drop a candidate keeps its rounds' record (6f34f19 ranks the rest): its notes must not
         name what `recommend` no longer ranks."""
         if ranked is None:
-            return list(self.rounds), self.end, 0
+            return list(self.rounds), self.end, set()
         rounds = [
             dataclasses.replace(
                 r,
@@ -91,7 +95,7 @@ class TopUpRecord:
         gone = {t.label for r in self.rounds for t in r.topped} - set(ranked)
         e = self.end
         named = set() if e is None else {e.best, *(o.label for o in e.open)}
-        return rounds, e if named <= set(ranked) else None, len(gone)
+        return rounds, e if named <= set(ranked) else None, gone
 
     def rule(self) -> tuple[float, int, int]:
         """(margin, top, cap) as they decide the rounds: every cap <= top is 0, none (no sequential

@@ -36,6 +36,7 @@ def joint_for(
 
     a = cfg.algorithm
     two = a.mode == "async"
+    runs = store.runs()
     decision = joint_decision(
         eff,
         thr,
@@ -45,14 +46,14 @@ def joint_for(
         sync_every=a.sync_every if two else 1,
         cluster_gpus=gpus,
         traces=stored_traces(store),
-        on_policy_u=on_policy_updates(store.runs()),
+        on_policy_u=on_policy_updates(runs),
     )
     rec = load_top_up(store)  # what the probe's seed top-up ran, why, and where it stopped
     if rec is not None:  # of the candidates ranked here only (a recipe edited to drop some keeps it)
         ranked = {row.label for row in decision.rows}
-        decision = dataclasses.replace(
-            decision, notes=(*decision.notes, *rec.lines(ranked)), top_up_end=rec.end_for(ranked)
-        )
+        notes = rec.lines(ranked, with_runs={r.candidate for r in runs})
+        end = rec.end_for(ranked)
+        decision = dataclasses.replace(decision, notes=(*decision.notes, *notes), top_up_end=end)
     return decision, joint_throughput(thr, decision)
 
 

@@ -233,3 +233,39 @@ def test_a_candidate_the_recipe_dropped_is_not_ranked_from_its_kept_runs(
     d = recommended(edit)
     assert pick in {c["name"] for c in d["candidates"]}
     assert not [n for n in d["notes"] if n.startswith("left out ") and pick in n], d["notes"]
+
+
+def test_the_top_up_notes_give_no_cause_for_an_unranked_candidate_that_is_not_so(tmp_path: Path) -> None:
+    """A candidate the rounds topped up can be left out of the ranking with its runs all there:
+    `recommend --set algorithm.sync_every=3` rules out k = 1 (as another group size at the same B, k
+    and u would). The notes said it was "dropped from the recipe with no runs left, or their runs
+    deleted", and that `batchtune probe` again finds where the rounds ended: neither was so. They
+    now count it without a cause, and say "no runs" only of a candidate that has none here."""
+    from tests.test_async_recommend import ASYNC_RUNS, _store
+
+    root = _store(tmp_path / "r", [], dict(ASYNC_RUNS))
+    topped = {"label": "P2xG8-k1u1", "t": 11.0, "seeds_before": 2}
+    rnd = {"best": "P4xG8-k1u1", "best_t": 10.0, "seeds": 4, "kind": "contenders", "topped": [topped]}
+    end = {"best": "P4xG8-k1u1", "seeds": 4, "open": [], "tol": 0.05, "compared": 1, "cap": 8}
+    record = {"margin": 0.3, "top": 4, "cap": 8, "times_source": "probe step times", "rounds": [rnd]}
+    (root / TOP_UP_FILE).write_text(json.dumps({**record, "end": end}))
+
+    def left_out(*argv: str) -> list[str]:
+        argv = ("recommend", "-r", str(root), "--throughput", "probe", "--json", *argv)
+        out = CliRunner().invoke(app, list(argv))
+        assert out.exit_code == 0, out.output
+        d = json.loads(out.stdout)["async_decision"]
+        assert "P2xG8-k1u1" not in {c["name"] for c in d["candidates"]}
+        return [n for n in d["notes"] if "not ranked here" in n and not n.startswith("round ")]
+
+    assert left_out("--set", "algorithm.sync_every=3") == [
+        "1 candidate(s) these rounds topped up are not ranked here, so the notes leave them out; so is "
+        "where the rounds ended, which named one"
+    ]
+    for run in (root / "runs").glob("P2xG8-k1u1-s*"):
+        shutil.rmtree(run)
+    (root / TOP_UP_FILE).write_text(json.dumps({**record, "end": None}))
+    assert left_out() == [
+        "1 candidate(s) these rounds topped up are not ranked here (1 with no runs in this directory), "
+        "so the notes leave them out"
+    ]
