@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing as mp
 
@@ -179,3 +180,21 @@ def test_labels_that_agree_or_are_an_imports_own_name_pass(tmp_path, label):
     path = tmp_path / "runs/P4xG8-s0/run.json"
     path.write_text(path.read_text().replace('"candidate": "P4xG8"', f'"candidate": "{label}"'))
     assert store.runs()[0].candidate == label
+
+
+def test_imported_is_the_one_test_of_a_runs_source():
+    """Whether a run came from a log or the probe was `source != "probe"`, written apart in each
+    module that asked (assess, candidates, recommend, advice, ...). It is RunRecord.imported (and an
+    imported run's, before it is stored); no other module compares a source with "probe"."""
+    import re
+    from pathlib import Path
+
+    from batchtune.integrations.common import ImportedRun
+
+    assert not _record().imported and dataclasses.replace(_record(), source="run.jsonl").imported
+    assert ImportedRun("a", "P4xG8", 4, 8, 0, 1e-3, (), "run.jsonl").imported
+    pattern = re.compile(r"""source\s*[!=]=\s*["']probe["']""")
+    root = Path(__file__).resolve().parents[1] / "batchtune"
+    home = root / "records" / "types.py"
+    found = [str(p) for p in root.rglob("*.py") if p != home and pattern.search(p.read_text())]
+    assert not found, f"use RunRecord.imported, not a comparison of its source with 'probe', in {found}"

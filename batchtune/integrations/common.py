@@ -127,6 +127,10 @@ class ImportedRun:
     def batch_responses(self) -> int:
         return self.prompts * self.group_size
 
+    @property
+    def imported(self) -> bool:  # read from a log, as RunRecord.imported says of its stored record
+        return True
+
     def to_records(self, backend: str = "import") -> tuple[RunRecord, list[StepRecord]]:
         last = self.steps[-1]
         # a timed entry's timings are per step, and it may stand for several (TRL's logging_steps):

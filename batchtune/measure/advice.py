@@ -16,7 +16,7 @@ def why_not_ranked(message: str, store: ResultsStore, cfg: Recipe, eff: Any) -> 
     target (budget.stop_at_target) cannot reach a target past it, and an unfinished probe is
     finished by rerunning it; 'run longer' and 'fewer than two candidates' alone misled."""
     runs = store.runs()
-    if runs and all(r.source != "probe" for r in runs):  # no probe made these: none to rerun
+    if runs and all(r.imported for r in runs):  # no probe made these: none to rerun
         return (
             f"{message} (the runs here were imported from logs: import more runs or seeds, or set a "
             "target they reach with --set target.value=X)"

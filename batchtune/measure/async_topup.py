@@ -80,7 +80,7 @@ def run_knobs(store: ResultsStore) -> dict[str, Knobs]:
 
     first: dict[str, Knobs] = {}
     syncs: dict[str, list[float]] = defaultdict(list)
-    for rec in sorted(store.runs(), key=lambda r: r.source != "probe"):  # stable: by run id within
+    for rec in sorted(store.runs(), key=lambda r: r.imported):  # stable: by run id within
         if rec.status in FAILED_STATUSES:
             continue
         first.setdefault(rec.candidate, Knobs(rec.staleness, rec.updates_per_batch))

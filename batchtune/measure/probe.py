@@ -216,11 +216,11 @@ def _planned_probe_runs(runs: list[RunData], plan: Plan | None) -> tuple[list[Ru
     if plan is None:
         return runs, ""
     labels = set(plan.by_label())
-    out = [r for r in runs if r.record.source == "probe" and r.record.candidate not in labels]
+    out = [r for r in runs if not r.record.imported and r.record.candidate not in labels]
     if not out:
         return runs, ""
     gone = sorted({r.record.candidate for r in out})
-    kept = [r for r in runs if r.record.source != "probe" or r.record.candidate in labels]
+    kept = [r for r in runs if r.record.imported or r.record.candidate in labels]
     return kept, (
         f"left out {', '.join(gone)} ({len(out)} probe runs kept in the results directory): not in the "
         "recipe's candidates; re-add them to rank them"

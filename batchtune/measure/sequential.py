@@ -119,7 +119,7 @@ def _extra(runs: Sequence[RunData], seeds: Sequence[int]) -> list[RunData]:
     """The probe's runs at seeds it did not plan (an imported run's seed is the log's, not a round
     of sequential seeding)."""
     planned = set(seeds)
-    return [r for r in runs if r.record.seed not in planned and r.record.source == "probe"]
+    return [r for r in runs if r.record.seed not in planned and not r.record.imported]
 
 
 def with_extra_seeds(

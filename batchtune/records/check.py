@@ -93,7 +93,7 @@ def check_missing_steps(record: RunRecord | None, steps_path: Path) -> None:
 def check_steps(record: RunRecord | None, steps: Sequence[StepRecord], steps_path: Path) -> None:
     """The steps of a sealed run (``record``; None: not sealed, only the counters are checked) are
     whole, in order, once each, and end where the record says."""
-    strict = record is not None and record.source == "probe"
+    strict = record is not None and not record.imported
     prev: StepRecord | None = None
     for i, s in enumerate(steps):  # run on every read of a run: a message is worded only on failure
         if s.samples < 0 or s.tokens < 0 or s.step < 0:

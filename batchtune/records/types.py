@@ -31,7 +31,7 @@ def failed_before_training(record: RunRecord) -> bool:
     analysis leaves it out and a rerun of the probe runs it again
     (``ResultsStore.reopen_failed_starts``). A run that diverged, ran out of memory, timed out, was
     lost on Ray, or failed after training steps, is data and is kept."""
-    return record.status == "failed" and record.failed_start and record.source == "probe"
+    return record.status == "failed" and record.failed_start and not record.imported
 
 
 def candidate_label(prompts: int, group_size: int, *, fixed_lr: bool = False) -> str:
@@ -61,7 +61,7 @@ class _Launched(Protocol):  # a run as launched: RunRecord, integrations' Import
     @property
     def updates_per_batch(self) -> int: ...
     @property
-    def source(self) -> str: ...
+    def imported(self) -> bool: ...
 
 
 def on_policy_updates(runs: Iterable[_Launched]) -> dict[tuple[int, int], int]:
@@ -75,11 +75,11 @@ def on_policy_updates(runs: Iterable[_Launched]) -> dict[tuple[int, int], int]:
     before it split other u apart) does not move it. Else the imported runs' u: the smallest where
     several (runs imported before that rule pooled them). A shape without an on-policy run is absent."""
     plain = [r for r in runs if r.staleness == 0 and not OFFPOLICY_SUFFIX.search(r.candidate)]
-    probed = {(r.prompts, r.group_size) for r in plain if r.source == "probe"}
+    probed = {(r.prompts, r.group_size) for r in plain if not r.imported}
     out: dict[tuple[int, int], int] = {}
     for r in plain:
         shape = (r.prompts, r.group_size)
-        if r.source == "probe" or shape not in probed:
+        if not r.imported or shape not in probed:
             out[shape] = min(out.get(shape, r.updates_per_batch), r.updates_per_batch)
     return out
 
@@ -146,6 +146,12 @@ class RunRecord:
     @property
     def batch_responses(self) -> int:
         return self.prompts * self.group_size
+
+    @property
+    def imported(self) -> bool:
+        """Whether the run was imported from a trainer's log (``source`` names the file), not run by
+        the probe (``source == "probe"``): the one test of it."""
+        return self.source != "probe"
 
 
 @dataclass(frozen=True)

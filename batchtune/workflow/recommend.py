@@ -80,7 +80,7 @@ def throughput_for(
     every = store.runs() if runs is None else runs
     for run in every:  # the most runs that shared the machine with any run of a candidate
         parallel[run.candidate] = max(parallel.get(run.candidate, 0), run.parallel_runs)
-        if run.source == "probe":
+        if not run.imported:
             probed.add(run.candidate)
     logged = {run.candidate for run in every} - probed
     pretrain = cfg.study.pretrain
@@ -149,7 +149,7 @@ def _efficiency(cfg: Recipe, store: ResultsStore) -> tuple[SampleEfficiency, Bra
     planned = set(plan.by_label())
     # the probe's runs of a candidate the recipe dropped are left out (as the probe's analysis does);
     # imported runs outside the plan are ranked, without it
-    labels = {r.candidate for r in store.runs() if r.source != "probe" or r.candidate in planned}
+    labels = {r.candidate for r in store.runs() if r.imported or r.candidate in planned}
     use_plan = labels <= planned and plan.reference in labels
     return analyse_store(store, cfg, plan if use_plan else None, recipe_plan=plan), None
 
@@ -177,7 +177,7 @@ def _with_logged_updates(rec: Recommendation, runs: list[RunRecord]) -> Recommen
     """``rec`` with the u its winner's runs were imported at, where all of them were: the config
     emitted for it trains at that u, not at the recipe's mini-batches (import-logs writes 1)."""
     own = [r for r in runs if r.candidate == rec.winner.label]
-    if not own or any(r.source == "probe" for r in own):
+    if not own or not all(r.imported for r in own):
         return rec
     return dataclasses.replace(rec, logged_updates=min(r.updates_per_batch for r in own))
 

@@ -120,7 +120,7 @@ def test_the_sequential_seeding_note_groups_its_thousands():
 
     def run(label: str, seed: int) -> SimpleNamespace:
         return SimpleNamespace(
-            record=SimpleNamespace(candidate=label, seed=seed, source="probe", samples=16000)
+            record=SimpleNamespace(candidate=label, seed=seed, imported=False, samples=16000)
         )
 
     runs = [run(label, seed) for label in ("P1xG8", "P32xG8") for seed in (0, 3, 4)]

@@ -201,7 +201,7 @@ def analyse_runs(
         reference=reference,
         runs=runs,
     )
-    imported = bool(runs) and all(r.record.source != "probe" for r in runs)
+    imported = bool(runs) and all(r.record.imported for r in runs)
     return dataclasses.replace(eff, imported=True) if imported else eff
 
 

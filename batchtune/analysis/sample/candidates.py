@@ -136,7 +136,7 @@ def candidates_from_runs(
                 wall_s=sum(r.record.wall_s for r in group),
                 critic_lr=rec0.critic_lr,
                 # the probe's runs only: a log's step time may hold its evaluations (evals.py)
-                evals=eval_cost([r.steps for r in group if r.record.source == "probe"], metric),
+                evals=eval_cost([r.steps for r in group if not r.record.imported], metric),
             )
         )
     return out
