@@ -125,3 +125,29 @@ def test_the_sweeps_timed_steps_reach_the_async_rows() -> None:
     sync = {r.label: r.choice for r in d.rows if r.choice.mode == "sync"}
     assert sync["P2xG8"] == next(r.choice for r in plain.rows if r.label == "P2xG8")  # means: unchanged
     assert any("4 timed steps' own times" in n for n in d.notes)
+
+
+def test_the_candidates_the_sync_interval_rules_out_are_named_with_the_reason(tmp_path) -> None:
+    """`recommend --set algorithm.sync_every=3` left the k = 1 candidates out of the ranking, runs
+    and all, and nothing in its output said so or why."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from batchtune.cli import app
+    from tests.test_async_recommend import ASYNC_RUNS, _store
+
+    eff, thr = _efficiency(), throughput_from_probe(_efficiency().candidates, 0.0)
+    for every in (1, 2):
+        d = joint_decision(eff, thr, _knobs(), mini_batches=1, two_process=True, sync_every=every)
+        assert not [n for n in d.notes if n.startswith("not ranked")], d.notes
+    d = joint_decision(eff, thr, _knobs(), mini_batches=1, two_process=True, sync_every=3)
+    [note] = [n for n in d.notes if n.startswith("not ranked")]
+    assert "P2xG8-k1u1 (k = 1)" in note and "sync_every - 1 = 2" in note and "every 3 steps" in note
+    root = _store(tmp_path / "r", [], dict(ASYNC_RUNS))
+    argv = ["recommend", "-r", str(root), "--throughput", "probe", "--json"]
+    argv += ["--set", "algorithm.sync_every=3"]
+    out = CliRunner().invoke(app, argv)
+    assert out.exit_code == 0, out.output
+    notes = json.loads(out.stdout)["async_decision"]["notes"]
+    assert [n for n in notes if n.startswith("not ranked: ") and "P2xG8-k1u1 (k = 1)" in n], notes

@@ -184,18 +184,22 @@ def joint_decision(
     sync_t, async_t, notes = _stage_times(eff, thr, knobs, u_of, two_process, traces or {})
     ests: list[REstimate] = []
     who: dict[tuple[int, int, int], CandidateEfficiency] = {}
+    too_fresh: list[str] = []
     for c in eff.candidates:
         kn = knobs.get(c.label)
         iv = _r_interval(eff, c) if kn is not None and c.family in ("main", "offpolicy") else None
         if kn is None or iv is None or c.batch_responses not in sync_t:
             continue
         if 1 <= kn.staleness < sync_every - 1:  # the trainer refuses it: a bound sync_every cannot keep
+            too_fresh.append(f"{c.label} (k = {kn.staleness})")
             continue
         key = (c.batch_responses, kn.staleness, kn.updates_per_batch)
         if key in who:  # two candidates at one (B, k, u): another group size; the first ranks
             continue
         who[key] = c
         ests.append(REstimate(*key, iv[1], iv[0], iv[2]))
+    if too_fresh:
+        notes.append(_too_fresh_note(too_fresh, sync_every))
     if not ests:
         raise AnalysisError("no on-policy candidate with an estimate and timings to rank async runs against")
     ranked = rank_async(
@@ -222,6 +226,14 @@ def joint_decision(
         )  # fmt: skip
     return JointDecision(
         tuple(rows), tuple(verdict), verdict_status(verdict), source, tuple(notes), splits=splits
+    )
+
+
+def _too_fresh_note(labels: Sequence[str], sync_every: int) -> str:
+    return (
+        f"not ranked: {', '.join(labels)}: k < sync_every - 1 = {sync_every - 1}; the async trainer "
+        f"cannot keep rollouts that fresh when it syncs weights every {sync_every} steps "
+        "(algorithm.sync_every)"
     )
 
 
