@@ -161,16 +161,12 @@ def analyse_store_grid(
     if not curves:
         raise InputError(f"{store.root} has no finished pre-training runs")
     ref = plan_pretrain(recipe).reference_batch
+    smallest = min(c.batch_tokens for c in curves)
     return analyse_grid(
         curves,
         recipe.pretrain.targets,
-        base_lr=scaled_lr(
-            recipe.optimizer.lr,
-            min(c.batch_tokens for c in curves),
-            ref,
-            recipe.lr_scaling.rule,
-            lr_table(recipe),
-        ),
+        base_lr=scaled_lr(recipe.optimizer.lr, smallest, ref, recipe.lr_scaling.rule, lr_table(recipe)),
+        lr_batch=smallest,  # the schedule's first stage runs at the rule's LR for its own batch
         rule=recipe.lr_scaling.rule if recipe.lr_scaling.rule != "table" else "sqrt",
         confidence=recipe.target.confidence,
         loss_floor=floor,

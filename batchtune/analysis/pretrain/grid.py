@@ -14,7 +14,8 @@ import numpy as np
 from batchtune.analysis.pretrain.batch import BatchEstimate, estimate_batches, plateaued
 from batchtune.analysis.pretrain.schedule import ScheduleStage, schedule_from_bopt
 from batchtune.analysis.sample.curves import samples_to_target
-from batchtune.errors import AnalysisError
+from batchtune.analysis.sample.lr import scaled_lr
+from batchtune.errors import AnalysisError, RecipeError
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,10 @@ def analyse_grid(
     rule: str = "sqrt",
     confidence: float = 0.9,
     loss_floor: float | None = None,
+    lr_batch: float | None = None,
 ) -> GridAnalysis:
+    """Per target, B_opt and B_min; then the schedule, its LRs by ``rule`` from ``base_lr`` at
+    ``lr_batch`` tokens (None: ``base_lr`` is the LR of the schedule's first stage)."""
     batches = sorted({c.batch_tokens for c in curves})
     seeds = sorted({c.seed for c in curves})
     if len(batches) < 3:
@@ -87,14 +91,22 @@ def analyse_grid(
                 batches, steps, target, confidence=confidence, plateaued_per_seed=flat, ran_per_seed=ran
             )
         )
-    schedule, notes = schedule_from_estimates(estimates, batches, base_lr, rule)
+    schedule, notes = schedule_from_estimates(estimates, batches, base_lr, rule, lr_batch=lr_batch)
     return GridAnalysis(tuple(estimates), schedule, notes, loss_floor)
 
 
 def schedule_from_estimates(
-    estimates: Sequence[BatchEstimate], batches: Sequence[float], base_lr: float, rule: str
+    estimates: Sequence[BatchEstimate],
+    batches: Sequence[float],
+    base_lr: float,
+    rule: str,
+    *,
+    lr_batch: float | None = None,
 ) -> tuple[tuple[ScheduleStage, ...], tuple[str, ...]]:
     """Stage k uses B_opt of target k from where the tokens to target k-1 (at its B_opt) are spent.
+
+    ``base_lr`` belongs to ``lr_batch`` tokens (a probe's LR at its smallest batch), so the first
+    stage runs at ``rule``'s LR for its own batch; None: ``base_lr`` is the first stage's LR.
 
     B_opt is held at least at the previous stage's batch (a schedule never shrinks as the loss
     falls: Zhou et al. 2026) and clipped to the measured batches; each adjustment is noted.
@@ -134,6 +146,11 @@ def schedule_from_estimates(
         start = max(start, est.e_min_tokens)
     if not values:
         return (), tuple(notes)
+    if lr_batch is not None:  # the LR rules have one home, analysis/sample/lr.py
+        try:
+            base_lr = scaled_lr(base_lr, values[0], lr_batch, rule)
+        except RecipeError as exc:
+            raise AnalysisError(str(exc)) from exc
     stages = schedule_from_bopt(starts, values, base_lr, rule)
     merged = [stages[0]]
     for s in stages[1:]:  # consecutive stages at one batch are one stage
