@@ -134,3 +134,21 @@ def test_pretrain_is_one_workflow_call(tmp_path):
     assert out.emitted is not None and "--global-batch-size" in out.emitted
     none = pretrain([log], "0.5", None, None, [], emit=emit)
     assert none.unreached is not None and none.emitted is None
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--targets", "-1"], "--targets"),
+        (["--base-lr", "-1"], "--base-lr"),
+        (["--rule", "foo"], "--rule"),
+        (["--emit", "bogus", "--total-tokens", "1000000"], "--emit 'bogus'"),
+        (["--emit", "megatron", "--total-tokens", "-5"], "--total-tokens"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag(tmp_path, args, named):
+    log = tmp_path / "runs.csv"
+    log.write_text("run,batch_tokens,step,loss\nB1,1,1,3.0\n")  # never read: the flags are checked first
+    out = CliRunner().invoke(app, ["pretrain", str(log), *args])
+    assert out.exit_code == 2, out.output
+    assert named in out.output and "Traceback" not in out.output

@@ -19,6 +19,7 @@ from batchtune.recipe.load import apply_overrides, recipe_from_dict
 from batchtune.recipe.schema import Recipe
 from batchtune.workflow.study import study_for
 
+PRETRAIN_RULES = ("sqrt", "linear", "none")  # `pretrain --rule` (a table needs a recipe)
 PRETRAIN_BASE_LR = 3e-4  # `pretrain --base-lr` when neither it nor optimizer.lr is given
 # `pretrain` takes logs, not a recipe: the recipe keys it reads, with the option each stands for
 PRETRAIN_SET_KEYS = {
@@ -66,6 +67,8 @@ def pretrain(
     from batchtune.integrations.pretrain_logs import read_runs
 
     levels, lr, rule = _settings(targets, base_lr, rule, overrides or [])
+    if emit is not None:
+        _check_emit(emit)  # before the logs are read: a typo costs no analysis
     analysis = analyse(read_runs(paths, parse_mapping(mapping)), levels, base_lr=lr, rule=rule)
     unreached = analysis.grid.unreached()
     emitted = emit_schedule(analysis, emit) if emit is not None and unreached is None else None
@@ -97,11 +100,30 @@ def _settings(
         levels = [float(t) for t in (targets or "").split(",") if t.strip()]
     except ValueError:
         raise InputError(f"--targets {targets!r}: expected numbers separated by commas") from None
+    if any(not (math.isfinite(t) and t > 0) for t in levels):
+        raise InputError(f"--targets {targets!r}: losses in nats/token, each > 0")
+    if base_lr is not None and not (math.isfinite(base_lr) and base_lr > 0):
+        raise InputError(f"--base-lr {base_lr:g}: must be a positive LR (the first stage's)")
+    if rule is not None and rule not in PRETRAIN_RULES:
+        raise InputError(f"--rule {rule!r}: one of {' | '.join(PRETRAIN_RULES)}")
     if "pretrain.targets" in given:
         levels = list(cfg.pretrain.targets)
     lr = cfg.optimizer.lr if "optimizer.lr" in given else (PRETRAIN_BASE_LR if base_lr is None else base_lr)
     rule = cfg.lr_scaling.rule if "lr_scaling.rule" in given else (rule or "sqrt")
     return levels, lr, rule
+
+
+def _check_emit(emit: ScheduleEmit) -> None:
+    """Refuse an `--emit` that could not be written, whatever the logs say."""
+    from batchtune.integrations.emit_pretrain import PRETRAIN_TRAINERS
+
+    if emit.trainer not in PRETRAIN_TRAINERS:
+        raise InputError(f"--emit {emit.trainer!r}: one of {' | '.join(PRETRAIN_TRAINERS)}")
+    if emit.total_tokens <= 0:
+        raise InputError(
+            f"--emit needs --total-tokens > 0 (got {emit.total_tokens}): "
+            "the tokens at which the last stage ends"
+        )
 
 
 def emit_schedule(analysis: PretrainAnalysis, emit: ScheduleEmit) -> str:
