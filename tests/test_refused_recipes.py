@@ -47,3 +47,22 @@ def test_a_tolerance_no_probe_can_resolve_is_out_of_range(tol):
     with pytest.raises(RecipeError, match="target.tolerance"):
         load_recipe(NQM, [f"target.tolerance={tol}"])
     assert load_recipe(NQM, ["target.tolerance=0.001"]).target.tolerance == 0.001
+
+
+def test_a_reader_of_another_recipes_probe_is_told_to_give_it_not_to_delete(tmp_path: Path):
+    """`recommend tiny-pretrain-branched -r DIR` on a probe run with --set: the message lists every
+    changed key (the branches' too, else following it met a second error) and never says delete."""
+    from batchtune.errors import InputError
+
+    branched = str(shipped_recipes()["tiny-pretrain-branched"])
+    sets = [f"run.results_dir={tmp_path}", "branch.trunk_samples=4096", "pretrain.targets=[2.6]"]
+    ran = load_recipe(branched, sets)
+    check_manifest(ResultsStore(tmp_path), ran)
+    shipped = load_recipe(branched, [f"run.results_dir={tmp_path}"])
+    with pytest.raises(InputError) as exc:
+        check_manifest(ResultsStore(tmp_path), shipped, read_only=True)
+    msg = str(exc.value)
+    assert "branch.trunk_samples" in msg and "pretrain.targets" in msg
+    assert "leave the recipe out" in msg and "delete" not in msg
+    with pytest.raises(InputError, match="delete it to start over"):  # a probe may start over
+        check_manifest(ResultsStore(tmp_path), shipped)

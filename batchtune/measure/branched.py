@@ -202,7 +202,7 @@ def run_branched(
     if problem is not None:
         raise InputError(f"{problem}, so probe.mode = 'branched' cannot use it; use probe.mode = 'grid'")
     root = ResultsStore.of(recipe)
-    check_manifest(root, recipe)
+    check_manifest(root, recipe, read_only=read_only)
     recipe = branched_recipe(recipe)
     store = branched_store(recipe.run.results_dir)
     if not read_only:

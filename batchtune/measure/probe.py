@@ -90,8 +90,9 @@ def _defining(recipe: Recipe) -> dict[str, Any]:
     return out
 
 
-def check_manifest(store: ResultsStore, recipe: Recipe) -> None:
-    """Write the manifest, or refuse to mix runs of a different recipe into an existing directory."""
+def check_manifest(store: ResultsStore, recipe: Recipe, *, read_only: bool = False) -> None:
+    """Write the manifest, or refuse to mix runs of a different recipe into an existing directory
+    (``read_only``: a reader such as `recommend`, told to give the probe's recipe, not to delete)."""
     manifest = store.read_manifest()
     if manifest is None:
         plan_candidates(recipe)  # a recipe it cannot plan (a bad lr_scaling.table key) writes nothing
@@ -116,10 +117,26 @@ def check_manifest(store: ResultsStore, recipe: Recipe) -> None:
             for key, value in values.items()
             if _defining(old)[sec].get(key) != value
         ]
-        raise InputError(
-            f"{store.root} holds a probe of a different recipe (changed: {', '.join(diffs[:6])}); "
-            "use another --results directory, or delete it to start over"
-        )
+        if read_only:  # a reader needs every key the probe ran with, its grid and branches too
+            diffs = _changed(old.to_dict(), recipe.to_dict())
+        head = f"{store.root} holds a probe of a different recipe (changed: {', '.join(diffs[:8])})"
+        if read_only:
+            raise InputError(
+                f"{head}; give the recipe and --set values the probe ran with, or leave the recipe out "
+                f"to read the one stored there (--results {store.root})"
+            )
+        raise InputError(f"{head}; use another --results directory, or delete it to start over")
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The ``section.key`` names whose values differ between two recipes' tables (not ``run``)."""
+    return [
+        f"{sec}.{key}"
+        for sec, values in new.items()
+        if sec != "run" and isinstance(values, dict)
+        for key, value in values.items()
+        if (old.get(sec) or {}).get(key) != value
+    ]
 
 
 def keep_recipe(store: ResultsStore, recipe: Recipe) -> None:
