@@ -19,6 +19,7 @@ from batchtune.recipe.load import apply_overrides, recipe_from_dict
 from batchtune.recipe.schema import Recipe
 from batchtune.workflow.study import study_for
 
+SET_COMMANDS = ("recommend", "tune")  # the commands that take a recipe's --set
 PRETRAIN_RULES = ("sqrt", "linear", "none")  # `pretrain --rule` (a table needs a recipe)
 PRETRAIN_BASE_LR = 3e-4  # `pretrain --base-lr` when neither it nor optimizer.lr is given
 # `pretrain` takes logs, not a recipe: the recipe keys it reads, with the option each stands for
@@ -154,10 +155,23 @@ def check_pretrain_ranking(cfg: Recipe, command: str, emit: str | None) -> None:
             )
         return
     if not study_for(cfg).ranked:
-        raise InputError(
-            f"{command} of a pre-training recipe needs probe.mode = 'branched' (time-to-target from its "
-            "branches; add --set probe.mode=branched where a branched probe ran); its grid is read by "
-            "`batchtune probe` (B_opt and B_min per target loss)"
+        head = (
+            f"{command} of a pre-training recipe needs probe.mode = 'branched' "
+            "(time-to-target from its branches"
+        )
+        if command in SET_COMMANDS:
+            raise InputError(
+                f"{head}; add --set probe.mode=branched where a branched probe ran); its grid is read by "
+                "`batchtune probe` (B_opt and B_min per target loss)"
+            )
+        from batchtune.records.store import ResultsStore
+
+        manifest = ResultsStore.of(cfg).read_manifest() or {}
+        source = manifest.get("source") or "RECIPE"  # the recipe the probe was given, not the manifest
+        raise InputError(  # report and check take no --set: the grid's answer is the probe's output
+            f"{head}); {cfg.run.results_dir} holds a grid: rerun `batchtune probe {source} --results "
+            f"{cfg.run.results_dir}` with the --set values it ran with to print its B_opt and B_min per "
+            "target loss (finished runs are read, not rerun)"
         )
     if emit is not None and emit not in PRETRAIN_TRAINERS:
         raise InputError(

@@ -1,0 +1,36 @@
+"""What the readers of a pre-training grid's results (report, recommend) tell a user to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from batchtune.cli import app
+from batchtune.measure.probe import check_manifest
+from batchtune.recipe.load import load_recipe, shipped_recipes
+from batchtune.records.store import ResultsStore
+
+GRID = str(shipped_recipes()["tiny-pretrain"])
+
+
+def _grid_dir(tmp_path: Path) -> Path:
+    res = tmp_path / "grid"
+    check_manifest(ResultsStore(res), load_recipe(GRID, [f"run.results_dir={res}"]))
+    return res
+
+
+def test_report_of_a_grid_names_the_probe_to_rerun_not_a_set_it_lacks(tmp_path: Path):
+    res = _grid_dir(tmp_path)
+    out = CliRunner().invoke(app, ["report", str(res)])
+    assert out.exit_code == 2, out.output
+    msg = " ".join(out.stderr.split())
+    assert "--set probe.mode" not in msg  # report takes no --set
+    assert f"batchtune probe {GRID} --results {res}" in msg
+
+
+def test_recommend_of_a_grid_still_offers_its_set(tmp_path: Path):
+    res = _grid_dir(tmp_path)
+    out = CliRunner().invoke(app, ["recommend", GRID, "-r", str(res)])
+    assert out.exit_code == 2, out.output
+    assert "--set probe.mode=branched" in " ".join(out.stderr.split())
