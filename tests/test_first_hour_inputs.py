@@ -216,3 +216,18 @@ def test_recommend_of_another_recipes_results_says_so(tmp_path):
 def test_no_pass_results_when_results_was_given(tmp_path):
     out = CliRunner().invoke(app, ["recommend", NQM, "--results", str(tmp_path / "none")])
     assert out.exit_code != 0 and "pass --results" not in out.output
+
+
+@pytest.mark.parametrize(
+    ("sets", "fragments"),
+    [
+        (["pretrain.batches_tokens=[10, 20, 32]"], ["10, 20 not a multiple", "seq_len = 16"]),
+        (["pretrain.batches_tokens=[16, 32]"], ["2 given"]),
+        (["pretrain.max_tokens=100"], ["max_tokens: 100 must exceed the largest batch, 512 tokens"]),
+    ],
+)
+def test_a_pretrain_grid_error_says_which_values_are_wrong(sets, fragments):
+    with pytest.raises(RecipeError) as exc:
+        load_recipe(str(shipped_recipes()["tiny-pretrain"]), sets)
+    for fragment in fragments:
+        assert fragment in str(exc.value)

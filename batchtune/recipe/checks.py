@@ -155,12 +155,23 @@ def _check_pretrain(recipe: Recipe) -> list[str]:
     p, errors = recipe.pretrain, []
     if p.seq_len < 2:
         errors.append("pretrain.seq_len: must be at least 2")
-    if len(set(p.batches_tokens)) < 3 or any(b < p.seq_len or b % p.seq_len for b in p.batches_tokens):
-        errors.append("pretrain.batches_tokens: needs >= 3 distinct batches, each a multiple of seq_len")
+    off = sorted({b for b in p.batches_tokens if b < p.seq_len or b % p.seq_len})
+    if len(set(p.batches_tokens)) < 3 or off:
+        n = len(set(p.batches_tokens))
+        why = f"{', '.join(map(str, off))} not a multiple of" if off else f"{n} given;"
+        errors.append(
+            f"pretrain.batches_tokens: needs >= 3 distinct batches, each a multiple of seq_len ({why} "
+            f"seq_len = {p.seq_len})"
+        )
     if p.micro_batch_tokens and (p.micro_batch_tokens < p.seq_len or p.micro_batch_tokens % p.seq_len):
         errors.append("pretrain.micro_batch_tokens: 0, or a multiple of seq_len")
-    if p.max_tokens <= max(p.batches_tokens or [0]) or p.eval_every_tokens <= 0 or p.eval_sequences < 1:
-        errors.append("pretrain.max_tokens, eval_every_tokens, eval_sequences: > 0, max_tokens > a batch")
+    if p.max_tokens <= max(p.batches_tokens or [0]):
+        errors.append(
+            f"pretrain.max_tokens: {p.max_tokens} must exceed the largest batch, {max(p.batches_tokens)} "
+            "tokens (a run of one step measures nothing); raise it or drop that batch"
+        )
+    if p.eval_every_tokens <= 0 or p.eval_sequences < 1:
+        errors.append("pretrain.eval_every_tokens, eval_sequences: must be > 0")
     if any(t <= 0 for t in p.targets):
         errors.append("pretrain.targets: losses in nats/token, each > 0")
     if not 0 <= p.decay_fraction < 1 or p.warmup_tokens < 0:
