@@ -34,3 +34,11 @@ def test_recommend_of_a_grid_still_offers_its_set(tmp_path: Path):
     out = CliRunner().invoke(app, ["recommend", GRID, "-r", str(res)])
     assert out.exit_code == 2, out.output
     assert "--set probe.mode=branched" in " ".join(out.stderr.split())
+
+
+def test_smoke_of_a_branched_pretraining_recipe_does_not_call_it_a_grid(tmp_path: Path):
+    from batchtune.recipe.smoke import smoke_recipe
+
+    for name, word in (("tiny-pretrain-branched", "batchtune tune"), ("tiny-pretrain", "grid analysis")):
+        plan = smoke_recipe(load_recipe(str(shipped_recipes()[name])), str(tmp_path))
+        assert word in plan.skip["recommend"], (name, plan.skip)

@@ -227,8 +227,14 @@ def _pretrain_plan(cfg: Recipe, results_dir: str) -> SmokePlan:
         budget=r(b, seeds=b.seeds[:1], max_extra_seeds=0),
         pretrain=pretrain,
     )
+    ranked = (  # a branched recipe is ranked (`batchtune tune`), a grid is not: say which
+        "pre-training, branched: the one-step trunk and branches reach no target, so there is no "
+        "time-to-target to rank; `batchtune tune` ranks the full probe's"
+        if cfg.study.branched
+        else "pre-training: the probe's grid analysis (B_opt, B_min per target loss) is its answer"
+    )
     skip = {
         "profile-gen": "pre-training generates nothing: no generation to profile",
-        "recommend": "pre-training: the probe's grid analysis (B_opt, B_min per target loss) is its answer",
+        "recommend": ranked,
     }
     return SmokePlan(out, reduced, (), skip)
