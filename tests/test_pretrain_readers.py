@@ -42,3 +42,14 @@ def test_smoke_of_a_branched_pretraining_recipe_does_not_call_it_a_grid(tmp_path
     for name, word in (("tiny-pretrain-branched", "batchtune tune"), ("tiny-pretrain", "grid analysis")):
         plan = smoke_recipe(load_recipe(str(shipped_recipes()[name])), str(tmp_path))
         assert word in plan.skip["recommend"], (name, plan.skip)
+
+
+def test_a_target_below_the_datas_loss_floor_is_refused_before_any_run(tmp_path: Path):
+    """It used to run every batch to its budget, then exit 3 "give higher target losses or longer
+    runs": no run is long enough to reach a loss under the synthetic data's exact Bayes loss."""
+    res = tmp_path / "r"
+    for command in ("probe", "plan"):
+        out = CliRunner().invoke(app, [command, GRID, "-r", str(res), "--set", "pretrain.targets=[2.0, 1.0]"])
+        assert out.exit_code == 2, out.output
+        assert "pretrain.targets: 1 at or below the data's loss floor 1.5226" in " ".join(out.stderr.split())
+        assert not res.exists()

@@ -117,6 +117,23 @@ def offpolicy_candidates(recipe: Recipe, main: list[Candidate]) -> list[Candidat
     ]
 
 
+def check_targets_reachable(recipe: Recipe) -> None:
+    """Refuse, before any run, target losses at or below the synthetic data's loss floor (its exact
+    Bayes loss, pretrain.data = "markov"): no batch reaches them however long it trains."""
+    p = recipe.pretrain
+    if not recipe.study.pretrain or p.data != "markov" or not p.targets:
+        return
+    from batchtune.backends.pretrain_data import make_data
+
+    floor = make_data(p)[2]
+    low = [t for t in p.targets if floor is not None and t <= floor]
+    if low:
+        raise RecipeError(
+            f"pretrain.targets: {', '.join(f'{t:g}' for t in low)} at or below the data's loss floor "
+            f"{floor:.4f} nats/token (its exact Bayes loss): no run reaches it; give targets above it"
+        )
+
+
 def plan_pretrain(recipe: Recipe) -> Plan:
     """A pre-training recipe's candidates: every batch of ``pretrain.batches_tokens`` as ``prompts``
     sequences of ``group_size = seq_len`` tokens (so a batch in responses is a batch in tokens), at

@@ -23,7 +23,7 @@ from batchtune.errors import InputError
 from batchtune.events import ProbeEvents
 from batchtune.measure import failed_starts
 from batchtune.measure.one_run import execute_run
-from batchtune.measure.plan import lr_table, plan_pretrain, run_id
+from batchtune.measure.plan import check_targets_reachable, lr_table, plan_pretrain, run_id
 from batchtune.measure.pretrain_refine import RefineRound, refine_grid
 from batchtune.measure.probe import check_manifest
 from batchtune.measure.stop_rule import StopPolicy
@@ -53,6 +53,7 @@ def run_pretrain_probe(
     t0 = time.perf_counter()
     if not recipe.study.pretrain:
         raise InputError("the pre-training probe needs backend.training = 'pretrain'")
+    check_targets_reachable(recipe)  # before the manifest: a refused recipe leaves nothing behind
     store = ResultsStore.of(recipe)
     check_manifest(store, recipe)
     failed_starts.reopen(store, progress)  # a run that could not start measured nothing: run it again

@@ -25,7 +25,7 @@ from batchtune import backends
 from batchtune.backends.spec import Candidate, RunFailed
 from batchtune.measure import contention
 from batchtune.measure.async_sweep import sweep_decision
-from batchtune.measure.plan import Plan, plan_candidates, run_id, timing_spec
+from batchtune.measure.plan import Plan, check_targets_reachable, plan_candidates, run_id, timing_spec
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
 
@@ -297,6 +297,7 @@ def _setup(recipe: Recipe, time_steps: int | None) -> _Setup:
     """The candidates to cost: the token batches of a pre-training grid, or the RL plan less what
     the auto off-policy sweep prunes."""
     plan = plan_candidates(recipe)
+    check_targets_reachable(recipe)
     if recipe.study.pretrain:  # measure.pretrain_probe: a grid of token batches, one run at a time
         ref_batch, p = plan.reference_batch, recipe.pretrain
         cands = list(plan.candidates)
