@@ -152,3 +152,9 @@ def test_bad_flags_exit_2_naming_the_flag(tmp_path, args, named):
     out = CliRunner().invoke(app, ["pretrain", str(log), *args])
     assert out.exit_code == 2, out.output
     assert named in out.output and "Traceback" not in out.output
+
+
+def test_a_folder_is_not_said_to_be_missing(tmp_path):
+    out = CliRunner().invoke(app, ["pretrain", str(tmp_path)])
+    assert out.exit_code == 2, out.output
+    assert "is a folder: give the CSV or JSONL loss logs in it" in " ".join(out.stderr.split())

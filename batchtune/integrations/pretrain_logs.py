@@ -75,6 +75,8 @@ def read_runs(paths: Sequence[Path], columns: Mapping[str, str]) -> list[Pretrai
     seen: dict[str, set[float]] = defaultdict(set)  # the steps each run logged
     for path in paths:
         p = Path(path)
+        if p.is_dir():
+            raise InputError(f"{p} is a folder: give the CSV or JSONL loss logs in it")
         if not p.is_file():
             raise InputError(f"{p} not found")
         _, records = read_rows(p, "jsonl" if p.suffix in (".jsonl", ".json") else "csv")
