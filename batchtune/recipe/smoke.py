@@ -4,8 +4,9 @@ reward, trainer command and log reader work end to end before a real probe is pa
 `smoke_recipe` shrinks every size (never the code path): one seed and no extra ones, the two
 smallest batches, two optimiser steps of the larger, the tiniest model shape the recipe allows, two
 concurrencies, one repeat, one generation mode, the least k > 0 of an off-policy sweep (no seed
-top-up). A command-backend recipe runs the user's own command, with those fewest steps. It also
-says, truthfully, what this smoke cannot check here:
+top-up). An async recipe's probe runs in one process, and its two-process path in one run of the
+smallest batch (``SmokePlan.two_process``). A command-backend recipe runs the user's own command,
+with those fewest steps. It also says, truthfully, what this smoke cannot check here:
 
 - a generation engine that is not installed is replaced by the simulated one (computed, not
   measured: no model loaded, nothing decoded);
@@ -40,6 +41,10 @@ class SmokePlan:
     # a branched recipe's checkpoint path at its smallest: a one-step trunk of the smallest batch
     # saving its checkpoint, and one step of every batch resumed from it (workflow/smoke.py)
     branches: Recipe | None = None
+    # an async recipe's two-process path: its probe runs in one process (every async run starts a
+    # rollout process that imports torch and transformers again), then one run of the smallest
+    # batch as the recipe runs it, in two (workflow/smoke.py)
+    two_process: Recipe | None = None
 
 
 def smoke_recipe(cfg: Recipe, results_dir: str) -> SmokePlan:
@@ -180,7 +185,14 @@ def _rl_plan(cfg: Recipe, results_dir: str) -> SmokePlan:
         generation=gen,
         probe=probe,
     )
-    return SmokePlan(out, tuple(reduced), tuple(unchecked), skip)
+    if cfg.algorithm.mode != "async":
+        return SmokePlan(out, tuple(reduced), tuple(unchecked), skip)
+    reduced.append(
+        "algorithm.mode = async: the probe's runs in one process (mode = sync); one run of the smallest "
+        "batch, at the least staleness k > 0, as a rollout process beside the trainer (stage two-process)"
+    )
+    one = r(out, algorithm=r(out.algorithm, mode="sync"))
+    return SmokePlan(one, tuple(reduced), tuple(unchecked), skip, two_process=out)
 
 
 def _smoke_offpolicy(cfg: Recipe, reduced: list[str]) -> ProbeConfig:

@@ -100,12 +100,17 @@ def smoke(recipe: str | None, overrides: list[str], results: str | None) -> Smok
         return value
 
     try:
-        probe = stage("probe", lambda: _smoke_probe(cfg, run_probe))
+        probe = stage("probe", lambda: _smoke_probe(cfg, run_probe, plan.two_process))
         branches = plan.branches
         if branches is not None and probe is None:  # no trainer that ran: nothing to resume
             stages.append(SmokeStage("branches", "skipped", "needs a probe stage that ran", 0.0))
         elif branches is not None:  # a branched recipe: its trunk saves, its branches resume
             stage("branches", lambda: _smoke_branches(branches))
+        two_process = plan.two_process
+        if two_process is not None and probe is None:  # its trainer did not run in one process
+            stages.append(SmokeStage("two-process", "skipped", "needs a probe stage that ran", 0.0))
+        elif two_process is not None:  # an async recipe: one run as a rollout process and the trainer
+            stage("two-process", lambda: _smoke_two_process(two_process))
         stage("profile-gen", lambda: _smoke_profile(cfg, run_profile))
         if probe is None:
             stages.append(SmokeStage("recommend", "skipped", "needs the probe's results", 0.0))
@@ -127,7 +132,11 @@ def _stop_at_failure(kind: str, info: dict[str, Any]) -> None:
         raise _FirstRunFailed(info)
 
 
-def _smoke_probe(cfg: Recipe, run_probe: Any) -> tuple[str, Any]:
+def _smoke_probe(cfg: Recipe, run_probe: Any, two_process: Recipe | None = None) -> tuple[str, Any]:
+    if two_process is not None:  # an async recipe probed in one process: its async checks first
+        from batchtune.measure import preflight
+
+        preflight.check(two_process)
     if cfg.study.pretrain:
         return _smoke_pretrain(cfg)
     try:
@@ -209,6 +218,42 @@ def _smoke_branches(cfg: Recipe) -> tuple[str, Any]:
         f"a one-step trunk at {b0} saved a checkpoint; a step of each of {labels} resumed from it",
         None,
     )
+
+
+def _smoke_two_process(cfg: Recipe) -> tuple[str, Any]:
+    """One run of the smallest batch as an async recipe runs it, a rollout worker process beside the
+    trainer, at the least staleness k > 0 of its sweep (else on-policy), in a scratch folder of the
+    results: it must finish, and its steps carry the worker's timers (a two-process step's record)."""
+    import shutil
+
+    from batchtune.errors import RunsFailed
+    from batchtune.measure.one_run import execute_run
+    from batchtune.measure.plan import plan_candidates
+    from batchtune.measure.stop_rule import StopPolicy
+    from batchtune.records.types import FAILED_STATUSES
+
+    where = Path(cfg.run.results_dir) / "two-process"
+    shutil.rmtree(where, ignore_errors=True)
+    plan = plan_candidates(cfg)
+    by, t, seed = plan.by_label(), cfg.target, cfg.budget.seeds[0]
+    main = by[plan.main[0]]
+    stale = [by[lab] for lab in plan.offpolicy if by[lab].prompts == main.prompts and by[lab].staleness > 0]
+    cand = min(stale, key=lambda c: (c.staleness, c.updates_per_batch), default=main)
+    end = cfg.budget.max_samples
+    policy = StopPolicy(t.metric, t.value, t.higher_is_better, t.ema_alpha, end, False, math.inf)
+    rid = f"{cand.label}-s{seed}"
+    try:
+        execute_run(cfg, str(where), cand, seed, cfg.optimizer.lr, plan.reference_batch, policy, rid, None,
+                    _stop_at_failure)  # fmt: skip
+    except _FirstRunFailed as stop:
+        raise stop.as_error() from None
+    store = ResultsStore(where)
+    rec, steps = store.run(rid), [s for s in store.steps(rid) if "queue_wait_s" in s.metrics]
+    if rec is None or rec.status in FAILED_STATUSES or not steps:
+        why = (rec.reason if rec else "") or "no step came from the rollout worker"
+        raise RunsFailed(f"the two-process run {rid} did not finish: {why}")
+    k = f"staleness {cand.staleness}" if cand.staleness else "on-policy"
+    return f"{rid} ({k}): {len(steps)} step(s) from a rollout worker process, trained beside it", None
 
 
 def _smoke_profile(cfg: Recipe, run_profile: Any) -> tuple[str, Any]:
