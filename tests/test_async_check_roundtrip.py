@@ -189,3 +189,61 @@ def test_check_refuses_a_sync_interval_or_count_of_zero_naming_its_key(
     assert run.output.strip().splitlines() == [
         f"error: {cfg}:{len(lines)}: {key} = {shown} must be a positive whole number"
     ], run.output
+
+
+V1_ASYNC = (
+    "data.train_batch_size=4\nactor_rollout_ref.rollout.n=8\nactor_rollout_ref.actor.optim.lr=0.0002\n"
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4\ntrainer.v1.trainer_mode=separate_async\n"
+    "trainer.v1.separate_async.num_warmup_batches=1\n"
+)
+OPENRLHF = (
+    "python3 -m openrlhf.cli.train_ppo_ray \\\n --rollout.batch_size 4 \\\n"
+    " --rollout.n_samples_per_prompt 8 \\\n"
+    " --train.batch_size 32 \\\n --actor.adam.lr 0.0002 \\\n --train.async_enable \\\n"
+)
+WHOLE, AT_LEAST_0 = "a positive whole number", "a whole number >= 0"
+BAD_SETTINGS = [
+    ("openrlhf", OPENRLHF, "--train.max_epochs", "0", WHOLE),
+    ("openrlhf", OPENRLHF, "--train.max_epochs", "-1", WHOLE),
+    ("trl", TRL_ASYNC, "max_staleness", "-1", AT_LEAST_0),
+    ("verl", FULLY_ASYNC, "async_training.staleness_threshold", "-0.5", "a number >= 0"),
+    ("verl", FULLY_ASYNC, "async_training.concurrent_samples_per_replica", "0", WHOLE),
+    ("verl", FULLY_ASYNC, "async_training.concurrent_samples_per_replica", "-4", WHOLE),
+    ("verl", V1_ASYNC, "trainer.v1.separate_async.num_warmup_batches", "-1", AT_LEAST_0),
+]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "base", "key", "value", "what"),
+    [pytest.param(*case, id=f"{case[0]}-{case[2]}={case[3]}") for case in BAD_SETTINGS],
+)
+def test_check_refuses_a_count_or_bound_below_its_least_naming_its_key(
+    tmp_path: Path, fmt: str, base: str, key: str, value: str, what: str
+) -> None:
+    """An OpenRLHF --train.max_epochs of 0 or -1 was read as 0 (or -1) updates per batch and failed as
+    a mismatch (exit 1); TRL's max_staleness -1 (every completion dropped as stale), a verl
+    fully_async staleness_threshold below 0 or concurrent_samples_per_replica of 0 or less, and a V1
+    num_warmup_batches below 0 were read and priced. Each is bad input: one line naming the key and
+    its line, exit 2. (0 is a valid max_staleness, staleness_threshold and num_warmup_batches.)"""
+    results = _probe(tmp_path / "r", 1, 1)
+    if fmt == "verl":
+        lines = [ln for ln in base.splitlines() if not ln.startswith(key + "=")] + [f"{key}={value}"]
+    elif fmt == "trl":
+        lines = [ln for ln in base.splitlines() if not ln.startswith(key + ":")] + [f"{key}: {value}"]
+    else:
+        lines = [*base.splitlines(), f" {key} {value}"]
+    cfg = tmp_path / f"cfg.{'txt' if fmt == 'verl' else 'yaml' if fmt == 'trl' else 'sh'}"
+    cfg.write_text("\n".join(lines) + "\n")
+    run = CliRunner().invoke(app, ["check", str(cfg), "-r", str(results), "--format", fmt])
+    assert run.exit_code == 2, run.output
+    shown = value if fmt == "trl" else repr(value)  # a YAML number, an override's or flag's text
+    assert run.output.strip().splitlines() == [f"error: {cfg}:{len(lines)}: {key} = {shown} must be {what}"]
+    zero = {
+        "max_staleness",
+        "async_training.staleness_threshold",
+        "trainer.v1.separate_async.num_warmup_batches",
+    }
+    if key in zero:  # 0 is read, not refused
+        cfg.write_text("\n".join([*lines[:-1], lines[-1].replace(value, "0")]) + "\n")
+        run = CliRunner().invoke(app, ["check", str(cfg), "-r", str(results), "--format", fmt])
+        assert run.exit_code in (0, 1, 3), run.output

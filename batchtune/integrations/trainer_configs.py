@@ -332,7 +332,7 @@ def _openrlhf(flat: Flat, path: Path) -> TrainerConfig:
         notes.append(
             f"{int(p.value * g.value // tb.value)} optimiser steps per rollout ({tb.name}={int(tb.value)})"
         )
-    reading = openrlhf_async(flat, int(p.value * g.value))
+    reading = openrlhf_async(flat, int(p.value * g.value), path)
     return _build("openrlhf", path, p, g, lr, None, notes, reading=reading)
 
 

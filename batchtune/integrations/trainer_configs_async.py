@@ -184,10 +184,11 @@ def _get(flat: Flat, *names: str, default: float) -> float:
     return default
 
 
-def _count(flat: Flat, path: Path, *names: str, default: float) -> float:
+def _count(flat: Flat, path: Path, *names: str, default: float, least: int = 1, whole: bool = True) -> float:
     """The first of ``names`` present, a count (steps, batches, epochs, a batch size), else ``default``;
-    0, a negative, a fraction or a non-number is bad input naming its line (a sync interval of 0
-    divided by zero in check, a count of 0 updates was priced)."""
+    below ``least`` (0 where a count of none has a meaning), a fraction (``whole``) or a non-number is
+    bad input naming its line (a sync interval of 0 divided by zero in check, a count of 0 updates
+    was priced)."""
     for name in names:
         if name in flat:
             raw, line = flat[name]
@@ -199,8 +200,10 @@ def _count(flat: Flat, path: Path, *names: str, default: float) -> float:
                     f"{where}: {name} = {raw!r} is not a number (interpolations such as ${{...}} are not "
                     "resolved: write the value, or pass a generic config)"
                 ) from None
-            if not (math.isfinite(value) and value >= 1 and value == int(value)):
-                raise InputError(f"{where}: {name} = {raw!r} must be a positive whole number")
+            if not (math.isfinite(value) and value >= least and (value == int(value) or not whole)):
+                what = f"a {'whole ' if whole else ''}number >= {least}"
+                what = "a positive whole number" if (least, whole) == (1, True) else what
+                raise InputError(f"{where}: {name} = {raw!r} must be {what}")
             return value
     return default
 
@@ -218,8 +221,12 @@ def verl_async(flat: Flat, prompts: int | None, group_size: int, path: Path) -> 
     epochs = _count(flat, path, "actor_rollout_ref.actor.ppo_epochs", default=1)
     if fully_async_verl(flat):
         a = {k: _get(flat, f"async_training.{k}", default=v) for k, v in VERL_FULLY_ASYNC.items()}
-        for key in ("trigger_parameter_sync_step", "require_batches"):  # the sync interval's factors
+        for key in ("trigger_parameter_sync_step", "require_batches", "concurrent_samples_per_replica"):
             a[key] = _count(flat, path, f"async_training.{key}", default=a[key])
+        ahead = "async_training.staleness_threshold"
+        a["staleness_threshold"] = _count(
+            flat, path, ahead, default=a["staleness_threshold"], least=0, whole=False
+        )
         batch = int(a["trigger_parameter_sync_step"] * a["require_batches"] * mini)
         u = a["trigger_parameter_sync_step"] * a["require_batches"] * epochs
         note = (
@@ -233,7 +240,7 @@ def verl_async(flat: Flat, prompts: int | None, group_size: int, path: Path) -> 
     u = (prompts / mini if prompts and mini < prompts else 1) * epochs
     mode = str(flat.get("trainer.v1.trainer_mode", ("sync", None))[0])
     if mode in ("colocate_async", "separate_async"):
-        k = _get(flat, f"trainer.v1.{mode}.num_warmup_batches", default=1)
+        k = _count(flat, path, f"trainer.v1.{mode}.num_warmup_batches", default=1, least=0)
         bound = _get(flat, "trainer.v1.sampler.max_off_policy_threshold", default=8)
         note = (
             f"verl V1 {mode}: {k:g} batch(es) generated ahead; a trajectory may span "
@@ -249,12 +256,12 @@ def trl_async(flat: Flat, processes: int, per_step: int, path: Path) -> AsyncRea
     """``processes``: the training processes (num_processes, or the config's accelerate launch line);
     ``per_step``: the completions one optimiser step trains (AsyncGRPO's batch as read here)."""
 
-    def num(name: str, default: float) -> float:  # a count: max_staleness (0 allowed) is read apart
-        return _count(flat, path, name, f"--{name}", default=default)
+    def num(name: str, default: float, least: int = 1) -> float:  # a count (max_staleness: 0 allowed)
+        return _count(flat, path, name, f"--{name}", default=default, least=least)
 
     if "max_staleness" in flat or "--max_staleness" in flat:
         sync = num("weight_sync_steps", 1)
-        versions = _get(flat, "max_staleness", "--max_staleness", default=4)
+        versions = num("max_staleness", 4, least=0)  # 0: TRL's strict discard; below, every sample is dropped
         k = versions * sync
         note = (
             f"TRL AsyncGRPO counts optimiser steps: {per_step} completions each (each used once), "
@@ -271,9 +278,9 @@ def trl_async(flat: Flat, processes: int, per_step: int, path: Path) -> AsyncRea
     return AsyncReading(0, max(spg / ga, 1) * num("num_iterations", 1), "sync")
 
 
-def openrlhf_async(flat: Flat, responses: int) -> AsyncReading:
+def openrlhf_async(flat: Flat, responses: int, path: Path) -> AsyncReading:
     train = _get(flat, "--train.batch_size", "--train_batch_size", default=128)
-    u = max(responses / train, 1) * _get(flat, "--train.max_epochs", "--max_epochs", default=1)
+    u = max(responses / train, 1) * _count(flat, path, "--train.max_epochs", "--max_epochs", default=1)
     if _true(flat, "--train.async_enable"):
         k = _get(flat, "--train.async_queue_size", default=1)
         partial = " with partial rollout" if _true(flat, "--train.partial_rollout_enable") else ""
