@@ -53,3 +53,16 @@ def test_a_target_below_the_datas_loss_floor_is_refused_before_any_run(tmp_path:
         assert out.exit_code == 2, out.output
         assert "pretrain.targets: 1 at or below the data's loss floor 1.5226" in " ".join(out.stderr.split())
         assert not res.exists()
+
+
+def test_the_branched_probe_refuses_a_target_below_the_loss_floor_too(tmp_path: Path):
+    """The branched probe (and `tune` of it) ran its trunk and branches to their budgets, exit 0, for
+    a target no run can reach; `plan` of it printed a cost and "Run it"."""
+    res = tmp_path / "r"
+    branched = str(shipped_recipes()["tiny-pretrain-branched"])
+    for command in ("probe", "plan", "tune"):
+        out = CliRunner().invoke(app, [command, branched, "-r", str(res), "--set", "pretrain.targets=[1.5]"])
+        assert out.exit_code == 2, (command, out.output)
+        said = " ".join(out.stderr.split())
+        assert "pretrain.targets: 1.5 at or below the data's loss floor 1.5226" in said, command
+        assert not res.exists()

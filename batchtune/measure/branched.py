@@ -68,7 +68,7 @@ from batchtune.measure.branched_async import (
 )
 from batchtune.measure.execute import Runner, run_until_finished
 from batchtune.measure.one_run import execute_run
-from batchtune.measure.plan import Plan, plan_candidates
+from batchtune.measure.plan import Plan, check_targets_reachable, plan_candidates
 from batchtune.measure.probe import check_manifest, say_held
 from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
@@ -201,6 +201,7 @@ def run_branched(
     problem = backends.checkpoint_problem(recipe)
     if problem is not None:
         raise InputError(f"{problem}, so probe.mode = 'branched' cannot use it; use probe.mode = 'grid'")
+    check_targets_reachable(recipe)  # before the manifest: a refused recipe leaves nothing behind
     root = ResultsStore.of(recipe)
     check_manifest(root, recipe, read_only=read_only)
     recipe = branched_recipe(recipe)

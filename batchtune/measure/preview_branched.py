@@ -34,7 +34,7 @@ from batchtune.measure.async_topup import has_async_knobs
 from batchtune.measure.branch_checkpoint import CONTROL_WINDOWS
 from batchtune.measure.branched import branched_recipe, branched_store, checkpoint_positions
 from batchtune.measure.branched_async import offpolicy_of
-from batchtune.measure.plan import Plan, plan_candidates
+from batchtune.measure.plan import Plan, check_targets_reachable, plan_candidates
 from batchtune.measure.preview import (
     IN_PROCESS_BACKENDS,
     UNTIMED,
@@ -245,6 +245,7 @@ def _controls(recipe: Recipe, rows: list[BranchCost], dearest: list[BranchCost],
 def _plan_of(recipe: Recipe, time_steps: int) -> tuple[Plan, tuple[str, ...]]:
     """The plan as the branched probe runs it: with the auto sweep, less the cells it prunes (a
     stored decision, or one from timing the main candidates now when the plan times steps)."""
+    check_targets_reachable(recipe)
     plan = plan_candidates(recipe)
     if not plan.offpolicy or not has_async_knobs(recipe):
         return plan, ()
