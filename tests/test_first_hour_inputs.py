@@ -224,6 +224,8 @@ def test_no_pass_results_when_results_was_given(tmp_path):
         (["pretrain.batches_tokens=[10, 20, 32]"], ["10, 20 not a multiple", "seq_len = 16"]),
         (["pretrain.batches_tokens=[16, 32]"], ["2 given"]),
         (["pretrain.max_tokens=100"], ["max_tokens: 100 must exceed the largest batch, 512 tokens"]),
+        (["pretrain.warmup_tokens=48000"], ["warmup_tokens: 48000 must be below max_tokens, 48000"]),
+        (["pretrain.warmup_tokens=60000"], ["warmup_tokens: 60000 must be below max_tokens, 48000"]),
     ],
 )
 def test_a_pretrain_grid_error_says_which_values_are_wrong(sets, fragments):

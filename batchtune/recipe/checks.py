@@ -170,6 +170,12 @@ def _check_pretrain(recipe: Recipe) -> list[str]:
             f"pretrain.max_tokens: {p.max_tokens} must exceed the largest batch, {max(p.batches_tokens)} "
             "tokens (a run of one step measures nothing); raise it or drop that batch"
         )
+    if p.warmup_tokens >= p.max_tokens > 0:
+        errors.append(
+            f"pretrain.warmup_tokens: {p.warmup_tokens} must be below max_tokens, {p.max_tokens} (every "
+            "run would end inside its warmup, before its LR reaches the candidate's); lower it or raise "
+            "max_tokens"
+        )
     if p.eval_every_tokens <= 0 or p.eval_sequences < 1:
         errors.append("pretrain.eval_every_tokens, eval_sequences: must be > 0")
     if any(t <= 0 for t in p.targets):
