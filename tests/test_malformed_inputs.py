@@ -296,10 +296,11 @@ def _edit_run(res: Path, **fields) -> None:
     path.write_text(json.dumps(data))
 
 
+_RERUN = "delete it and run the probe again"  # a damaged manifest: its finished runs are kept
 TAMPER: dict[str, tuple[Callable[[Path], None], str]] = {
-    "manifest_list": (lambda r: (r / "manifest.json").write_text("[1, 2]"), "manifest.json"),
+    "manifest_list": (lambda r: (r / "manifest.json").write_text("[1, 2]"), _RERUN),
     "manifest_no_recipe": (lambda r: (r / "manifest.json").write_text('{"source": "x"}'), "no recipe"),
-    "manifest_bad_json": (lambda r: (r / "manifest.json").write_text("{"), "manifest.json"),
+    "manifest_bad_json": (lambda r: (r / "manifest.json").write_text("{"), _RERUN),
     "manifest_non_utf8": (lambda r: (r / "manifest.json").write_bytes(b'{"recipe": "\xff"}'), "not UTF-8"),
     "manifest_recipe_inf": (
         lambda r: (r / "manifest.json").write_text(json.dumps({"recipe": {"target": {"tolerance": "inf"}}})),

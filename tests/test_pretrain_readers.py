@@ -66,3 +66,16 @@ def test_the_branched_probe_refuses_a_target_below_the_loss_floor_too(tmp_path: 
         said = " ".join(out.stderr.split())
         assert "pretrain.targets: 1.5 at or below the data's loss floor 1.5226" in said, command
         assert not res.exists()
+
+
+def test_a_damaged_manifest_says_what_to_do(tmp_path: Path):
+    """It said only "manifest.json is not valid JSON: Expecting ...", and not that the finished runs
+    survive deleting it."""
+    res = tmp_path / "r"
+    res.mkdir()
+    (res / "manifest.json").write_text('{"recipe": ')
+    out = CliRunner().invoke(app, ["probe", GRID, "-r", str(res)])
+    assert out.exit_code == 2, out.output
+    said = " ".join(out.stderr.split())
+    assert "manifest.json is not valid JSON" in said
+    assert "delete it and run the probe again with the recipe it ran: its finished runs are kept" in said

@@ -79,6 +79,12 @@ class _WithResultsDir(Protocol):  # a Recipe, without records importing the reci
     def run(self) -> _RunSettings: ...
 
 
+_MANIFEST_FIX = (
+    "restore it from a copy, or delete it and run the probe again with the recipe it ran: its "
+    "finished runs are kept and read"
+)
+
+
 class ResultsStore:
     """A results directory: append-only, atomic, resumable (see the module docstring)."""
 
@@ -100,9 +106,12 @@ class ResultsStore:
     def read_manifest(self) -> dict[str, Any] | None:
         if not self.manifest_path.exists():
             return None
-        data = codec.loads(read_text(self.manifest_path), str(self.manifest_path))
+        try:
+            data = codec.loads(read_text(self.manifest_path), str(self.manifest_path))
+        except InputError as exc:
+            raise InputError(f"{exc}; {_MANIFEST_FIX}") from None
         if not isinstance(data, dict):
-            raise InputError(f"{self.manifest_path} is not a JSON object; move it away to start over")
+            raise InputError(f"{self.manifest_path} is not a JSON object; {_MANIFEST_FIX}")
         return data
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
