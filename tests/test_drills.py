@@ -251,22 +251,29 @@ def test_sigterm_stops_a_branched_probe_in_order_and_a_rerun_finishes_it(tmp_pat
     assert json.loads(resumed.stdout)["runs_done"] > 0
 
 
-def test_a_probe_waits_while_another_process_decides_the_rounds(tmp_path):
-    """The rounds after the planned runs are decided by one process at a time (measure/probe.py's
-    ROUNDS_LOCK): a probe that finds them held says so and waits; its planned runs go on before."""
+def _probe_beside_a_held_lock(store: ResultsStore, folder: Path) -> list[tuple[str, dict]]:
+    """A probe of NQM_SMALL on ``store`` while another process holds the rounds lock in ``folder``
+    for 1.5 s: the probe's events."""
     from batchtune.measure.probe import ROUNDS_LOCK
 
-    recipe = load_recipe(NQM, NQM_SMALL)
-    store = ResultsStore(tmp_path / "r")
     held = threading.Event()
-    holder = threading.Thread(target=_hold, args=(store.runs_dir / ROUNDS_LOCK, 1.5, held))
+    holder = threading.Thread(target=_hold, args=(folder / ROUNDS_LOCK, 1.5, held))
     holder.start()
     held.wait()
     events: list[tuple[str, dict]] = []
     try:
-        run_probe(recipe.with_results_dir(store.root), lambda kind, info: events.append((kind, info)))
+        recipe = load_recipe(NQM, NQM_SMALL).with_results_dir(store.root)
+        run_probe(recipe, lambda kind, info: events.append((kind, info)))
     finally:
         holder.join()
+    return events
+
+
+def test_a_probe_waits_while_another_process_decides_the_rounds(tmp_path):
+    """The rounds after the planned runs are decided by one process at a time (measure/probe.py's
+    ROUNDS_LOCK): a probe that finds them held says so and waits; its planned runs go on before."""
+    store = ResultsStore(tmp_path / "r")
+    events = _probe_beside_a_held_lock(store, store.runs_dir)
     kinds = [kind for kind, _ in events]
     assert "wait" in kinds, "a probe decided rounds while another process held them"
     info = events[kinds.index("wait")][1]
@@ -280,19 +287,8 @@ def test_a_probe_waits_while_an_older_version_holds_the_rounds_lock_in_the_root(
     version, a user on the new) must still exclude it: the newer probe took runs/.rounds.lock only,
     and decided its rounds at once beside the old one (finished in 0.2 s); it now takes the root's
     lock too, and waits."""
-    from batchtune.measure.probe import ROUNDS_LOCK
-
-    recipe = load_recipe(NQM, NQM_SMALL)
     store = ResultsStore(tmp_path / "r")
-    held = threading.Event()
-    holder = threading.Thread(target=_hold, args=(store.root / ROUNDS_LOCK, 1.5, held))
-    holder.start()
-    held.wait()
-    events: list[tuple[str, dict]] = []
-    try:
-        run_probe(recipe.with_results_dir(store.root), lambda kind, info: events.append((kind, info)))
-    finally:
-        holder.join()
+    events = _probe_beside_a_held_lock(store, store.root)
     waits = [info["message"] for kind, info in events if kind == "wait"]
     assert waits, "a probe decided rounds while an older version held them in the root"
     assert len(waits) == 1 and "adding seeds or rounds in " + str(store.root) in waits[0]
