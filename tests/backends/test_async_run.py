@@ -174,3 +174,41 @@ def test_a_worker_dying_at_start_up_is_a_clear_error_not_a_hang(root, monkeypatc
     assert isinstance(exc, RunFailed) and exc.message == "the rollout worker exited at start-up (code 1)"
     assert not mp.active_children()
     assert dirs and not dirs[0].exists(), "the weights' files were left behind"
+
+
+def test_a_batch_sent_just_before_the_worker_exits_is_still_read(tmp_path: Path) -> None:
+    """The trainer's wait: poll the batches pipe, and between polls see whether the worker lives. A
+    worker that sent its last batch and exited between a poll that timed out and that check was taken
+    for one that died ("exited after N batches (code 0)"), the batch waiting in the pipe. The check
+    now looks at the pipe once more first."""
+    from batchtune.backends.torch_rl.async_run import _Pipe, _write, to_bytes
+
+    path = _write(tmp_path / "batch-0.pt", to_bytes({"rewards": [1.0]}))
+
+    class Batches:  # the first poll times out; the batch arrives before the liveness check
+        polls = 0
+
+        def poll(self, timeout: float = 0.0) -> bool:
+            self.polls += 1
+            return self.polls > 1
+
+        def recv(self) -> tuple[str, str]:
+            return ("batch", path)
+
+    class Gone:
+        exitcode = 0
+
+        def is_alive(self) -> bool:
+            return False
+
+        def join(self, timeout: float | None = None) -> None:
+            pass
+
+    class Slots:
+        def release(self) -> None:
+            pass
+
+    pipe = object.__new__(_Pipe)
+    pipe.batches, pipe.proc, pipe.slots, pipe.received = Batches(), Gone(), Slots(), 0
+    made = pipe.next_batch()
+    assert made["rewards"] == [1.0] and pipe.received == 1

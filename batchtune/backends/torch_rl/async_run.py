@@ -277,7 +277,7 @@ class _Pipe:
 
     def next_batch(self) -> dict[str, Any]:
         while not self.batches.poll(POLL_S):
-            if not self.proc.is_alive():
+            if not self.proc.is_alive() and not self.batches.poll():  # what it sent before it left
                 raise self._exited()
         try:
             msg = self.batches.recv()
