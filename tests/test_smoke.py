@@ -139,6 +139,18 @@ def test_smoke_of_an_async_recipe_runs_its_two_process_stage(tmp_path):
     assert stages["two-process"].detail.startswith("P2xG8-k1u1-s0 (staleness 1): 4 step(s) from a rollout")
 
 
+def test_smoke_of_an_async_nqm_recipe_has_no_two_process_stage(tmp_path):
+    """`batchtune smoke recipes/nqm.toml --set algorithm.mode=async` exited 1 ("failed two-process
+    ... did not finish"): that stage wants the torch backend's rollout-worker timers, which the nqm
+    backend never writes. Only a torch recipe gets that stage; another runs its probe as written."""
+    args = ["smoke", "recipes/nqm.toml", "--set", "algorithm.mode=async", "--set", "probe.staleness=[0,1]"]
+    out = CliRunner().invoke(app, [*args, "-r", str(tmp_path / "r")])
+    assert out.exit_code == 0, out.output
+    assert "two-process" not in out.output.replace("no two-process stage", "")
+    assert "probe's runs as the nqm backend runs them" in out.output
+    assert "P2xG8-k1u1" in out.output  # the async cell ran as the recipe has it
+
+
 @pytest.mark.slow  # the probe refused, then profile-gen (~10 s)
 def test_smoke_of_an_async_recipe_still_checks_it_as_async_before_any_run(tmp_path):
     """The probe runs the sync copy; the recipe's async checks (preflight) must still refuse it."""

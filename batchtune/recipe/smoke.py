@@ -4,9 +4,10 @@ reward, trainer command and log reader work end to end before a real probe is pa
 `smoke_recipe` shrinks every size (never the code path): one seed and no extra ones, the two
 smallest batches, two optimiser steps of the larger, the tiniest model shape the recipe allows, two
 concurrencies, one repeat, one generation mode, the least k > 0 of an off-policy sweep (no seed
-top-up). An async recipe's probe runs in one process, and its two-process path in one run of the
-smallest batch (``SmokePlan.two_process``). A command-backend recipe runs the user's own command,
-with those fewest steps. It also says, truthfully, what this smoke cannot check here:
+top-up). An async torch-backend recipe's probe runs in one process, and its two-process path in
+one run of the smallest batch (``SmokePlan.two_process``); another backend's runs as it runs them.
+A command-backend recipe runs the user's own command, with those fewest steps. It also says,
+truthfully, what this smoke cannot check here:
 
 - a generation engine that is not installed is replaced by the simulated one (computed, not
   measured: no model loaded, nothing decoded);
@@ -186,6 +187,12 @@ def _rl_plan(cfg: Recipe, results_dir: str) -> SmokePlan:
         probe=probe,
     )
     if cfg.algorithm.mode != "async":
+        return SmokePlan(out, tuple(reduced), tuple(unchecked), skip)
+    if training != "torch":  # only the torch backend runs async as a rollout process beside the trainer
+        reduced.append(
+            f"algorithm.mode = async: the probe's runs as the {training} backend runs them (no two-process "
+            "stage: a rollout process beside the trainer is the torch backend's async run)"
+        )
         return SmokePlan(out, tuple(reduced), tuple(unchecked), skip)
     reduced.append(
         "algorithm.mode = async: the probe's runs in one process (mode = sync); one run of the smallest "
