@@ -247,3 +247,31 @@ def test_check_refuses_a_count_or_bound_below_its_least_naming_its_key(
         cfg.write_text("\n".join([*lines[:-1], lines[-1].replace(value, "0")]) + "\n")
         run = CliRunner().invoke(app, ["check", str(cfg), "-r", str(results), "--format", fmt])
         assert run.exit_code in (0, 1, 3), run.output
+
+
+NULL_DEFAULTS = {  # TRL's GRPOConfig defaults steps_per_generation and generation_batch_size to None
+    "spg": TRL_GEN + "steps_per_generation: null\n",
+    "gen": "num_generations: 8\nper_device_train_batch_size: 16\nlearning_rate: 0.0002\n"
+    "generation_batch_size: null\nsteps_per_generation: 2\n",
+    "both": "num_generations: 8\nper_device_train_batch_size: 32\nlearning_rate: 0.0002\n"
+    "generation_batch_size: null\nsteps_per_generation: null\n",
+    "sync": TRL_ASYNC.replace("weight_sync_steps: 2", "weight_sync_steps: null"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NULL_DEFAULTS))
+def test_check_reads_a_trl_null_as_the_default(tmp_path: Path, case: str) -> None:
+    """A TRL config spelling a default as YAML null (`steps_per_generation: null`, `weight_sync_steps:
+    null`, `generation_batch_size: null`) was refused: "... = None is not a number", exit 2. A null
+    is now the setting left out: check reads the config as it reads it without that line."""
+    results = _probe(tmp_path / "r", 2, 1)
+    text = NULL_DEFAULTS[case]
+    runs, omitted = [], "".join(ln for ln in text.splitlines(True) if "null" not in ln)
+    for name, body in (("null", text), ("omitted", omitted)):
+        cfg = tmp_path / name / "trl.yaml"
+        cfg.parent.mkdir()
+        cfg.write_text(body)
+        run = CliRunner().invoke(app, ["check", str(cfg), "-r", str(results), "--format", "trl"])
+        runs.append((run.exit_code, run.output.replace(str(cfg), "CFG")))
+    assert runs[0][0] in (0, 1) and "None" not in runs[0][1], runs[0][1]
+    assert runs[0] == runs[1]

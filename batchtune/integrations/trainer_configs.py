@@ -127,7 +127,7 @@ def detect_format(flat: Flat) -> str | None:
 def _number(flat: Flat, names: tuple[str, ...], path: Path, *, integer: bool) -> Setting | None:
     """The first of ``names`` present, as a number; a non-number is bad input naming its line."""
     for name in names:
-        if name not in flat:
+        if name not in flat or flat[name][0] is None:  # YAML null: unset, the trainer's default
             continue
         raw, line = flat[name]
         where = f"{path}:{line}" if line else str(path)

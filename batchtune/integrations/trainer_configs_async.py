@@ -188,9 +188,9 @@ def _count(flat: Flat, path: Path, *names: str, default: float, least: int = 1, 
     """The first of ``names`` present, a count (steps, batches, epochs, a batch size), else ``default``;
     below ``least`` (0 where a count of none has a meaning), a fraction (``whole``) or a non-number is
     bad input naming its line (a sync interval of 0 divided by zero in check, a count of 0 updates
-    was priced)."""
+    was priced). A ``null`` is not set (YAML's spelling of the default: TRL's ``steps_per_generation``)."""
     for name in names:
-        if name in flat:
+        if name in flat and flat[name][0] is not None:
             raw, line = flat[name]
             where = f"{path}:{line}" if line else str(path)
             try:
