@@ -247,3 +247,26 @@ def test_a_probe_resumed_without_some_candidates_is_recommended_without_them(tmp
     said = [n for n in rec["notes"] if n.startswith("left out ")]
     assert len(said) == 1 and "P128xG8, P64xG8" in said[0] and "re-add them to rank them" in said[0]
     assert (results / "runs/P64xG8-s0/run.json").is_file()  # kept: re-adding the batch ranks it again
+
+
+def test_a_probe_resumed_at_fewer_seeds_stores_no_seeds(tmp_path, baseline):
+    """A resumed probe stores the candidates of its recipe in the manifest, and nothing else. It
+    stored every key that differed, budget.seeds too: a rerun at seed 0 alone ran nothing, yet
+    `recommend --results DIR` then counted the planned seeds 1 and 2 as sequential extras
+    ("P1xG8 +4" for "+2"). The manifest keeps its seeds; both directories read the same."""
+    a, b = _copy(baseline, tmp_path / "a"), _copy(baseline, tmp_path / "b")
+    manifest = b / "manifest.json"
+    before = manifest.read_text()
+    assert _probe_json(b, "--set", "budget.seeds=[0]")["runs_done"] == 0
+    assert manifest.read_text() == before
+    assert json.loads(before)["recipe"]["budget"]["seeds"] == [0, 1, 2]
+
+    def recommended(results: Path) -> tuple[list, list]:
+        out = CliRunner().invoke(app, ["recommend", "-r", str(results), "--json"])
+        assert out.exit_code == 0, out.output
+        rec = json.loads(out.stdout)
+        return rec["candidates"], [n for n in rec["notes"] if str(results) not in n]
+
+    cands, notes = recommended(b)
+    assert (cands, notes) == recommended(a)
+    assert [c["extra_seeds"] for c in cands if c["name"] == "P1xG8"] == [2]

@@ -35,7 +35,7 @@ from batchtune.measure.sequential import add_seeds, with_extra_seeds
 from batchtune.measure.stop_rule import NO_BAND, band_of, stop_policy
 from batchtune.recipe.checks import another_recipe
 from batchtune.recipe.load import recipe_from_dict
-from batchtune.recipe.schema import PretrainConfig, Recipe
+from batchtune.recipe.schema import CandidatesConfig, PretrainConfig, Recipe
 from batchtune.records.files import locked_waiting
 from batchtune.records.store import ResultsStore
 
@@ -51,6 +51,14 @@ _RUN_DEFINING_KEYS = {
     # a pre-training run is shaped by its model, data, schedule, budget, targets and evaluation:
     # every key but the grid of batches (adding one is adding a candidate)
     "pretrain": tuple(f.name for f in dataclasses.fields(PretrainConfig) if f.name != "batches_tokens"),
+}
+
+# The keys that name a probe's candidates (measure/plan.py: plan_candidates, plan_pretrain) and that
+# a resumed probe may edit: what a resume stores of its recipe (keep_recipe).
+CANDIDATE_KEYS = {
+    "candidates": tuple(f.name for f in dataclasses.fields(CandidatesConfig)),
+    "probe": ("staleness", "updates_per_batch", "async_sweep"),
+    "pretrain": ("batches_tokens",),
 }
 
 ProgressFn = ProbeEvents
@@ -140,24 +148,22 @@ def _changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def keep_recipe(store: ResultsStore, recipe: Recipe) -> None:
-    """The manifest with the recipe a resumed probe runs (checked: ``check_manifest``, and its runs'
-    LRs), where it differs, so `recommend --results DIR` (which reads it) ranks that recipe's
-    candidates, as the probe does (not the runs of one it dropped). A directory this user cannot
+    """The manifest with the candidates of the recipe a resumed probe runs (checked:
+    ``check_manifest``, and its runs' LRs), where they differ, so `recommend --results DIR` (which
+    reads it) ranks that recipe's candidates, as the probe does (not the runs of one it dropped).
+    Only ``CANDIDATE_KEYS`` are stored: every other key keeps its first value (a rerun at fewer
+    seeds that ran nothing made the runs of the others extra seeds). A directory this user cannot
     write keeps the recipe it has: nothing about the runs changed."""
     manifest = store.read_manifest()
-    if manifest is None or _but_where(manifest["recipe"]) == _but_where(recipe.to_dict()):
+    if manifest is None:
         return
-    with contextlib.suppress(OSError):
-        store.write_manifest({**manifest, "recipe": recipe.to_dict()})
-
-
-def _but_where(recipe: dict[str, Any]) -> dict[str, Any]:
-    """A recipe's table less its results directory (a directory moved or named another way holds
-    the same probe)."""
-    run = recipe.get("run")
-    if not isinstance(run, dict):
-        return recipe
-    return {**recipe, "run": {k: v for k, v in run.items() if k != "results_dir"}}
+    stored, new = manifest["recipe"], recipe.to_dict()
+    kept = dict(stored)
+    for sec, keys in CANDIDATE_KEYS.items():
+        kept[sec] = {**(stored.get(sec) or {}), **{k: new[sec][k] for k in keys}}
+    if kept != stored:
+        with contextlib.suppress(OSError):
+            store.write_manifest({**manifest, "recipe": kept})
 
 
 def _only_failed_runs(store: ResultsStore) -> bool:
