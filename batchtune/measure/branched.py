@@ -69,7 +69,7 @@ from batchtune.measure.branched_async import (
 from batchtune.measure.execute import Runner, run_until_finished
 from batchtune.measure.one_run import execute_run
 from batchtune.measure.plan import Plan, check_targets_reachable, plan_candidates
-from batchtune.measure.probe import check_manifest, say_held
+from batchtune.measure.probe import check_manifest, keep_recipe, say_held
 from batchtune.measure.stop_rule import StopPolicy
 from batchtune.recipe.schema import Recipe
 from batchtune.records.store import ResultsStore
@@ -209,6 +209,8 @@ def run_branched(
     if not read_only:
         failed_starts.reopen(store, progress)  # a trainer that could not start: not data
     plan = offpolicy_plan(recipe, plan_candidates(recipe), lambda: say_held(SWEEP_HELD, root, progress))
+    if not read_only:  # the candidates a resume edited: `recommend --results DIR` reads them
+        keep_recipe(root, recipe)
     by_label = plan.by_label()
     main = [by_label[lab] for lab in plan.main]
     ref = by_label[plan.reference]

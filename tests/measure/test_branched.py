@@ -420,3 +420,27 @@ def test_checkpoints_past_where_the_reference_reaches_the_target_weigh_nothing(t
     assert CliRunner().invoke(app, ["probe", *args]).exit_code == 0
     data = json.loads(CliRunner().invoke(app, ["recommend", *args]).stdout)
     assert "batch_schedule" not in data and any(n.startswith("no batch schedule") for n in data["notes"])
+
+
+def test_a_branched_probe_resumed_without_some_batches_is_recommended_without_them(tmp_path: Path) -> None:
+    """A branched probe rerun with candidates.prompts narrowed kept the manifest's first recipe (only
+    the grid probe stored a resume's candidates), so `recommend --results DIR` still ranked P64xG8
+    from its runs where the probe no longer did. Now both rank the same batches; `recommend` of a
+    recipe named (read-only) stores nothing."""
+    from typer.testing import CliRunner
+
+    from batchtune.cli import app
+
+    recipe = "recipes/nqm-long.toml"  # probe.mode = "auto": branched
+
+    def names(*argv: str) -> set[str]:
+        out = CliRunner().invoke(app, [*argv, "-r", str(tmp_path), "--json"])
+        assert out.exit_code == 0, out.output
+        return {c["name"] for c in json.loads(out.stdout)["candidates"]}
+
+    assert "P64xG8" in names("probe", recipe) & names("recommend")
+    probed = names("probe", recipe, "--set", "candidates.prompts=[1, 2, 4, 8, 16, 32]")
+    assert "P64xG8" not in probed and names("recommend") == probed
+    manifest = (tmp_path / "manifest.json").read_text()
+    assert "P64xG8" in names("recommend", recipe)  # the whole grid, named: read, not stored
+    assert (tmp_path / "manifest.json").read_text() == manifest
