@@ -39,6 +39,7 @@ from batchtune.integrations.trainer_configs_async import (
     AsyncReading,
     FullyAsyncInterval,
     fully_async_verl,
+    number_at,
     openrlhf_async,
     trl_async,
     verl_async,
@@ -127,21 +128,13 @@ def detect_format(flat: Flat) -> str | None:
 def _number(flat: Flat, names: tuple[str, ...], path: Path, *, integer: bool) -> Setting | None:
     """The first of ``names`` present, as a number; a non-number is bad input naming its line."""
     for name in names:
-        if name not in flat or flat[name][0] is None:  # YAML null: unset, the trainer's default
+        if (got := number_at(flat, path, name)) is None:  # absent, or YAML null: the trainer's default
             continue
-        raw, line = flat[name]
-        where = f"{path}:{line}" if line else str(path)
-        try:
-            value = float(raw) if not isinstance(raw, bool) else math.nan
-        except (TypeError, ValueError):
-            raise InputError(
-                f"{where}: {name} = {raw!r} is not a number (interpolations such as ${{...}} are not "
-                "resolved: write the value, or pass a generic config)"
-            ) from None
+        value, where = got
         if not math.isfinite(value) or value <= 0 or (integer and value != int(value)):
             kind = "a positive whole number" if integer else "a positive number"
-            raise InputError(f"{where}: {name} = {raw!r} must be {kind}")
-        return Setting(name, value, line)
+            raise InputError(f"{where}: {name} = {flat[name][0]!r} must be {kind}")
+        return Setting(name, value, flat[name][1])
     return None
 
 

@@ -190,22 +190,31 @@ def _count(flat: Flat, path: Path, *names: str, default: float, least: int = 1, 
     bad input naming its line (a sync interval of 0 divided by zero in check, a count of 0 updates
     was priced). A ``null`` is not set (YAML's spelling of the default: TRL's ``steps_per_generation``)."""
     for name in names:
-        if name in flat and flat[name][0] is not None:
-            raw, line = flat[name]
-            where = f"{path}:{line}" if line else str(path)
-            try:
-                value = math.nan if isinstance(raw, bool) else float(raw)
-            except (TypeError, ValueError):  # as trainer_configs._number says it
-                raise InputError(
-                    f"{where}: {name} = {raw!r} is not a number (interpolations such as ${{...}} are not "
-                    "resolved: write the value, or pass a generic config)"
-                ) from None
-            if not (math.isfinite(value) and value >= least and (value == int(value) or not whole)):
-                what = f"a {'whole ' if whole else ''}number >= {least}"
-                what = "a positive whole number" if (least, whole) == (1, True) else what
-                raise InputError(f"{where}: {name} = {raw!r} must be {what}")
-            return value
+        if (got := number_at(flat, path, name)) is None:
+            continue
+        value, where = got
+        if not (math.isfinite(value) and value >= least and (value == int(value) or not whole)):
+            what = f"a {'whole ' if whole else ''}number >= {least}"
+            what = "a positive whole number" if (least, whole) == (1, True) else what
+            raise InputError(f"{where}: {name} = {flat[name][0]!r} must be {what}")
+        return value
     return default
+
+
+def number_at(flat: Flat, path: Path, name: str) -> tuple[float, str] | None:
+    """``name``'s value as a number (a bool: NaN) and where it stands (``path:line``); None where it
+    is absent or ``null`` (YAML's spelling of the trainer's default); a non-number is bad input."""
+    if name not in flat or flat[name][0] is None:
+        return None
+    raw, line = flat[name]
+    where = f"{path}:{line}" if line else str(path)
+    try:
+        return (math.nan if isinstance(raw, bool) else float(raw)), where
+    except (TypeError, ValueError):
+        raise InputError(
+            f"{where}: {name} = {raw!r} is not a number (interpolations such as ${{...}} are not "
+            "resolved: write the value, or pass a generic config)"
+        ) from None
 
 
 def _true(flat: Flat, *names: str) -> bool:
