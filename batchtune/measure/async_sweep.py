@@ -103,7 +103,7 @@ def decide(
     traces = traces or {}
     by = plan.by_label()
     m = recipe.algorithm.mini_batches
-    s = recipe.algorithm.sync_every if recipe.algorithm.mode == "async" else 1
+    s = recipe.algorithm.runs_sync_every
     cells: dict[str, SweepCell] = {}
     for main in plan.main:
         gen, upd = times.get(main, (math.nan, math.nan))

@@ -141,7 +141,7 @@ def estimates(
         thr = throughput_from_probe(eff.candidates, recipe.generation.other_s_per_step, f.parallel)
         decision = joint_decision(
             eff, thr, f.knobs, mini_batches=a.mini_batches, two_process=two,
-            sync_every=a.sync_every if two else 1, traces=f.traces, on_policy_u=f.on_policy_u,
+            sync_every=a.runs_sync_every, traces=f.traces, on_policy_u=f.on_policy_u,
         )  # fmt: skip
     except AnalysisError:  # nothing to rank yet (no timed on-policy estimate): no contender
         return {}, f.seeds

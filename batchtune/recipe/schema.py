@@ -7,16 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from batchtune.recipe.study import StudyKind, study_of
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 
 
 @dataclass(frozen=True)
@@ -85,6 +79,10 @@ class AlgorithmConfig:
     mode: str = "sync"
     sync_every: int = 1
     in_flight_cap: int = 0
+
+    @property
+    def runs_sync_every(self) -> int:  # trainer steps per weight sync in its runs (sync: every step)
+        return self.sync_every if self.mode == "async" else 1
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,7 @@ def _probe_sync_every(results: str | None) -> int:
     from batchtune.workflow.loading import load
 
     a = load(None, [], results, stored=True).algorithm
-    return a.sync_every if a.mode == "async" else 1  # as the joint decision read the runs (joint.py)
+    return a.runs_sync_every  # as the joint decision read the runs (joint.py)
 
 
 def _offpolicy_price(rec: Any, tc: TrainerConfig, sync_every: int, unit: str) -> _Priced:

@@ -43,7 +43,7 @@ def joint_for(
         run_knobs(store),
         mini_batches=a.mini_batches,
         two_process=two,
-        sync_every=a.sync_every if two else 1,
+        sync_every=a.runs_sync_every,
         cluster_gpus=gpus,
         traces=stored_traces(store),
         on_policy_u=on_policy_updates(runs),
@@ -66,7 +66,7 @@ def with_pick(rec: Recommendation, decision: JointDecision, cfg: Recipe) -> Reco
         decision,
         rec.winner.label,
         mini_batches=a.mini_batches,
-        sync_every=a.sync_every if a.mode == "async" else 1,
+        sync_every=a.runs_sync_every,
     )
     end = decision.top_up_end  # a near tie the probe's seeds left open is thin evidence for the pick
     tie = "" if end is None else end.near_tie(rec.winner.label)
